@@ -1,0 +1,74 @@
+// The host pool (the seed's HiSparseHostPool + allocate_pinned_host_pool):
+// one exact-size, page-aligned host region, populated in parallel, registered
+// with the GPU in segments of at most 64 GiB, and released deterministically
+// (unregister, then unmap) exactly once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hisparse/hisparse.h"
+
+namespace hisparse {
+
+class Backend;
+
+struct HostPoolOptions {
+  uint64_t size_bytes = 0;
+  int populate_threads = 0;           // 0 = one per online core
+  bool huge_pages = true;
+  uint64_t max_segment_bytes = 64ull << 30;
+  Backend* registrar = nullptr;       // registers the pages; nullptr = not registered
+  int device = 0;                     // device the registrar registers with
+};
+
+class HostPool {
+ public:
+  struct Segment {
+    void* data;
+    uint64_t bytes;
+  };
+
+  // Maps, populates and registers; on failure nothing stays mapped or registered.
+  explicit HostPool(const HostPoolOptions& options);
+  ~HostPool();
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+
+  // Unregisters every segment, then unmaps. Idempotent. If unregistration
+  // fails, the remaining segments and the mapping are kept (a later call
+  // retries) and the error is thrown.
+  void release();
+
+  bool released() const { return base_ == nullptr; }
+  void* data() const;  // throws HS_ERROR_INVALID_STATE after release
+  uint64_t size_bytes() const { return size_bytes_; }
+  uint64_t mapped_bytes() const { return mapped_bytes_; }
+  bool registered() const { return registered_; }
+  int device() const { return registered_ ? device_ : -1; }
+  int populate_threads() const { return populate_threads_; }
+  bool huge_pages() const { return huge_pages_; }
+  double populate_seconds() const { return populate_seconds_; }
+  double register_seconds() const { return register_seconds_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+
+ private:
+  void populate();
+  void register_segments(uint64_t max_segment_bytes);
+  void unregister_segments();
+  void unmap();
+
+  void* base_ = nullptr;
+  uint64_t size_bytes_ = 0;
+  uint64_t mapped_bytes_ = 0;
+  Backend* registrar_ = nullptr;
+  int device_ = 0;
+  bool registered_ = false;
+  bool huge_pages_ = false;
+  int populate_threads_ = 0;
+  double populate_seconds_ = 0;
+  double register_seconds_ = 0;
+  std::vector<Segment> segments_;  // registered ranges, exact
+};
+
+}  // namespace hisparse

@@ -1,0 +1,53 @@
+// Shared helpers of the nanobind layer: C status -> Python exception, DLPack
+// array -> hs_tensor_t, and the registration functions of each binding file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include "hisparse/hisparse.h"
+
+namespace hisparse_py {
+
+namespace nb = nanobind;
+
+// Raises the Python exception matching `status` with hs_last_error():
+// ValueError for bad values, TypeError for bad dtypes, MemoryError for failed
+// allocations, RuntimeError for the rest.
+void check(hs_status_t status);
+
+// A descriptor of a DLPack array, valid while the array is alive.
+class TensorDesc {
+ public:
+  explicit TensorDesc(const nb::ndarray<>& array, const char* name);
+  const hs_tensor_t* get() const { return &tensor_; }
+
+ private:
+  std::array<int64_t, HS_MAX_DIMS> shape_{};
+  std::array<int64_t, HS_MAX_DIMS> strides_{};
+  hs_tensor_t tensor_{};
+};
+
+// Descriptor of an optional array (nullptr when absent).
+class OptionalTensorDesc {
+ public:
+  OptionalTensorDesc(const std::optional<nb::ndarray<>>& array, const char* name) {
+    if (array) desc_.emplace(*array, name);
+  }
+  const hs_tensor_t* get() const { return desc_ ? desc_->get() : nullptr; }
+
+ private:
+  std::optional<TensorDesc> desc_;
+};
+
+inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stream_t>(stream); }
+
+void register_core(nb::module_& m);
+void register_host_pool(nb::module_& m);
+void register_ops(nb::module_& m);
+
+}  // namespace hisparse_py

@@ -1,0 +1,103 @@
+// Version, build facts, devices, host memory, layout sizing, configuration.
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "bindings.hpp"
+
+namespace hisparse_py {
+
+namespace {
+
+nb::dict build_info() {
+  hs_build_info_t info{};
+  info.struct_size = sizeof(info);
+  check(hs_get_build_info(&info));
+  nb::dict out;
+  out["version"] = std::string(hs_version_string());
+  out["cuda_compiled"] = info.cuda_compiled != 0;
+  out["cuda_runtime_version"] = info.cuda_runtime_version;
+  out["cuda_architectures"] = std::string(info.cuda_architectures);
+  out["build_type"] = std::string(info.build_type);
+  out["compiler"] = std::string(info.compiler);
+  return out;
+}
+
+nb::dict device_properties(int device) {
+  hs_device_properties_t props{};
+  props.struct_size = sizeof(props);
+  check(hs_cuda_device_properties(device, &props));
+  nb::dict out;
+  out["name"] = std::string(props.name);
+  out["compute_capability"] = nb::make_tuple(props.major, props.minor);
+  out["multiprocessor_count"] = props.multiprocessor_count;
+  out["unified_addressing"] = props.unified_addressing != 0;
+  out["can_map_host_memory"] = props.can_map_host_memory != 0;
+  out["total_global_memory"] = props.total_global_memory;
+  out["l2_cache_bytes"] = props.l2_cache_bytes;
+  out["max_shared_memory_per_block"] = props.max_shared_memory_per_block;
+  return out;
+}
+
+nb::tuple plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t max_model_len,
+                           uint64_t host_budget_bytes) {
+  hs_host_layout_t layout{};
+  layout.struct_size = sizeof(layout);
+  check(hs_plan_host_layout(page_size_bytes, block_size, max_model_len, host_budget_bytes, &layout));
+  return nb::make_tuple(layout.host_num_blocks, layout.host_block_stride, layout.min_host_blocks);
+}
+
+void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t row_bytes,
+                     int32_t block_size, int32_t hot_block_size, bool eager_host_mirror, int device) {
+  hs_config_t config;
+  hs_config_init(&config);
+  config.top_k = top_k;
+  config.device_buffer_size = device_buffer_size;
+  config.max_union_rows = max_union_rows;
+  config.row_bytes = row_bytes;
+  config.block_size = block_size;
+  config.hot_block_size = hot_block_size;
+  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  check(hs_config_validate(&config, device));
+}
+
+}  // namespace
+
+void register_core(nb::module_& m) {
+  m.def("version", [] { return std::string(hs_version_string()); }, "Runtime version string of libhisparse.");
+  m.def("version_code", [] {
+    int code = 0;
+    check(hs_get_version(&code));
+    return code;
+  });
+  m.def("build_info", &build_info, "How libhisparse was built (never touches a GPU).");
+  m.def("cuda_device_count", [] {
+    int count = 0;
+    check(hs_cuda_device_count(&count));
+    return count;
+  }, "CUDA devices visible (0 without the backend or a driver). Initialises CUDA.");
+  m.def("cuda_unavailable_reason", [] { return std::string(hs_cuda_unavailable_reason()); },
+        "Why the CUDA backend cannot be used ('' when it can). Initialises CUDA.");
+  m.def("cuda_device_properties", &device_properties, nb::arg("device"));
+  m.def("available_host_memory", [] {
+    uint64_t bytes = 0;
+    check(hs_available_host_memory(&bytes));
+    return bytes;
+  }, "Bytes of RAM available to a new allocation.");
+  m.def("check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); },
+        nb::arg("pool_bytes"), "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
+  m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
+        nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
+        "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");
+  m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"),
+        nb::arg("max_union_rows"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
+        nb::arg("eager_host_mirror"), nb::arg("device"));
+  m.def("resolver_shared_memory_bytes", [](int32_t device_buffer_size, int32_t max_union_rows) {
+    uint64_t bytes = 0;
+    check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
+    return bytes;
+  }, nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
+  m.attr("NUM_STATS") = static_cast<int>(HS_NUM_STATS);
+}
+
+}  // namespace hisparse_py

@@ -1,0 +1,150 @@
+// hisparse._C.HostPool: owns an hs_host_pool_t and hands out zero-copy NumPy
+// views whose owners count themselves, so release() can refuse to unmap
+// memory a live tensor still points to.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.hpp"
+
+namespace hisparse_py {
+namespace {
+
+class HostPool {
+ public:
+  HostPool(uint64_t size_bytes, int populate_threads, int registration, int device, bool huge_pages,
+           bool check_memory, uint64_t max_segment_bytes) {
+    hs_host_pool_options_t options;
+    hs_host_pool_options_init(&options);
+    options.size_bytes = size_bytes;
+    options.populate_threads = populate_threads;
+    options.registration = registration;
+    options.device_index = device;
+    options.huge_pages = huge_pages ? 1 : 0;
+    options.check_memory = check_memory ? 1 : 0;
+    options.max_segment_bytes = max_segment_bytes;
+    hs_status_t status;
+    {
+      nb::gil_scoped_release release;  // populating a large pool takes seconds
+      status = hs_host_pool_create(&options, &handle_);
+    }
+    check(status);
+  }
+  ~HostPool() { hs_host_pool_destroy(handle_); }
+
+  void release(bool force) {
+    if (live_views_ > 0 && !force) {
+      throw std::runtime_error("HostPool.release(): " + std::to_string(live_views_) +
+                               " tensor view(s) of the pool are still alive; delete them before releasing "
+                               "(or pass force=True if nothing will touch them again)");
+    }
+    hs_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = hs_host_pool_release(handle_);
+    }
+    check(status);
+  }
+
+  uintptr_t data_ptr() const {
+    void* data = nullptr;
+    check(hs_host_pool_data(handle_, &data));
+    return reinterpret_cast<uintptr_t>(data);
+  }
+
+  nb::dict info() const {
+    hs_host_pool_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_host_pool_get_info(handle_, &info));
+    nb::dict out;
+    out["size_bytes"] = info.size_bytes;
+    out["mapped_bytes"] = info.mapped_bytes;
+    out["released"] = info.released != 0;
+    out["registered"] = info.registered != 0;
+    out["device"] = info.device_index;
+    out["num_segments"] = info.num_segments;
+    out["populate_threads"] = info.populate_threads;
+    out["huge_pages"] = info.huge_pages != 0;
+    out["populate_seconds"] = info.populate_seconds;
+    out["register_seconds"] = info.register_seconds;
+    return out;
+  }
+
+  std::vector<std::tuple<uintptr_t, uint64_t>> segments() const {
+    hs_host_pool_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_host_pool_get_info(handle_, &info));
+    std::vector<std::tuple<uintptr_t, uint64_t>> out;
+    for (int32_t i = 0; i < info.num_segments; ++i) {
+      void* data = nullptr;
+      uint64_t bytes = 0;
+      check(hs_host_pool_segment(handle_, i, &data, &bytes));
+      out.emplace_back(reinterpret_cast<uintptr_t>(data), bytes);
+    }
+    return out;
+  }
+
+  // A uint8 NumPy array over [offset, offset + nbytes) that keeps this pool
+  // object alive and counted as viewed until the array is gone.
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> view_bytes(nb::handle self, uint64_t offset, uint64_t nbytes) {
+    hs_host_pool_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_host_pool_get_info(handle_, &info));
+    if (offset > info.size_bytes || nbytes > info.size_bytes - offset) {
+      throw nb::value_error(("offset/nbytes: the view [" + std::to_string(offset) + ", " +
+                             std::to_string(offset + nbytes) + ") exceeds the pool's " +
+                             std::to_string(info.size_bytes) + " bytes")
+                                .c_str());
+    }
+    auto* base = reinterpret_cast<uint8_t*>(data_ptr());
+    ++live_views_;
+    struct Owner {
+      HostPool* pool;
+      PyObject* self;
+    };
+    Py_INCREF(self.ptr());
+    auto* owner_state = new Owner{this, self.ptr()};
+    nb::capsule owner(owner_state, [](void* p) noexcept {
+      auto* state = static_cast<Owner*>(p);
+      --state->pool->live_views_;
+      Py_DECREF(state->self);
+      delete state;
+    });
+    const size_t shape[1] = {static_cast<size_t>(nbytes)};
+    return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(base + offset, 1, shape, owner);
+  }
+
+  int live_views() const { return live_views_; }
+
+ private:
+  hs_host_pool_t handle_ = nullptr;
+  int live_views_ = 0;
+};
+
+}  // namespace
+
+void register_host_pool(nb::module_& m) {
+  nb::class_<HostPool>(m, "HostPool")
+      .def(nb::init<uint64_t, int, int, int, bool, bool, uint64_t>(), nb::arg("size_bytes"),
+           nb::arg("populate_threads") = 0, nb::arg("registration") = 0, nb::arg("device") = -1,
+           nb::arg("huge_pages") = true, nb::arg("check_memory") = true, nb::arg("max_segment_bytes") = 0)
+      .def("release", &HostPool::release, nb::arg("force") = false)
+      .def_prop_ro("data_ptr", &HostPool::data_ptr)
+      .def("info", &HostPool::info)
+      .def("segments", &HostPool::segments)
+      .def("view_bytes",
+           [](nb::handle self, uint64_t offset, uint64_t nbytes) {
+             return nb::cast<HostPool&>(self).view_bytes(self, offset, nbytes);
+           },
+           nb::arg("offset"), nb::arg("nbytes"))
+      .def_prop_ro("live_views", &HostPool::live_views);
+  m.attr("REGISTER_AUTO") = static_cast<int>(HS_REGISTER_AUTO);
+  m.attr("REGISTER_ALWAYS") = static_cast<int>(HS_REGISTER_ALWAYS);
+  m.attr("REGISTER_NEVER") = static_cast<int>(HS_REGISTER_NEVER);
+}
+
+}  // namespace hisparse_py

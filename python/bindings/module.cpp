@@ -1,0 +1,10 @@
+// hisparse._C: a slim layer over the C ABI. Importing it never initialises
+// CUDA; device work runs on the stream the caller passes (an integer handle).
+#include "bindings.hpp"
+
+NB_MODULE(_C, m) {
+  m.doc() = "hisparse native core (C ABI bindings). Use the hisparse package, not this module.";
+  hisparse_py::register_core(m);
+  hisparse_py::register_host_pool(m);
+  hisparse_py::register_ops(m);
+}

@@ -1,0 +1,30 @@
+"""hisparse: the data plane for hierarchical sparse attention.
+
+The full KV cache of every request lives in pinned host memory; each request
+keeps a small GPU hot buffer of the rows its sparse-attention indexer keeps
+selecting. hisparse resolves each decode step's top-k positions to rows the
+attention kernel can read, loads the missing rows over PCIe, and maintains
+the buffer's LRU order, without host syncs and inside CUDA graphs.
+
+Importing hisparse never initialises CUDA and does not need torch.
+"""
+
+from . import _C, ops
+from .config import Config
+from .host_pool import HostPool
+from .layout import HostLayout, check_host_memory, plan_host_layout
+
+__version__ = _C.version()
+
+STAT_NAMES = ("lookups", "hits", "misses", "resident", "invalid")
+
+__all__ = [
+    "Config",
+    "HostLayout",
+    "HostPool",
+    "STAT_NAMES",
+    "__version__",
+    "check_host_memory",
+    "ops",
+    "plan_host_layout",
+]
