@@ -1,0 +1,27 @@
+"""Shared fixtures: the devices a test runs on.
+
+Every kernel test runs on the CPU backend; on a machine with a CUDA device
+the same test also runs on CUDA, where results are compared bit for bit with
+the CPU reference.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def cuda_available() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    import hisparse
+
+    return hisparse._C.build_info()["cuda_compiled"] and hisparse._C.cuda_device_count() > 0
+
+
+DEVICES = ["cpu"] + (["cuda"] if cuda_available() else [])
+requires_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and the CUDA backend")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
