@@ -1,0 +1,64 @@
+// Raw arguments of the index-group kernels, after validation. The CPU
+// reference (index_group_reference.cpp) and the CUDA kernels
+// (cuda/index_group_kernels.cu) read exactly this.
+#pragma once
+
+#include <cstdint>
+
+namespace hisparse {
+
+// device_global_indices = -1, every lru_slots row = lru_init, counters = 0.
+struct ResetHotStateParams {
+  int32_t* device_global_indices = nullptr;  // [S, H] contiguous
+  int16_t* lru_slots = nullptr;              // [S, H] contiguous
+  const int16_t* lru_init = nullptr;         // [H]
+  int64_t num_state_rows = 0;                // S
+  int32_t hot_size = 0;                      // H
+  int64_t* counters = nullptr;               // [num_counters] or null
+  int32_t num_counters = 0;
+  int device = 0;  // CUDA device index (ignored by the CPU backend)
+};
+
+// For each listed state row, hot slots holding a listed host slot become -1.
+struct InvalidateSortedSlotsParams {
+  int32_t* device_global_indices = nullptr;  // [S, H] contiguous
+  int64_t num_state_rows = 0;                // S
+  int32_t hot_size = 0;                      // H
+  const int32_t* sorted_slots = nullptr;     // [num_slots], ascending
+  int64_t num_slots = 0;
+  const int32_t* state_indices = nullptr;    // [num_state_indices]; outside [0, S) = skipped
+  int64_t num_state_indices = 0;
+  int device = 0;
+};
+
+// torch.searchsorted(side="left") on sorted[0 .. n): the first position whose
+// value is >= `value`, probing exactly as torch does, so that even unsorted
+// input gives the seed's answer. Shared by the CPU reference and the kernel.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t lower_bound_position(const int32_t* sorted, int64_t n, int32_t value) {
+  int64_t start = 0;
+  int64_t end = n;
+  while (start < end) {
+    const int64_t mid = start + ((end - start) >> 1);
+    if (!(sorted[mid] >= value)) {
+      start = mid + 1;
+    } else {
+      end = mid;
+    }
+  }
+  return start;
+}
+
+// The seed's membership test: searchsorted, clamp to the last element, compare.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline bool sorted_contains(const int32_t* sorted, int64_t n, int32_t value) {
+  int64_t position = lower_bound_position(sorted, n, value);
+  if (position > n - 1) position = n - 1;
+  return sorted[position] == value;
+}
+
+}  // namespace hisparse
