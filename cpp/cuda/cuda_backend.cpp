@@ -163,6 +163,45 @@ class CudaBackend final : public Backend {
     cuda::launch_resolve_residency(params, as_cuda(stream));
   }
 
+  void reset_hot_state(const ResetHotStateParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_reset_hot_state(params, as_cuda(stream));
+  }
+  void invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_invalidate_sorted_slots(params, as_cuda(stream));
+  }
+
+  void gather_compact(const GatherCompactParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_gather_compact(params, as_cuda(stream));
+  }
+  void gather_plan(const GatherPlanParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_gather_plan(params, as_cuda(stream));
+  }
+  void invalidate_written_slots(const InvalidateSlotsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_invalidate_written_slots(params, as_cuda(stream));
+  }
+  void mirror_rows(const MirrorRowsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_mirror_rows(params, as_cuda(stream));
+  }
+  void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_swap_blocks_batch(params, as_cuda(stream));
+  }
+  bool is_device_memory(const void* pointer) const override {
+    if (!available()) return false;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeDevice;
+  }
+
  private:
   struct Probe {
     int device_count = 0;

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "data_movement_params.hpp"
+#include "index_group_params.hpp"
 #include "resolve_residency_params.hpp"
 
 namespace hisparse {
@@ -13,6 +15,13 @@ namespace cuda {
 
 void launch_copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t stream);
+void launch_reset_hot_state(const ResetHotStateParams& params, cudaStream_t stream);
+void launch_invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, cudaStream_t stream);
+void launch_gather_compact(const GatherCompactParams& params, cudaStream_t stream);
+void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream);
+void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaStream_t stream);
+void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream);
+void launch_swap_blocks_batch(const SwapBlocksParams& params, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace hisparse

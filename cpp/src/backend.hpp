@@ -10,6 +10,8 @@
 #include <string>
 
 #include "hisparse/hisparse.h"
+#include "data_movement_params.hpp"
+#include "index_group_params.hpp"
 #include "resolve_residency_params.hpp"
 #include "tensor.hpp"
 
@@ -76,6 +78,37 @@ class Backend {
   virtual void copy_bytes(void* dst, const void* src, size_t bytes, int device,
                           hs_stream_t stream) = 0;
   virtual void resolve_residency(const ResolveResidencyParams& params, hs_stream_t stream) = 0;
+
+  // Index-group kernels (index_group.hpp). Not pure, so test doubles of the
+  // backend that never run them need not implement them; the CPU and CUDA
+  // backends override both.
+  virtual void reset_hot_state(const ResetHotStateParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement reset_hot_state");
+  }
+  virtual void invalidate_sorted_slots(const InvalidateSortedSlotsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement invalidate_sorted_slots");
+  }
+
+  // Data-movement kernels (data_movement_params.hpp). Not pure, for the same
+  // reason; the CPU and CUDA backends override all of them.
+  virtual void gather_compact(const GatherCompactParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement gather_compact");
+  }
+  virtual void gather_plan(const GatherPlanParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement gather_plan");
+  }
+  virtual void invalidate_written_slots(const InvalidateSlotsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement invalidate_written_slots");
+  }
+  virtual void mirror_rows(const MirrorRowsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement mirror_rows");
+  }
+  virtual void swap_blocks_batch(const SwapBlocksParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement swap_blocks_batch");
+  }
+  // True when `pointer` is device memory of this backend's devices, which a
+  // host loop must never dereference (raw addresses given to the CPU backend).
+  virtual bool is_device_memory(const void* /*pointer*/) const { return false; }
 };
 
 // The CPU backend (always present).

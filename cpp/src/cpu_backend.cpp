@@ -5,6 +5,8 @@
 #include <new>
 
 #include "backend.hpp"
+#include "data_movement_reference.hpp"
+#include "index_group_reference.hpp"
 #include "resolve_residency_reference.hpp"
 
 namespace hisparse {
@@ -63,6 +65,23 @@ class CpuBackend final : public Backend {
   }
   void resolve_residency(const ResolveResidencyParams& params, hs_stream_t) override {
     resolve_residency_reference(params);
+  }
+
+  void reset_hot_state(const ResetHotStateParams& params, hs_stream_t) override {
+    reset_hot_state_reference(params);
+  }
+  void invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, hs_stream_t) override {
+    invalidate_sorted_slots_reference(params);
+  }
+
+  void gather_compact(const GatherCompactParams& params, hs_stream_t) override { gather_compact_reference(params); }
+  void gather_plan(const GatherPlanParams& params, hs_stream_t) override { gather_plan_reference(params); }
+  void invalidate_written_slots(const InvalidateSlotsParams& params, hs_stream_t) override {
+    invalidate_written_slots_reference(params);
+  }
+  void mirror_rows(const MirrorRowsParams& params, hs_stream_t) override { mirror_rows_reference(params); }
+  void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override {
+    swap_blocks_batch_reference(params);
   }
 };
 

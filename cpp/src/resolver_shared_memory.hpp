@@ -20,20 +20,41 @@ namespace hisparse {
 constexpr int32_t kResolverThreads = 1024;
 constexpr int32_t kResolverWarps = kResolverThreads / 32;
 
+// Scratch words (int32), each group owned by one phase of the kernel so that
+// no buffer is rewritten while another warp may still read it. The counters
+// that must start at zero come first (kScratchZeroedWords, a multiple of 4 so
+// the zero fill stays 16-byte granular and never touches the rest).
+constexpr int32_t kScratchRowCounts = 0;                                           // 2 x 32 (double buffer)
+constexpr int32_t kScratchTotals = kScratchRowCounts + 2 * 32;                     // valid, resident
+constexpr int32_t kScratchZeroedWords = (kScratchTotals + 2 + 3) / 4 * 4;
+constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;                     // 4 x kResolverWarps
+constexpr int32_t kScratchUnionScan = kScratchRequestReduce + 4 * kResolverWarps;  // kResolverWarps
+constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;       // kResolverWarps
+constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
+constexpr int32_t kResolverScratchWords = kScratchMemberScan + kResolverWarps;
+
+// Layout in three groups: words that start as all-ones (empty hash keys,
+// unranked hash values, members without a slot), words that start as zero
+// (slot occurrence counts, scratch counters), and words written before they
+// are read (no initialisation).
 struct ResolverSharedLayout {
   int32_t hash_capacity = 0;  // slots of the union hash table
-  uint32_t hash_keys = 0;     // int32 [hash_capacity]
-  uint32_t hash_values = 0;   // uint32 [hash_capacity]
+  // all-ones
+  uint32_t hash_keys = 0;     // int32 [hash_capacity]: host slot, -1 = empty
+  uint32_t hash_values = 0;   // uint32 [hash_capacity]: union rank (pending marker while ranking)
+  uint32_t member_slots = 0;  // int32 [max_union_rows]: last hit position, then hot slot (+ assigned flag)
+  // zero
+  uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
+                              // then the new LRU order (int16)
+  uint32_t scratch = 0;       // int32 [kResolverScratchWords]
+  // uninitialised
   uint32_t member_keys = 0;   // int32 [max_union_rows]: host slot of each union member
-  uint32_t member_slots = 0;  // int32 [max_union_rows]: hit position, then hot slot
-  uint32_t slot_counts = 0;   // uint32 [ceil(H / 2)]: 16-bit occurrence count per slot
+  uint32_t member_first = 0;  // int32 [max_union_rows]: first entry index of each member
   uint32_t lru_copy = 0;      // int16 [H]: lru_slots row as read
-  uint32_t evictable = 0;     // int16 [H]: evictable LRU positions in order
-  uint32_t scratch = 0;       // int32 [kResolverScratchWords]: scans and counters
+  uint32_t evictable = 0;     // int32 [H]: per evictable position (in LRU order), usable slots before it
+                              // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
   uint32_t total_bytes = 0;
 };
-
-constexpr int32_t kResolverScratchWords = 4 * kResolverWarps + 32;
 
 HS_HOST_DEVICE inline uint32_t resolver_align16(uint64_t bytes) {
   return static_cast<uint32_t>((bytes + 15) / 16 * 16);
@@ -50,23 +71,27 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
                                                                   int32_t max_union_rows) {
   ResolverSharedLayout layout;
   layout.hash_capacity = resolver_hash_capacity(max_union_rows);
+  const uint64_t hot = hot_size > 0 ? static_cast<uint64_t>(hot_size) : 0;
+  const uint64_t members = max_union_rows > 0 ? static_cast<uint64_t>(max_union_rows) : 0;
   uint64_t offset = 0;
   layout.hash_keys = static_cast<uint32_t>(offset);
   offset += resolver_align16(4ull * layout.hash_capacity);
   layout.hash_values = static_cast<uint32_t>(offset);
   offset += resolver_align16(4ull * layout.hash_capacity);
-  layout.member_keys = static_cast<uint32_t>(offset);
-  offset += resolver_align16(4ull * max_union_rows);
   layout.member_slots = static_cast<uint32_t>(offset);
-  offset += resolver_align16(4ull * max_union_rows);
-  layout.slot_counts = static_cast<uint32_t>(offset);
-  offset += resolver_align16(4ull * ((static_cast<uint64_t>(hot_size) + 1) / 2));
-  layout.lru_copy = static_cast<uint32_t>(offset);
-  offset += resolver_align16(2ull * hot_size);
-  layout.evictable = static_cast<uint32_t>(offset);
-  offset += resolver_align16(2ull * hot_size);
+  offset += resolver_align16(4ull * members);
+  layout.slot_info = static_cast<uint32_t>(offset);
+  offset += resolver_align16(2ull * hot);
   layout.scratch = static_cast<uint32_t>(offset);
   offset += resolver_align16(4ull * kResolverScratchWords);
+  layout.member_keys = static_cast<uint32_t>(offset);
+  offset += resolver_align16(4ull * members);
+  layout.member_first = static_cast<uint32_t>(offset);
+  offset += resolver_align16(4ull * members);
+  layout.lru_copy = static_cast<uint32_t>(offset);
+  offset += resolver_align16(2ull * hot);
+  layout.evictable = static_cast<uint32_t>(offset);
+  offset += resolver_align16(4ull * hot);
   layout.total_bytes = static_cast<uint32_t>(offset);
   return layout;
 }

@@ -49,5 +49,7 @@ inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stre
 void register_core(nb::module_& m);
 void register_host_pool(nb::module_& m);
 void register_ops(nb::module_& m);
+void register_index_group(nb::module_& m);
+void register_data_movement(nb::module_& m);
 
 }  // namespace hisparse_py

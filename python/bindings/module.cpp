@@ -7,4 +7,6 @@ NB_MODULE(_C, m) {
   hisparse_py::register_core(m);
   hisparse_py::register_host_pool(m);
   hisparse_py::register_ops(m);
+  hisparse_py::register_index_group(m);
+  hisparse_py::register_data_movement(m);
 }

@@ -12,6 +12,7 @@ Importing hisparse never initialises CUDA and does not need torch.
 from . import _C, ops
 from .config import Config
 from .host_pool import HostPool
+from .index_group import IndexGroup
 from .layout import HostLayout, check_host_memory, plan_host_layout
 
 __version__ = _C.version()
@@ -22,6 +23,7 @@ __all__ = [
     "Config",
     "HostLayout",
     "HostPool",
+    "IndexGroup",
     "STAT_NAMES",
     "__version__",
     "check_host_memory",

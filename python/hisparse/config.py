@@ -83,6 +83,10 @@ class Config:
             object.__setattr__(self, "max_union_rows", self.top_k * (1 + self.num_speculative_tokens))
         _require_int("max_union_rows", self.max_union_rows)
         object.__setattr__(self, "row_bytes", self._resolve_row_bytes())
+        for name in ("top_k", "device_buffer_size", "max_union_rows", "row_bytes", "block_size", "hot_block_size"):
+            value = getattr(self, name)
+            if not -(2**31) <= value < 2**31:
+                raise ValueError(f"{name}: expected a value that fits in 32 bits, got {value}")
         _C.validate_config(
             self.top_k,
             self.device_buffer_size,

@@ -44,10 +44,19 @@ class HostPool:
             raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
         if register not in _REGISTRATION:
             raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
-        if populate_threads is not None and (not isinstance(populate_threads, int) or populate_threads < 1):
+        for name, value in (
+            ("populate_threads", populate_threads),
+            ("device", device),
+            ("max_segment_bytes", max_segment_bytes),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
+        if populate_threads is not None and populate_threads < 1:
             raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
-        if device is not None and (not isinstance(device, int) or device < 0):
+        if device is not None and device < 0:
             raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
+        if max_segment_bytes is not None and max_segment_bytes < 1:
+            raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
         self._pool = _C.HostPool(
             size_bytes,
             populate_threads or 0,
@@ -103,7 +112,9 @@ class HostPool:
         while views exist.
         """
         itemsize = dtype_itemsize(dtype)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset: expected an int, got {type(offset).__name__}")
+        if offset < 0:
             raise ValueError(f"offset: expected a non-negative int, got {offset!r}")
         if offset % itemsize != 0:
             raise ValueError(f"offset: expected a multiple of the {itemsize}-byte element size, got {offset}")
@@ -111,19 +122,23 @@ class HostPool:
             shape = ((self._size - min(offset, self._size)) // itemsize,)
         elif isinstance(shape, int):
             shape = (shape,)
-        shape = tuple(shape)
-        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
-            raise ValueError(f"shape: expected non-negative ints, got {shape}")
+        elif isinstance(shape, (tuple, list)):
+            shape = tuple(shape)
+        else:
+            raise TypeError(f"shape: expected None, an int or a sequence of ints, got {type(shape).__name__}")
+        if any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
+            raise TypeError(f"shape: expected ints, got {shape}")
+        if any(d < 0 for d in shape):
+            raise ValueError(f"shape: expected non-negative sizes, got {shape}")
+        torch = None if numpy else torch_or_none()
+        # Resolve the element type before touching the pool, so a bad dtype
+        # leaves no view behind.
+        element = _numpy_dtype(dtype) if torch is None else _torch_dtype(torch, dtype)
         nbytes = math.prod(shape) * itemsize
         raw = self._pool.view_bytes(offset, nbytes)
-        torch = None if numpy else torch_or_none()
         if torch is None:
-            import numpy as np  # noqa: PLC0415
-
-            return raw.view(np.dtype(dtype)).reshape(shape)
-        tensor = torch.from_numpy(raw)
-        torch_dtype = dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype).removeprefix("torch."))
-        return tensor.view(torch_dtype).view(shape)
+            return raw.view(element).reshape(shape)
+        return torch.from_numpy(raw).view(element).view(shape)
 
     # ------------------------------------------------------------------ lifetime
     def release(self, *, force: bool = False) -> None:
@@ -144,6 +159,37 @@ class HostPool:
         info = self._pool.info()
         state = "released" if info["released"] else ("registered" if info["registered"] else "unregistered")
         return f"HostPool({self._size} bytes, {state})"
+
+
+def _dtype_name(dtype: Any) -> str:
+    """'int32' for torch.int32, numpy.int32, numpy.dtype('int32') or 'int32'."""
+    if isinstance(dtype, str):
+        return dtype.removeprefix("torch.")
+    if type(dtype).__module__.startswith("torch"):
+        return str(dtype).removeprefix("torch.")
+    import numpy as np  # noqa: PLC0415
+
+    return np.dtype(dtype).name
+
+
+def _torch_dtype(torch: Any, dtype: Any) -> Any:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    element = getattr(torch, _dtype_name(dtype), None)
+    if not isinstance(element, torch.dtype):
+        raise TypeError(f"dtype: {dtype!r} is not a torch dtype")
+    return element
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+    import numpy as np  # noqa: PLC0415
+
+    try:
+        return np.dtype(_dtype_name(dtype))
+    except TypeError as error:
+        raise TypeError(
+            f"dtype: NumPy has no {dtype!r}; view the pool as a torch tensor or as same-sized integers"
+        ) from error
 
 
 @atexit.register

@@ -35,14 +35,16 @@ def plan_host_layout(page_size_bytes: int, block_size: int, max_model_len: int, 
     ):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name}: expected a non-negative value, got {value}")
+        if not 0 <= value < 2**63:
+            raise ValueError(f"{name}: expected a non-negative value below 2**63, got {value}")
     return HostLayout(*_C.plan_host_layout(page_size_bytes, block_size, max_model_len, host_budget_bytes))
 
 
 def check_host_memory(pool_bytes: int) -> None:
     """Raise ValueError when a pinned pool of ``pool_bytes`` would not fit in RAM."""
-    if isinstance(pool_bytes, bool) or not isinstance(pool_bytes, int) or pool_bytes < 0:
+    if isinstance(pool_bytes, bool) or not isinstance(pool_bytes, int):
+        raise TypeError(f"pool_bytes: expected an int, got {type(pool_bytes).__name__}")
+    if pool_bytes < 0:
         raise ValueError(f"pool_bytes: expected a non-negative int, got {pool_bytes!r}")
     _C.check_host_memory(pool_bytes)
 

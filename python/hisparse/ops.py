@@ -8,12 +8,26 @@ allocate, never synchronise with the host, and can be captured in CUDA graphs.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 from . import _C
 from ._tensors import export, export_optional, stream_handle
 
-__all__ = ["copy_bytes", "resolve_residency"]
+__all__ = [
+    "GATHER_VARIANTS",
+    "copy_bytes",
+    "gather_compact",
+    "gather_plan",
+    "invalidate_written_slots",
+    "mirror_rows",
+    "resolve_residency",
+    "swap_blocks_batch",
+    "table_pointers",
+]
+
+# Schedules of the CUDA gather (hs_gather_variant_t), all byte-identical;
+# "auto" is the one measured fastest. The CPU backend runs one reference loop.
+GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_VARIANTS))
 
 
 def copy_bytes(dst: Any, src: Any, *, stream: Any = None) -> None:
@@ -87,4 +101,157 @@ def resolve_residency(
         export_optional(num_valid_rows, "num_valid_rows"),
         export_optional(stats, "stats"),
         stream_handle(stream, topk_indices),
+    )
+
+
+def _gather_variant(variant: Union[str, int]) -> int:
+    if isinstance(variant, str):
+        if variant not in GATHER_VARIANTS:
+            raise ValueError(f"variant: expected one of {list(GATHER_VARIANTS)}, got {variant!r}")
+        return GATHER_VARIANTS.index(variant)
+    if isinstance(variant, bool) or not isinstance(variant, int):
+        raise TypeError(f"variant: expected a variant name or int, got {type(variant).__name__}")
+    return variant
+
+
+def gather_compact(
+    host_rows: Any,
+    hot_cache: Any,
+    swap_host_rows: Any,
+    swap_device_rows: Any,
+    swap_counts: Any,
+    *,
+    hot_block_size: int,
+    hot_block_stride: Optional[int] = None,
+    variant: Union[str, int] = "auto",
+    max_blocks: Optional[int] = None,
+    stream: Any = None,
+) -> None:
+    """Copy each swap entry's host row into its hot row (zero-copy host reads).
+
+    ``host_rows``: the host cache ``[..., W]`` (any dtype, rows at one pitch,
+    16-byte aligned rows of a multiple of 16 bytes; registered or pinned on
+    CUDA). ``hot_cache``: the paged hot cache on the executing device, same
+    dtype and W; physical hot row ``r`` lives at row offset
+    ``(r // hot_block_size) * hot_block_stride + r % hot_block_size``
+    (``hot_block_stride`` defaults to ``hot_block_size``). ``swap_host_rows``
+    and ``swap_device_rows``: int32 ``[R, K]``; ``swap_counts``: int32
+    ``[>= R]``, clamped to ``[0, K]``. Per used entry: a negative slot or a
+    destination outside the hot cache is skipped, a host slot at or past the
+    host row count zero-fills the destination. ``variant`` picks the CUDA
+    schedule (:data:`GATHER_VARIANTS`); ``max_blocks`` caps the thread blocks
+    of the "persistent" and "sorted" schedules (None: automatic).
+    """
+    _C.gather_compact(
+        export(host_rows, "host_rows"),
+        export(hot_cache, "hot_cache"),
+        export(swap_host_rows, "swap_host_rows"),
+        export(swap_device_rows, "swap_device_rows"),
+        export(swap_counts, "swap_counts"),
+        hot_block_size,
+        0 if hot_block_stride is None else hot_block_stride,
+        _gather_variant(variant),
+        0 if max_blocks is None else max_blocks,
+        stream_handle(stream, hot_cache, swap_host_rows),
+    )
+
+
+def gather_plan(src_rows: Any, staged: Any, row_ids: Any, dst_rows: Any, miss_mask: Any, *, stream: Any = None) -> None:
+    """Prefill staging: ``staged[dst_rows[j]] = src_rows[row_ids[j]]`` where
+    ``miss_mask[j] != 0`` and ``row_ids[j] >= 0``.
+
+    ``row_ids``, ``dst_rows``, ``miss_mask``: int32 with the same number of
+    elements (the staging plan's ``[1, N]``). ``staged``: contiguous rows on
+    the executing device, same dtype and row width as ``src_rows``. Entries
+    whose source or destination row is out of range are skipped.
+    """
+    _C.gather_plan(
+        export(src_rows, "src_rows"),
+        export(staged, "staged"),
+        export(row_ids, "row_ids"),
+        export(dst_rows, "dst_rows"),
+        export(miss_mask, "miss_mask"),
+        stream_handle(stream, staged, row_ids),
+    )
+
+
+def table_pointers(tables: Sequence[Any]) -> Any:
+    """An int64 tensor of the tables' data pointers on their device.
+
+    The seed's cached group table for :func:`invalidate_written_slots`. Build
+    it once, outside CUDA-graph capture (it copies from the host), and keep it
+    with the tables. Passing it is optional: without it the pointers travel
+    as kernel arguments.
+    """
+    from ._tensors import torch_or_none  # noqa: PLC0415
+
+    torch = torch_or_none()
+    if torch is None:
+        raise RuntimeError("table_pointers needs torch")
+    tables = list(tables)
+    if not tables:
+        raise ValueError("tables: expected at least one table")
+    device = tables[0].device
+    return torch.tensor([t.data_ptr() for t in tables], dtype=torch.int64, device=device)
+
+
+def invalidate_written_slots(
+    tables: Sequence[Any],
+    request_state_indices: Any,
+    req_id_per_token: Any,
+    written_slots: Any,
+    *,
+    table_pointers: Optional[Any] = None,
+    stream: Any = None,
+) -> None:
+    """Drop hot copies of rewritten host slots in every table, in one launch.
+
+    For each token ``t < min(len(req_id_per_token), len(written_slots))`` with
+    batch row ``b = req_id_per_token[t]`` and state row
+    ``s = request_state_indices[b]`` (invalid ones skipped), every slot of row
+    ``s`` of every table holding ``written_slots[t]`` (skipped when negative)
+    becomes -1. ``tables``: the index groups' int32 ``[S, H]``
+    ``device_global_indices``, all of one shape and device. ``table_pointers``:
+    optional, see :func:`table_pointers`.
+    """
+    if isinstance(tables, (str, bytes)) or hasattr(tables, "__dlpack__") or not hasattr(tables, "__iter__"):
+        raise TypeError(f"tables: expected a sequence of tensors, got {type(tables).__name__}")
+    tables = list(tables)
+    _C.invalidate_written_slots(
+        [export(t, f"tables[{i}]") for i, t in enumerate(tables)],
+        export(request_state_indices, "request_state_indices"),
+        export(req_id_per_token, "req_id_per_token"),
+        export(written_slots, "written_slots"),
+        export_optional(table_pointers, "table_pointers"),
+        stream_handle(stream, request_state_indices, *tables),
+    )
+
+
+def mirror_rows(src_rows: Any, host_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
+    """Write device row ``i`` of ``src_rows`` to host slot ``slot_mapping[i]``.
+
+    Keeps the host pool authoritative for KV written on the GPU: a kernel
+    stores into registered host memory, ordered on the stream and capturable.
+    Negative slots and slots past the host row count are skipped.
+    ``slot_mapping``: int32 or int64, at least one entry per source row.
+    """
+    _C.mirror_rows(
+        export(src_rows, "src_rows"),
+        export(host_rows, "host_rows"),
+        export(slot_mapping, "slot_mapping"),
+        stream_handle(stream, src_rows, slot_mapping),
+    )
+
+
+def swap_blocks_batch(src: Any, dst: Any, sizes: Any, *, stream: Any = None) -> None:
+    """Copy ``sizes[i]`` bytes from address ``src[i]`` to address ``dst[i]``.
+
+    The seed's ``swap_blocks_batch`` (device-to-host block copies on the
+    current stream), done by one kernel so it is capturable. ``src``, ``dst``,
+    ``sizes``: int64 1-D on the executing device. Entries with a size <= 0 or
+    a null address are skipped; the caller guarantees every range is device
+    memory of that device or registered host memory.
+    """
+    _C.swap_blocks_batch(
+        export(src, "src"), export(dst, "dst"), export(sizes, "sizes"), stream_handle(stream, src, dst, sizes)
     )

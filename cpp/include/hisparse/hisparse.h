@@ -125,7 +125,7 @@ typedef struct hs_build_info {
   uint32_t struct_version;
   int32_t cuda_compiled;         /* 1 when the CUDA backend is built in */
   int32_t cuda_runtime_version;  /* CUDART_VERSION it was built with, 0 without CUDA */
-  char cuda_architectures[64];   /* e.g. "80;90" */
+  char cuda_architectures[64];   /* e.g. "80,90" */
   char build_type[32];           /* CMake build type */
   char compiler[64];
 } hs_build_info_t;
@@ -371,5 +371,8 @@ typedef enum hs_stat {
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+#include "hisparse/index_group.h"
+#include "hisparse/data_movement.h"
 
 #endif /* HISPARSE_HISPARSE_H_ */

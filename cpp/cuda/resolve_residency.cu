@@ -1,0 +1,704 @@
+// CUDA residency resolution (docs/residency.md): one block per batch row,
+// everything per request in shared memory (layout: resolver_shared_memory.hpp),
+// bit-identical to resolve_residency_reference.cpp.
+//
+// Phases of an active request and the barriers between them:
+//   A  read the lru row into shared memory; find the request's token rows   | B1
+//   B  count slot occurrences; build the union chunk by chunk (2 per chunk)  | B2
+//   C1 per slot: usable? which member does it hold?                          | B3
+//   C2 per LRU position: hit or evictable; compact E (scan)                  | B4 (in scan)
+//   D  per member: miss index (scan), assignment, swap list, new LRU order   | B5 (in scan), B6
+//   F  copy the new LRU out; per entry outputs, valid counts, counters       | one per 32 token rows
+// Every shared array is written in one phase and read in a later one; the
+// only same-phase sharing is through atomics.
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <mutex>
+
+#include "cuda_check.hpp"
+#include "cuda_kernels.hpp"
+#include "error.hpp"
+#include "resolver_shared_memory.hpp"
+
+namespace hisparse {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = kResolverThreads;
+constexpr int kWarps = kResolverWarps;
+static_assert(kWarps == 32, "block scans give one warp total to each lane of a warp");
+
+constexpr int64_t kInt32Max = INT32_MAX;
+constexpr int64_t kMaxEntries = int64_t{1} << 30;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// Union hash table.
+constexpr int32_t kEmptyKey = -1;
+constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+// While a chunk is ranked, a new key's value holds kPending | (thread of its
+// first occurrence); ranks (< 2^15) are always smaller, so atomicMin never
+// disturbs an already ranked key.
+constexpr uint32_t kPending = 0x80000000u;
+
+// slot_info after phase C1: usable bit, member rank + 1 (0: holds no member).
+constexpr uint32_t kSlotUsable = 0x8000u;
+constexpr uint32_t kSlotRankMask = 0x7FFFu;
+// member_slots after phase D: hot slot, plus this bit for assigned misses.
+constexpr int32_t kAssignedBit = 0x10000;
+constexpr int32_t kSlotMask = 0xFFFF;
+// Low half of an evictable-position word whose slot cannot take a miss.
+constexpr int32_t kNoSlot = 0xFFFF;
+
+// Division by a launch constant as a multiply-high and a shift (round-up
+// method of Granlund and Montgomery with a 33-bit multiplier 2^32 + m):
+// exact for every numerator below 2^31, which covers every entry index,
+// position and slot here. A hardware-less 32-bit division costs ~20
+// instructions, and a 1024-thread block resolving one request is bound by
+// instruction issue.
+struct FastDivisor {
+  uint32_t divisor = 1;
+  uint32_t multiplier = 1;
+  uint32_t shift = 0;
+
+  static FastDivisor make(int32_t d) {
+    FastDivisor f;
+    f.divisor = static_cast<uint32_t>(d);
+    uint32_t log2_ceil = 0;
+    while ((uint64_t{1} << log2_ceil) < f.divisor) ++log2_ceil;
+    f.shift = log2_ceil;
+    const uint64_t excess = (uint64_t{1} << log2_ceil) - f.divisor;  // < divisor
+    f.multiplier = static_cast<uint32_t>((excess << 32) / f.divisor + 1);
+    return f;
+  }
+  __device__ __forceinline__ int32_t quotient(int32_t n) const {
+    const uint32_t u = static_cast<uint32_t>(n);
+    return static_cast<int32_t>((__umulhi(u, multiplier) + u) >> shift);
+  }
+  __device__ __forceinline__ int32_t remainder(int32_t n, int32_t q) const {
+    return n - q * static_cast<int32_t>(divisor);
+  }
+};
+
+// Per-launch constants derived on the host.
+struct ResolverConstants {
+  FastDivisor top_k;             // K
+  FastDivisor block_size;        // source table blocks (1 without a table)
+  FastDivisor hot_block_size;    // hot and resident blocks
+};
+
+enum EntryKind : int32_t { kInvalid = 0, kResident = 1, kHot = 2 };
+
+struct Entry {
+  int32_t kind;
+  int32_t host_slot;  // g (valid for kResident and kHot)
+  int64_t row;        // physical row (kResident)
+  int64_t address;    // attention index (kResident)
+};
+
+// Step 1 of docs/residency.md. Rows are block * size + offset with
+// 0 <= offset < size, so row / size and row % size are block and offset:
+// the attention index needs no 64-bit division.
+// `source` and `resident` are the batch row's table rows (null when absent).
+__device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                          const int32_t* source, const int32_t* resident, int32_t position) {
+  Entry entry{kInvalid, -1, -1, -1};
+  if (position < 0) return entry;
+  int64_t g = position;
+  if (source != nullptr) {
+    const int32_t block = c.block_size.quotient(position);
+    if (block >= p.source_table_width) return entry;
+    const int32_t host_block = __ldg(source + block);
+    if (host_block <= 0) return entry;
+    g = static_cast<int64_t>(host_block) * p.block_size + c.block_size.remainder(position, block);
+  }
+  if (g >= p.host_rows) return entry;
+  entry.host_slot = static_cast<int32_t>(g);
+  if (resident != nullptr) {
+    // resident_block_size == hot_block_size (checked on the host).
+    const int32_t page = c.hot_block_size.quotient(position);
+    if (page < p.resident_table_width) {
+      const int32_t resident_block = __ldg(resident + page);
+      if (resident_block > 0) {
+        const int32_t offset = c.hot_block_size.remainder(position, page);
+        const int64_t address = static_cast<int64_t>(resident_block) * p.attention_block_stride + offset;
+        if (address > kInt32Max) return Entry{kInvalid, -1, -1, -1};
+        entry.kind = kResident;
+        entry.row = static_cast<int64_t>(resident_block) * p.resident_block_size + offset;
+        entry.address = address;
+        return entry;
+      }
+    }
+  }
+  entry.kind = kHot;
+  return entry;
+}
+
+__device__ __forceinline__ uint32_t hash_home(int32_t key, int32_t capacity) {
+  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, static_cast<uint32_t>(capacity));
+}
+
+// Linear probing; the table never fills (capacity > keys), so probes end.
+__device__ __forceinline__ uint32_t hash_insert(int32_t* keys, int32_t capacity, int32_t key) {
+  uint32_t h = hash_home(key, capacity);
+  while (true) {
+    const int32_t previous = atomicCAS(keys + h, kEmptyKey, key);
+    if (previous == kEmptyKey || previous == key) return h;
+    if (++h == static_cast<uint32_t>(capacity)) h = 0;
+  }
+}
+
+// Rank of `key` (kNoRank when absent); only while no thread inserts.
+__device__ __forceinline__ uint32_t hash_rank(const int32_t* keys, const uint32_t* values, int32_t capacity,
+                                              int32_t key) {
+  uint32_t h = hash_home(key, capacity);
+  while (true) {
+    const int32_t held = keys[h];
+    if (held == key) return values[h];
+    if (held == kEmptyKey) return kNoRank;
+    if (++h == static_cast<uint32_t>(capacity)) h = 0;
+  }
+}
+
+__device__ __forceinline__ int warp_inclusive_sum(int value) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const int other = __shfl_up_sync(kFullMask, value, delta);
+    if (lane >= delta) value += other;
+  }
+  return value;
+}
+
+__device__ __forceinline__ int warp_sum(int value) {
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) value += __shfl_xor_sync(kFullMask, value, delta);
+  return value;
+}
+__device__ __forceinline__ int warp_min(int value) {
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) value = min(value, __shfl_xor_sync(kFullMask, value, delta));
+  return value;
+}
+__device__ __forceinline__ int warp_max(int value) {
+#pragma unroll
+  for (int delta = 16; delta > 0; delta >>= 1) value = max(value, __shfl_xor_sync(kFullMask, value, delta));
+  return value;
+}
+
+// Exclusive prefix sum over threads in thread order, plus the block total.
+// Contains the one barrier between writing `warp_totals` and reading it; the
+// caller keeps a barrier between this read and the next write of the buffer.
+__device__ __forceinline__ int block_exclusive_sum(int value, int* warp_totals, int* block_total) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int inclusive = warp_inclusive_sum(value);
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  const int totals = warp_inclusive_sum(warp_totals[lane]);
+  *block_total = __shfl_sync(kFullMask, totals, 31);
+  const int before = __shfl_sync(kFullMask, totals, (warp + 31) & 31);
+  return (warp == 0 ? 0 : before) + inclusive - value;
+}
+
+// Rank of a set flag among set flags of earlier threads, plus the count.
+__device__ __forceinline__ int block_flag_rank(bool flag, int* warp_totals, int* block_total) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const unsigned ballot = __ballot_sync(kFullMask, flag);
+  if (lane == 0) warp_totals[warp] = __popc(ballot);
+  __syncthreads();
+  const int totals = warp_inclusive_sum(warp_totals[lane]);
+  *block_total = __shfl_sync(kFullMask, totals, 31);
+  const int before = __shfl_sync(kFullMask, totals, (warp + 31) & 31);
+  return (warp == 0 ? 0 : before) + __popc(ballot & ((1u << lane) - 1u));
+}
+
+__device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParams& p, int64_t t, int32_t k) {
+  p.out_attention[t * p.out_attention_row_stride + k] = -1;
+  p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = -1;
+  p.out_resolved[t * p.out_resolved_row_stride + k] = -1;
+  p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = 0;
+}
+
+// Token rows past num_valid_rows or naming no batch row, spread over all
+// blocks (row t goes to block t % gridDim.x) so no single block writes them all.
+__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows) {
+  for (int32_t t = blockIdx.x; t < p.num_tokens; t += gridDim.x) {
+    const int32_t request = p.req_id_per_token[t];
+    if (t < valid_rows && request >= 0 && request < p.num_batch_rows) continue;
+    for (int32_t k = threadIdx.x; k < p.top_k; k += kThreads) write_inactive_entry(p, t, k);
+    if (threadIdx.x == 0) {
+      p.out_valid_counts[t] = 0;
+      p.out_swap_counts[t] = 0;
+    }
+  }
+}
+
+// Padding and rejected requests: their rows (any t in [first, last] naming b).
+__device__ void write_request_inactive(const ResolveResidencyParams& p, const ResolverConstants& c, int32_t b,
+                                       int32_t first, int32_t last) {
+  const int32_t span = last - first + 1;
+  const int32_t entries = span * p.top_k;  // <= T * K <= 2^30 (checked by the launcher)
+  for (int32_t e = threadIdx.x; e < entries; e += kThreads) {
+    const int32_t r = c.top_k.quotient(e);
+    if (p.req_id_per_token[first + r] == b) write_inactive_entry(p, first + r, c.top_k.remainder(e, r));
+  }
+  for (int32_t r = threadIdx.x; r < span; r += kThreads) {
+    if (p.req_id_per_token[first + r] == b) {
+      p.out_valid_counts[first + r] = 0;
+      p.out_swap_counts[first + r] = 0;
+    }
+  }
+}
+
+__device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int index, int64_t value) {
+  if (value != 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p.stats + index), static_cast<unsigned long long>(value));
+  }
+}
+
+// Copies n int16 between a global row and shared memory (16-byte aligned),
+// with 16-byte accesses when the global side allows it.
+__device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src, int32_t n) {
+  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    const int32_t vectors = n / 8;
+    for (int32_t v = threadIdx.x; v < vectors; v += kThreads) {
+      reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(src)[v];
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+  }
+}
+
+__device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
+  uint4* vectors = reinterpret_cast<uint4*>(begin);
+  const int32_t count = static_cast<int32_t>((end - begin) / 16);
+  for (int32_t v = threadIdx.x; v < count; v += kThreads) vectors[v] = make_uint4(word, word, word, word);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
+                             const ResolverSharedLayout layout) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* const hash_keys = reinterpret_cast<int32_t*>(smem + layout.hash_keys);
+  uint32_t* const hash_values = reinterpret_cast<uint32_t*>(smem + layout.hash_values);
+  int32_t* const member_slots = reinterpret_cast<int32_t*>(smem + layout.member_slots);
+  uint16_t* const slot_info = reinterpret_cast<uint16_t*>(smem + layout.slot_info);
+  int32_t* const scratch = reinterpret_cast<int32_t*>(smem + layout.scratch);
+  int32_t* const member_keys = reinterpret_cast<int32_t*>(smem + layout.member_keys);
+  int32_t* const member_first = reinterpret_cast<int32_t*>(smem + layout.member_first);
+  int16_t* const lru_copy = reinterpret_cast<int16_t*>(smem + layout.lru_copy);
+  int32_t* const evictable = reinterpret_cast<int32_t*>(smem + layout.evictable);
+  const int32_t capacity = layout.hash_capacity;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int32_t b = blockIdx.x;
+  const int32_t B = p.num_batch_rows;
+  const int32_t T = p.num_tokens;
+  const int32_t K = p.top_k;
+  const int32_t H = p.hot_size;
+  const int32_t max_union = p.max_union_rows;
+
+  const int32_t valid_rows = p.num_valid_rows != nullptr ? min(max(*p.num_valid_rows, 0), T) : T;
+  write_orphan_rows(p, valid_rows);
+  if (b >= B) return;
+
+  // ---- Phase A: initialise shared memory, read the lru row, find the rows.
+  const int32_t s = p.request_state_indices[b];
+  fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
+  fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
+  if (s >= 0 && s < p.num_state_rows) copy_int16_row(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
+  {
+    int first = INT_MAX, last = -1, count = 0, duplicate = 0;
+    for (int32_t t = tid; t < valid_rows; t += kThreads) {
+      if (p.req_id_per_token[t] == b) {
+        first = min(first, t);
+        last = max(last, t);
+        ++count;
+      }
+    }
+    if (s >= 0) {
+      for (int32_t earlier = tid; earlier < b; earlier += kThreads) {
+        duplicate |= p.request_state_indices[earlier] == s;
+      }
+    }
+    first = warp_min(first);
+    last = warp_max(last);
+    count = warp_sum(count);
+    duplicate = warp_max(duplicate);
+    if (lane == 0) {
+      int32_t* reduce = scratch + kScratchRequestReduce;
+      reduce[warp] = first;
+      reduce[kWarps + warp] = last;
+      reduce[2 * kWarps + warp] = count;
+      reduce[3 * kWarps + warp] = duplicate;
+    }
+  }
+  __syncthreads();  // B1
+  const int32_t* reduce = scratch + kScratchRequestReduce;
+  const int32_t t0 = warp_min(reduce[lane]);
+  const int32_t last_row = warp_max(reduce[kWarps + lane]);
+  const int32_t q = warp_sum(reduce[2 * kWarps + lane]);
+  const bool duplicate_state = warp_max(reduce[3 * kWarps + lane]) != 0;
+
+  if (q == 0) return;
+  if (s < 0) {
+    write_request_inactive(p, c, b, t0, last_row);
+    return;
+  }
+  if (s >= p.num_state_rows || duplicate_state || last_row - t0 + 1 != q) {
+    write_request_inactive(p, c, b, t0, last_row);
+    if (tid == 0 && p.stats != nullptr) {
+      add_stat(p, HS_STAT_LOOKUPS, static_cast<int64_t>(q) * K);
+      add_stat(p, HS_STAT_INVALID, static_cast<int64_t>(q) * K);
+    }
+    return;
+  }
+
+  int32_t* const dgi_row = p.device_global_indices + static_cast<int64_t>(s) * H;
+  int16_t* const lru_row = p.lru_slots + static_cast<int64_t>(s) * H;
+  const int32_t* const hot_table = p.hot_block_table + b * p.hot_table_row_stride;
+  const int32_t* const topk = p.topk_indices + t0 * p.topk_row_stride;
+  const int32_t* const source =
+      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
+  const int32_t* const resident =
+      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
+  // Entry e of the request is topk[e / K][e % K].
+  const auto entry_position = [&](int32_t e) {
+    const int32_t r = c.top_k.quotient(e);
+    return topk[r * p.topk_row_stride + c.top_k.remainder(e, r)];
+  };
+  const int32_t entries = q * K;  // <= 2^30 (checked by the launcher)
+
+  // ---- Phase B: slot occurrence counts (16-bit halves of 32-bit words) ...
+  for (int32_t i = tid; i < H; i += kThreads) {
+    const int32_t j = lru_copy[i];
+    if (j >= 0 && j < H) atomicAdd(reinterpret_cast<uint32_t*>(slot_info) + (j >> 1), 1u << ((j & 1) * 16));
+  }
+
+  // ... and the union, kThreads entries per chunk in entry order. Within a
+  // chunk each key's first entry is the smallest thread that holds it
+  // (atomicMin on the pending marker); first entries are ranked by a block
+  // scan. Once max_union_rows members exist nothing is inserted any more:
+  // later keys are unknown to the table and their entries overflow.
+  int32_t union_size = 0;
+  {
+    int32_t next_position = tid < entries ? entry_position(tid) : -1;
+    for (int32_t base = 0; base < entries && union_size < max_union; base += kThreads) {
+      const int32_t e = base + tid;
+      const int32_t position = next_position;
+      if (e < entries - kThreads) {
+        next_position = entry_position(e + kThreads);
+      }
+      int32_t key = -1;
+      uint32_t h = 0;
+      if (e < entries) {
+        const Entry entry = classify(p, c, source, resident, position);
+        if (entry.kind == kHot) {
+          key = entry.host_slot;
+          h = hash_insert(hash_keys, capacity, key);
+          atomicMin(hash_values + h, kPending | static_cast<uint32_t>(tid));
+        }
+      }
+      __syncthreads();  // B2a: every insertion and marker of the chunk is in place
+      const bool first_entry = key >= 0 && hash_values[h] == (kPending | static_cast<uint32_t>(tid));
+      int32_t new_keys;
+      const int32_t rank = union_size + block_flag_rank(first_entry, scratch + kScratchUnionScan, &new_keys);
+      // B2b (inside block_flag_rank); the next chunk's writes of the scan
+      // buffer come after its own B2a.
+      if (first_entry) {
+        atomicExch(hash_values + h, static_cast<uint32_t>(rank));
+        if (rank < max_union) {
+          member_keys[rank] = key;
+          member_first[rank] = e;
+        }
+      }
+      union_size += new_keys;
+    }
+  }
+  const int32_t members = min(union_size, max_union);
+  __syncthreads();  // B2: ranks, member keys and slot counts final
+
+  // ---- Phase C1: per slot j, usable (docs step 3) and the member it holds.
+  for (int32_t base = 0; base < H; base += 4 * kThreads) {
+    int32_t held[4];
+    int32_t block[4];
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int32_t j = base + x * kThreads + tid;
+      held[x] = -1;
+      block[x] = -1;
+      if (j < H) {
+        held[x] = dgi_row[j];
+        block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
+      }
+    }
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int32_t j = base + x * kThreads + tid;
+      if (j < H) {
+        uint32_t info = 0;
+        const int32_t offset = c.hot_block_size.remainder(j, c.hot_block_size.quotient(j));
+        if (slot_info[j] == 1 && block[x] >= 0 &&
+            static_cast<int64_t>(block[x]) * p.attention_block_stride + offset <= kInt32Max) {
+          info = kSlotUsable;
+          if (held[x] >= 0) {
+            const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, held[x]);
+            if (rank < static_cast<uint32_t>(max_union)) info |= rank + 1;
+          }
+        }
+        slot_info[j] = static_cast<uint16_t>(info);
+      }
+    }
+  }
+  __syncthreads();  // B3
+
+  // ---- Phase C2: LRU positions, a contiguous run per thread (<= 32). A
+  // hit position offers itself to its member (the largest position wins);
+  // the rest are evictable, compacted in order with one scan that also
+  // counts the unusable ones (high half) for the renumbering of misses.
+  const int32_t per_thread = (H + kThreads - 1) / kThreads;
+  const int32_t begin = min(tid * per_thread, H);
+  const int32_t end = min(begin + per_thread, H);
+  uint32_t hit_bits = 0, unusable_bits = 0;
+  int32_t evictable_here = 0, unusable_here = 0;
+  for (int32_t i = begin; i < end; ++i) {
+    const int32_t j = lru_copy[i];
+    const uint32_t info = j >= 0 && j < H ? slot_info[j] : 0u;
+    const uint32_t bit = 1u << (i - begin);
+    if (info & kSlotRankMask) {
+      hit_bits |= bit;
+      atomicMax(member_slots + (info & kSlotRankMask) - 1, i);
+    } else {
+      ++evictable_here;
+      if (!(info & kSlotUsable)) {
+        unusable_bits |= bit;
+        ++unusable_here;
+      }
+    }
+  }
+  int32_t packed_total;
+  const int32_t packed_before =
+      block_exclusive_sum(evictable_here | (unusable_here << 16), scratch + kScratchPositionScan, &packed_total);
+  // B4 (inside the scan): member_slots hold the last hit positions.
+  const int32_t evictable_total = packed_total & 0xFFFF;
+  const int32_t evictable_before = packed_before & 0xFFFF;
+  {
+    int32_t x = evictable_before;
+    int32_t usable_before = evictable_before - (packed_before >> 16);
+    for (int32_t i = begin; i < end; ++i) {
+      const uint32_t bit = 1u << (i - begin);
+      if (hit_bits & bit) continue;
+      const bool usable = !(unusable_bits & bit);
+      evictable[x++] = (usable_before << 16) | (usable ? static_cast<int32_t>(lru_copy[i]) : kNoSlot);
+      usable_before += usable;
+    }
+  }
+
+  // ---- Phase D: members, a contiguous run of ranks per thread (<= 32).
+  // Misses are numbered in rank order by a scan; miss m takes E[m].
+  const int32_t member_run = (members + kThreads - 1) / kThreads;
+  const int32_t member_begin = min(tid * member_run, members);
+  const int32_t member_end = min(member_begin + member_run, members);
+  uint32_t miss_bits = 0;
+  int32_t misses_here = 0;
+  for (int32_t r = member_begin; r < member_end; ++r) {
+    if (member_slots[r] < 0) {
+      miss_bits |= 1u << (r - member_begin);
+      ++misses_here;
+    }
+  }
+  int32_t miss_total;
+  int32_t m = block_exclusive_sum(misses_here, scratch + kScratchMemberScan, &miss_total);
+  // B5 (inside the scan): E is complete.
+  const int32_t taken = min(miss_total, evictable_total);  // n
+  int32_t assigned_total = 0;
+  if (taken > 0) {
+    const int32_t word = evictable[taken - 1];
+    assigned_total = (word >> 16) + ((word & kSlotMask) != kNoSlot);
+  }
+  for (int32_t r = member_begin; r < member_end; ++r) {
+    const int32_t held = member_slots[r];
+    if (!(miss_bits & (1u << (r - member_begin)))) {
+      member_slots[r] = lru_copy[held];  // last hit position -> its slot
+      continue;
+    }
+    if (m < taken) {
+      const int32_t word = evictable[m];
+      const int32_t j = word & kSlotMask;
+      if (j != kNoSlot) {
+        const int32_t order = word >> 16;  // m': index among assigned misses
+        const int32_t key = member_keys[r];
+        dgi_row[j] = key;
+        member_slots[r] = j | kAssignedBit;
+        const int32_t hot_block = c.hot_block_size.quotient(j);
+        const int64_t row = static_cast<int64_t>(__ldg(hot_table + hot_block)) * p.hot_block_size +
+                            c.hot_block_size.remainder(j, hot_block);
+        const int32_t swap_row = c.top_k.quotient(order);
+        const int64_t t = t0 + swap_row;
+        const int32_t column = c.top_k.remainder(order, swap_row);
+        p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + column] = key;
+        p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + column] = static_cast<int32_t>(row);
+      }
+    }
+    ++m;
+  }
+  for (int32_t r = tid; r < q; r += kThreads) {
+    const int64_t remaining = static_cast<int64_t>(assigned_total) - static_cast<int64_t>(r) * K;
+    p.out_swap_counts[t0 + r] = static_cast<int32_t>(min(max(remaining, int64_t{0}), static_cast<int64_t>(K)));
+  }
+  {
+    // New LRU order E[n:], E[:n], P into the (now free) slot_info words.
+    int16_t* const next_lru = reinterpret_cast<int16_t*>(slot_info);
+    int32_t x = evictable_before;
+    for (int32_t i = begin; i < end; ++i) {
+      int32_t destination;
+      if (hit_bits & (1u << (i - begin))) {
+        destination = evictable_total + (i - x);
+      } else {
+        destination = x >= taken ? x - taken : evictable_total - taken + x;
+        ++x;
+      }
+      next_lru[destination] = lru_copy[i];
+    }
+  }
+  __syncthreads();  // B6: member slots final, new LRU complete
+
+  // ---- Phase F: state out, then per-entry outputs.
+  copy_int16_row(lru_row, reinterpret_cast<const int16_t*>(slot_info), H);
+
+  int32_t* const row_counts = scratch + kScratchRowCounts;
+  int32_t* const totals = scratch + kScratchTotals;
+  int valid_here = 0, resident_here = 0;
+  const int32_t groups = (q + 31) / 32;
+  for (int32_t group = 0; group < groups; ++group) {
+    int32_t* const counts = row_counts + (group & 1) * 32;
+    const int32_t row_begin = group * 32;
+    const int32_t row_end = min(q, row_begin + 32);
+    const int32_t group_end = row_end * K;
+    for (int32_t group_base = row_begin * K; group_base < group_end; group_base += kThreads) {
+      const int32_t e = group_base + tid;
+      const bool inside = e < group_end;
+      int32_t local_row = -1;
+      bool valid = false;
+      if (inside) {
+        const int32_t r = c.top_k.quotient(e);
+        const int32_t k = c.top_k.remainder(e, r);
+        const int64_t t = t0 + r;
+        local_row = r - row_begin;
+        const Entry entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
+        int64_t row = -1, address = -1;
+        int32_t miss = 0;
+        if (entry.kind == kResident) {
+          row = entry.row;
+          address = entry.address;
+          ++resident_here;
+        } else if (entry.kind == kHot) {
+          const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
+          if (rank < static_cast<uint32_t>(max_union)) {
+            const int32_t held = member_slots[rank];
+            if (held >= 0) {
+              const int32_t j = held & kSlotMask;
+              const int32_t hot_block = c.hot_block_size.quotient(j);
+              const int32_t block = __ldg(hot_table + hot_block);
+              const int32_t offset = c.hot_block_size.remainder(j, hot_block);
+              row = static_cast<int64_t>(block) * p.hot_block_size + offset;
+              address = static_cast<int64_t>(block) * p.attention_block_stride + offset;
+              miss = (held & kAssignedBit) != 0 && member_first[rank] == e;
+            }
+          }
+        }
+        valid = row >= 0;
+        valid_here += valid;
+        p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = static_cast<int32_t>(row);
+        p.out_attention[t * p.out_attention_row_stride + k] = valid ? static_cast<int32_t>(address) : -1;
+        p.out_resolved[t * p.out_resolved_row_stride + k] = valid ? entry.host_slot : -1;
+        p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = miss;
+      }
+      // One shared atomic per run of lanes on one token row (rows grow with
+      // the lane; lanes past the group form the last run).
+      const int32_t previous_row = __shfl_up_sync(kFullMask, local_row, 1);
+      const unsigned heads = __ballot_sync(kFullMask, lane == 0 || previous_row != local_row);
+      const unsigned valid_lanes = __ballot_sync(kFullMask, valid);
+      if (inside && ((heads >> lane) & 1u)) {
+        const unsigned later_heads = heads & ~((2u << lane) - 1u);
+        const unsigned run = (later_heads != 0 ? (later_heads & (0u - later_heads)) - 1u : kFullMask) &
+                             ~((1u << lane) - 1u);
+        const int count = __popc(valid_lanes & run);
+        if (count != 0) atomicAdd(counts + local_row, count);
+      }
+    }
+    if (group == groups - 1) {
+      const int valid_sum = warp_sum(valid_here);
+      const int resident_sum = warp_sum(resident_here);
+      if (lane == 0) {
+        atomicAdd(totals, valid_sum);
+        atomicAdd(totals + 1, resident_sum);
+      }
+    }
+    __syncthreads();  // B7: this group's row counts (and, last, the totals) complete
+    if (tid < row_end - row_begin) {
+      p.out_valid_counts[t0 + row_begin + tid] = counts[tid];
+      counts[tid] = 0;  // reused by group + 2, after the next barrier
+    }
+  }
+
+  if (tid == 0 && p.stats != nullptr) {
+    const int64_t lookups = static_cast<int64_t>(entries);
+    add_stat(p, HS_STAT_LOOKUPS, lookups);
+    add_stat(p, HS_STAT_HITS, members - miss_total);
+    add_stat(p, HS_STAT_MISSES, assigned_total);
+    add_stat(p, HS_STAT_RESIDENT, totals[1]);
+    add_stat(p, HS_STAT_INVALID, lookups - totals[0]);
+  }
+}
+
+// cudaFuncSetAttribute is a driver round trip: do it once per device and
+// size, with a lock-free check on the launch path.
+constexpr int kCachedDevices = 64;
+std::atomic<uint32_t> g_configured_shared_bytes[kCachedDevices];
+std::mutex g_configure_mutex;
+
+void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
+  constexpr uint32_t kDefaultLimit = 48 * 1024;
+  if (bytes <= kDefaultLimit) return;
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached && g_configured_shared_bytes[device].load(std::memory_order_acquire) >= bytes) return;
+  std::lock_guard<std::mutex> lock(g_configure_mutex);
+  if (cached && g_configured_shared_bytes[device].load(std::memory_order_relaxed) >= bytes) return;
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)),
+             "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
+  if (cached) g_configured_shared_bytes[device].store(bytes, std::memory_order_release);
+}
+
+}  // namespace
+
+void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t stream) {
+  if (params.num_tokens <= 0) return;
+  // Entry indices (and loop counters that step past them) are int32 inside
+  // the kernel: 2^30 entries is a 4 GiB top-k tensor.
+  if (static_cast<int64_t>(params.num_tokens) * params.top_k > kMaxEntries) {
+    invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries,
+                     " entries (rows x top_k), got ", params.num_tokens, " x ", params.top_k);
+  }
+  const ResolverSharedLayout layout = resolver_shared_layout(params.hot_size, params.max_union_rows);
+  int device = params.device;
+  if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  ensure_dynamic_shared_memory(device, layout.total_bytes);
+  ResolverConstants constants;
+  constants.top_k = FastDivisor::make(params.top_k);
+  constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
+  constants.hot_block_size = FastDivisor::make(params.hot_block_size);
+  // One block per batch row plus one; every block also writes its share of
+  // the orphan token rows, so B == 0 still launches the one that writes them.
+  const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
+  resolve_residency_kernel<<<blocks, kThreads, layout.total_bytes, stream>>>(params, constants, layout);
+  cuda_check(cudaGetLastError(), "resolve_residency kernel launch");
+}
+
+}  // namespace cuda
+}  // namespace hisparse

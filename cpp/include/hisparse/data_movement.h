@@ -1,0 +1,185 @@
+/*
+ * hisparse data movement: the kernels that move KV rows between the host
+ * pool and the GPU (DESIGN.md "Data movement").
+ *
+ *   hs_gather_compact         swap list -> hot cache (zero-copy host reads)
+ *   hs_gather_plan            prefill staging: host rows -> staged rows
+ *   hs_invalidate_written_slots  drop hot copies of rewritten host slots,
+ *                             for many index-group tables in one launch
+ *   hs_mirror_rows            device rows -> host slots (keeps the host pool
+ *                             authoritative for KV written on the GPU)
+ *   hs_swap_blocks_batch      a batch of (src, dst, bytes) copies
+ *
+ * Every call validates shapes, dtypes, devices, strides and alignment on
+ * the host and fails with a message naming the argument. Device *data*
+ * (indices inside the tensors) is never read on the host: out-of-range
+ * entries are skipped or zero-filled by the kernels as documented per call.
+ * The backend is chosen by the device of the destination (CPU tensors run
+ * the CPU reference). All calls are stream-ordered, never block the host,
+ * never allocate, and can be captured into a CUDA graph.
+ */
+#ifndef HISPARSE_DATA_MOVEMENT_H_
+#define HISPARSE_DATA_MOVEMENT_H_
+
+#include "hisparse/hisparse.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ gather_compact */
+
+/* How the CUDA gather is scheduled. Every variant writes the same bytes; the
+ * CPU backend accepts every value and runs its one reference loop. */
+typedef enum hs_gather_variant {
+  HS_GATHER_AUTO = 0,         /* the variant measured fastest (see hs_gather_default_variant) */
+  HS_GATHER_WARP_PER_ROW = 1, /* one warp per swap entry: the plain baseline */
+  HS_GATHER_UNROLLED = 2,     /* a warp copies several rows, issuing all loads before the stores */
+  HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a grid sized to the SMs (or max_blocks) */
+  HS_GATHER_SORTED = 4,       /* per token row, entries sorted by host slot in shared memory, then
+                                 copied in address order by whole blocks: runs of adjacent host rows
+                                 become contiguous reads and each host page is visited once */
+  HS_NUM_GATHER_VARIANTS = 5
+} hs_gather_variant_t;
+
+/* Static name of a variant ("auto", "warp_per_row", ...); "unknown" otherwise. */
+HS_API const char* hs_gather_variant_name(int32_t variant);
+/* The variant HS_GATHER_AUTO runs. */
+HS_API int32_t hs_gather_default_variant(void);
+
+/* Copy each swap entry's host row into its hot row.
+ *
+ * host_rows: the host cache, [..., W] of any dtype whose leading dimensions
+ *   flatten to rows at one uniform pitch (a multiple of 16 bytes); its base
+ *   is 16-byte aligned; row_bytes = W * itemsize, a multiple of 16. On CUDA
+ *   it must be registered or pinned host memory (or memory of the same
+ *   device); kernels read it zero-copy.
+ * hot_cache: the paged hot cache on the executing device, same dtype and W,
+ *   rows contiguous within a block (stride of dimension -2 == W). Physical
+ *   hot row r lives at row offset
+ *       (r / hot_block_size) * hot_block_stride + r % hot_block_size
+ *   from hot_cache's data pointer (the attention addressing). A 3-D
+ *   [blocks, hot_block_size, W] view must agree with hot_block_size and
+ *   hot_block_stride; any other view only bounds the rows that may be
+ *   written: a destination whose whole row does not lie within the view's
+ *   memory extent is skipped.
+ * swap_host_rows, swap_device_rows: int32 [R, K], unit column stride.
+ * swap_counts: int32 [>= R]; entry (t, k) is used for k < clamp(counts[t], 0, K).
+ *
+ * Per used entry (h, d): h < 0 or d < 0 -> skipped; d outside the hot
+ * cache -> skipped; h >= host row count -> the hot row is zero-filled;
+ * otherwise host row h is copied to hot row d. Destinations are expected to
+ * be distinct (the resolver guarantees it); if two used entries share a
+ * destination, which one lands is unspecified. */
+typedef struct hs_gather_compact_args {
+  size_t struct_size;
+  uint32_t struct_version;
+  const hs_tensor_t* host_rows;
+  const hs_tensor_t* hot_cache;
+  const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
+  const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
+  const hs_tensor_t* swap_counts;      /* int32 [>= R] */
+  int64_t hot_block_size;              /* rows per hot block, > 0 */
+  int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
+  int32_t variant;                     /* hs_gather_variant_t */
+  int32_t max_blocks;                  /* CUDA: cap on thread blocks for PERSISTENT/SORTED; 0 = automatic */
+} hs_gather_compact_args_t;
+#define HS_GATHER_COMPACT_ARGS_VERSION 1
+
+static inline void hs_gather_compact_args_init(hs_gather_compact_args_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->struct_version = HS_GATHER_COMPACT_ARGS_VERSION;
+  args->variant = HS_GATHER_AUTO;
+}
+HS_API hs_status_t hs_gather_compact(const hs_gather_compact_args_t* args, hs_stream_t stream);
+
+/* ------------------------------------------------------------------ gather_plan */
+
+/* Prefill staging (the seed's hisparse_gather_plan):
+ *   staged[dst_rows[j]] = src_rows[row_ids[j]]  where miss_mask[j] != 0 and row_ids[j] >= 0
+ * for j over the N elements of row_ids, dst_rows and miss_mask (int32, each
+ * contiguous with N elements, e.g. the plan's [1, N]). Rows as in
+ * hs_gather_compact: src_rows is [..., W] at a uniform pitch (host memory,
+ * registered on CUDA, or memory of the executing device); staged is
+ * [..., W] contiguous on the executing device, same dtype and W; staged rows
+ * are numbered in order. Entries with row_ids[j] >= the source row count,
+ * dst_rows[j] < 0 or dst_rows[j] >= the staged row count are skipped (the
+ * staged row keeps its bytes). Distinct dst_rows are expected; with
+ * duplicates, which source lands is unspecified. */
+HS_API hs_status_t hs_gather_plan(const hs_tensor_t* src_rows, const hs_tensor_t* staged,
+                                  const hs_tensor_t* row_ids, const hs_tensor_t* dst_rows,
+                                  const hs_tensor_t* miss_mask, hs_stream_t stream);
+
+/* ------------------------------------------------------------------ invalidation */
+
+/* Upper bound on tables per call. */
+#define HS_MAX_INVALIDATION_TABLES 4096
+
+/* For every token t < n = min(numel(req_id_per_token), numel(written_slots)):
+ * b = req_id_per_token[t] (skipped outside [0, B)), s = request_state_indices[b]
+ * (skipped outside [0, S)), w = written_slots[t] (skipped when negative);
+ * then every slot j of row s of every table with table[s, j] == w becomes -1
+ * (all duplicates). Nothing else changes.
+ *
+ * tables: num_tables descriptors of int32 [S, H] contiguous tensors of one
+ *   shape, on one device (the index groups' device_global_indices).
+ * table_pointers: optional int64 [num_tables] on the same device holding the
+ *   tables' data pointers in order (the seed's cached group table). When
+ *   absent the pointers travel as kernel arguments (64 tables per launch),
+ *   which needs no device array at all. The CPU backend checks that a given
+ *   array matches the descriptors; CUDA cannot read it on the host, so the
+ *   caller guarantees it.
+ * request_state_indices: int32 [B]; req_id_per_token, written_slots: int32 1-D.
+ */
+typedef struct hs_invalidate_written_slots_args {
+  size_t struct_size;
+  uint32_t struct_version;
+  const hs_tensor_t* const* tables;
+  int32_t num_tables;
+  int32_t reserved0;
+  const hs_tensor_t* table_pointers;        /* optional, int64 [num_tables] */
+  const hs_tensor_t* request_state_indices; /* int32 [B] */
+  const hs_tensor_t* req_id_per_token;      /* int32 [>= n] */
+  const hs_tensor_t* written_slots;         /* int32 [>= n] */
+} hs_invalidate_written_slots_args_t;
+#define HS_INVALIDATE_WRITTEN_SLOTS_ARGS_VERSION 1
+
+static inline void hs_invalidate_written_slots_args_init(hs_invalidate_written_slots_args_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->struct_version = HS_INVALIDATE_WRITTEN_SLOTS_ARGS_VERSION;
+}
+HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots_args_t* args,
+                                               hs_stream_t stream);
+
+/* ------------------------------------------------------------------ device -> host */
+
+/* host_rows[slot_mapping[i]] = src_rows[i] for i < N, skipping negative
+ * slots and slots >= the host row count. src_rows: [N, ..., W] at a uniform
+ * row pitch on the executing device; host_rows: [..., W] as in
+ * hs_gather_compact (registered host memory on CUDA, written zero-copy by a
+ * kernel); same dtype and W. slot_mapping: int32 or int64 1-D with at least
+ * N entries (only the first N are read). Duplicate slots: which row lands is
+ * unspecified. The host sees the bytes once the stream has passed the call
+ * (synchronise or wait on an event before reading them on the CPU). */
+HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* host_rows,
+                                  const hs_tensor_t* slot_mapping, hs_stream_t stream);
+
+/* Copy sizes[i] bytes from address src[i] to address dst[i] for every i
+ * (the seed's swap_blocks_batch: device-to-host block copies on the given
+ * stream, by a kernel, so it is capturable). src, dst, sizes: int64 1-D of
+ * equal length on the executing device (host tensors run the CPU backend,
+ * which copies with memmove). Entries with a size <= 0 or a null address
+ * are skipped. The CPU backend refuses addresses of CUDA device memory. The
+ * addresses themselves live in device data and cannot be checked on the host:
+ * the caller guarantees that each range is device memory of the executing
+ * device or registered host memory, and that ranges do not overlap. */
+HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_t* dst,
+                                        const hs_tensor_t* sizes, hs_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HISPARSE_DATA_MOVEMENT_H_ */

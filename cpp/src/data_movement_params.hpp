@@ -1,0 +1,94 @@
+// Raw, already-validated arguments of the data-movement kernels, shared by
+// the host glue (api_data_movement.cpp), the CPU reference and the CUDA
+// launchers. Offsets and pitches are in bytes; every row pointer and pitch
+// is 16-byte aligned, and row_bytes is a multiple of 16.
+#pragma once
+
+#include <cstdint>
+
+namespace hisparse {
+
+struct GatherCompactParams {
+  int device = 0;
+  const uint8_t* host = nullptr;  // host row h at host + h * host_pitch
+  int64_t host_rows = 0;
+  int64_t host_pitch = 0;
+  uint8_t* hot = nullptr;         // hot row r at hot + offset_rows(r) * row_bytes
+  int64_t hot_span_rows = 0;      // offset_rows(r) < hot_span_rows, else skipped
+  int64_t hot_block_size = 1;
+  int64_t hot_block_stride = 1;
+  int64_t row_bytes = 0;
+  const int32_t* swap_host_rows = nullptr;
+  const int32_t* swap_device_rows = nullptr;
+  int64_t swap_host_row_stride = 0;    // elements
+  int64_t swap_device_row_stride = 0;  // elements
+  const int32_t* swap_counts = nullptr;
+  int32_t num_token_rows = 0;  // R
+  int32_t top_k = 0;           // K
+  int32_t variant = 0;         // hs_gather_variant_t, resolved (never AUTO)
+  int32_t max_blocks = 0;
+};
+
+// Row offset (in rows from the hot cache's base) of physical hot row `row`:
+// the attention addressing of docs/residency.md.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t hot_row_offset(int64_t row, int64_t block_size, int64_t block_stride) {
+  return (row / block_size) * block_stride + row % block_size;
+}
+
+struct GatherPlanParams {
+  int device = 0;
+  const uint8_t* src = nullptr;
+  int64_t src_rows = 0;
+  int64_t src_pitch = 0;
+  uint8_t* staged = nullptr;  // contiguous rows of row_bytes
+  int64_t staged_rows = 0;
+  int64_t row_bytes = 0;
+  const int32_t* row_ids = nullptr;
+  const int32_t* dst_rows = nullptr;
+  const int32_t* miss_mask = nullptr;
+  int64_t count = 0;
+};
+
+// Pointers are passed by value when table_pointers is null; larger sets are
+// split into launches of this many tables.
+constexpr int kInlineInvalidationTables = 64;
+
+struct InvalidateSlotsParams {
+  int device = 0;
+  int32_t* const* tables = nullptr;         // host array of num_tables table pointers
+  const int64_t* table_pointers = nullptr;  // device array of the same, or null
+  int32_t num_tables = 0;
+  int32_t num_state_rows = 0;  // S
+  int32_t hot_size = 0;        // H
+  const int32_t* request_state_indices = nullptr;
+  int32_t num_batch_rows = 0;  // B
+  const int32_t* req_id_per_token = nullptr;
+  const int32_t* written_slots = nullptr;
+  int32_t num_tokens = 0;
+};
+
+struct MirrorRowsParams {
+  int device = 0;
+  const uint8_t* src = nullptr;
+  int64_t src_pitch = 0;
+  int64_t count = 0;  // N rows of src
+  uint8_t* host = nullptr;
+  int64_t host_rows = 0;
+  int64_t host_pitch = 0;
+  int64_t row_bytes = 0;
+  const void* slot_mapping = nullptr;
+  bool slot_mapping_int64 = false;
+};
+
+struct SwapBlocksParams {
+  int device = 0;
+  const int64_t* src = nullptr;
+  const int64_t* dst = nullptr;
+  const int64_t* sizes = nullptr;
+  int64_t count = 0;
+};
+
+}  // namespace hisparse

@@ -1,0 +1,242 @@
+// Host layout sizing and configuration validation: every rule, its boundary,
+// and a message that names the argument or field.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "hisparse/hisparse.h"
+#include "hisparse/hisparse.hpp"
+#include "resolver_shared_memory.hpp"
+
+namespace {
+
+void expect_invalid(hs_status_t status, std::initializer_list<const char*> fragments) {
+  EXPECT_EQ(status, HS_ERROR_INVALID_ARGUMENT) << hs_status_string(status);
+  const std::string message = hs_last_error();
+  for (const char* fragment : fragments) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
+  }
+}
+
+hs_host_layout_t fresh_layout() {
+  hs_host_layout_t layout{};
+  layout.struct_size = sizeof(layout);
+  return layout;
+}
+
+// ------------------------------------------------------------------ layout
+
+TEST(Layout, ExactBoundaryOfMinimumBlocks) {
+  // 640 tokens in blocks of 64 = 10 blocks, plus the null block and a
+  // copy-on-write tail = 12.
+  const uint64_t page = 64 * 656;
+  hs_host_layout_t layout = fresh_layout();
+  ASSERT_EQ(hs_plan_host_layout(page, 64, 640, 12 * page, &layout), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(layout.host_num_blocks, 12);
+  EXPECT_EQ(layout.host_block_stride, static_cast<int64_t>(page));
+  EXPECT_EQ(layout.min_host_blocks, 12);
+  EXPECT_EQ(layout.struct_version, static_cast<uint32_t>(HS_HOST_LAYOUT_VERSION));
+
+  layout = fresh_layout();
+  expect_invalid(hs_plan_host_layout(page, 64, 640, 12 * page - 1, &layout),
+                 {"11 blocks", "max_model_len=640", "needs 12", "host_pool_gib"});
+  EXPECT_EQ(layout.host_num_blocks, 0) << "a failed plan must not write its output";
+}
+
+TEST(Layout, PartialBlocksRoundUp) {
+  const uint64_t page = 4096;
+  hs_host_layout_t layout = fresh_layout();
+  ASSERT_EQ(hs_plan_host_layout(page, 64, 641, 13 * page, &layout), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(layout.min_host_blocks, 13);
+  expect_invalid(hs_plan_host_layout(page, 64, 641, 12 * page, &layout), {"needs 13"});
+  // A remainder smaller than a block buys nothing.
+  ASSERT_EQ(hs_plan_host_layout(page, 64, 64, 100 * page + page - 16, &layout), HS_SUCCESS);
+  EXPECT_EQ(layout.host_num_blocks, 100);
+  EXPECT_EQ(layout.min_host_blocks, 3);
+}
+
+TEST(Layout, BudgetSmallerThanOneBlock) {
+  hs_host_layout_t layout = fresh_layout();
+  expect_invalid(hs_plan_host_layout(4096, 64, 64, 4095, &layout),
+                 {"no allocatable host blocks", "host_budget_bytes=4095", "host_pool_gib"});
+  expect_invalid(hs_plan_host_layout(4096, 64, 64, 0, &layout), {"no allocatable host blocks"});
+}
+
+TEST(Layout, PageSizeMustBeAPositiveMultipleOf16) {
+  hs_host_layout_t layout = fresh_layout();
+  expect_invalid(hs_plan_host_layout(4100, 64, 64, 1 << 30, &layout), {"page_size_bytes", "16", "4100"});
+  expect_invalid(hs_plan_host_layout(8, 64, 64, 1 << 30, &layout), {"page_size_bytes"});
+  expect_invalid(hs_plan_host_layout(0, 64, 64, 1 << 30, &layout), {"page_size_bytes"});
+  EXPECT_EQ(hs_plan_host_layout(16, 1, 1, 48, &layout), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(layout.host_num_blocks, 3);
+}
+
+TEST(Layout, ZeroOrNegativeArgumentsAreNamed) {
+  hs_host_layout_t layout = fresh_layout();
+  expect_invalid(hs_plan_host_layout(4096, 0, 64, 1 << 30, &layout), {"block_size", "0"});
+  expect_invalid(hs_plan_host_layout(4096, -3, 64, 1 << 30, &layout), {"block_size", "-3"});
+  expect_invalid(hs_plan_host_layout(4096, 64, 0, 1 << 30, &layout), {"max_model_len", "0"});
+  expect_invalid(hs_plan_host_layout(4096, 64, -7, 1 << 30, &layout), {"max_model_len", "-7"});
+  layout.struct_size = 4;
+  expect_invalid(hs_plan_host_layout(4096, 64, 64, 1 << 30, &layout), {"layout", "struct_size"});
+}
+
+TEST(Layout, LargeBudgetsDoNotOverflow) {
+  hs_host_layout_t layout = fresh_layout();
+  const uint64_t page = 61 * 64 * 656;  // 61 layers of DeepSeek-V3.2 FP8 rows per block
+  const uint64_t budget = 1500ull << 30;
+  ASSERT_EQ(hs_plan_host_layout(page, 64, 131072, budget, &layout), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(layout.host_num_blocks, static_cast<int64_t>(budget / page));
+  EXPECT_EQ(layout.min_host_blocks, 131072 / 64 + 2);
+}
+
+TEST(Layout, CppLayerReturnsThePlan) {
+  const hs_host_layout_t layout = hs::plan_host_layout(1024, 16, 160, 100 * 1024);
+  EXPECT_EQ(layout.host_num_blocks, 100);
+  EXPECT_EQ(layout.host_block_stride, 1024);
+  EXPECT_EQ(layout.min_host_blocks, 12);
+  EXPECT_THROW(hs::plan_host_layout(1024, 16, 160, 11 * 1024), hs::Error);
+}
+
+// ------------------------------------------------------------------ config
+
+hs_config_t default_config() {
+  hs_config_t config;
+  hs_config_init(&config);
+  return config;
+}
+
+TEST(Config, DefaultsAreValid) {
+  const hs_config_t config = default_config();
+  EXPECT_EQ(config.top_k, 2048);
+  EXPECT_EQ(config.device_buffer_size, 4096);
+  EXPECT_EQ(config.row_bytes, 656);
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+}
+
+TEST(Config, TopK) {
+  hs_config_t config = default_config();
+  config.top_k = 0;
+  expect_invalid(hs_config_validate(&config, -1), {"top_k", "0"});
+  config.top_k = -5;
+  expect_invalid(hs_config_validate(&config, -1), {"top_k", "-5"});
+}
+
+TEST(Config, DeviceBufferSizeFitsInt16Slots) {
+  hs_config_t config = default_config();
+  config.top_k = 16;
+  config.max_union_rows = 16;
+  config.device_buffer_size = 32768;
+  expect_invalid(hs_config_validate(&config, -1), {"device_buffer_size", "32767", "32768"});
+  config.device_buffer_size = 0;
+  expect_invalid(hs_config_validate(&config, -1), {"device_buffer_size"});
+  config.device_buffer_size = 32767;
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+}
+
+TEST(Config, UnionRowsBetweenTopKAndBufferSize) {
+  hs_config_t config = default_config();
+  config.max_union_rows = config.top_k - 1;
+  expect_invalid(hs_config_validate(&config, -1), {"max_union_rows", "top_k", "2047"});
+  config.max_union_rows = config.device_buffer_size + 1;
+  expect_invalid(hs_config_validate(&config, -1), {"max_union_rows", "device_buffer_size", "4097"});
+  config.max_union_rows = config.device_buffer_size;
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+  config.max_union_rows = config.top_k;
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+  config.top_k = config.device_buffer_size + 1;
+  config.max_union_rows = config.top_k;
+  expect_invalid(hs_config_validate(&config, -1), {"max_union_rows"});
+}
+
+TEST(Config, RowsAre16ByteAligned) {
+  hs_config_t config = default_config();
+  for (int32_t bad : {0, -16, 8, 650, 1000}) {
+    config.row_bytes = bad;
+    expect_invalid(hs_config_validate(&config, -1), {"row_bytes", "16-byte"});
+  }
+  for (int32_t good : {16, 656, 1152}) {
+    config.row_bytes = good;
+    EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << good << ": " << hs_last_error();
+  }
+}
+
+TEST(Config, BlockSizesAndMirrorFlag) {
+  hs_config_t config = default_config();
+  config.block_size = 0;
+  expect_invalid(hs_config_validate(&config, -1), {"block_size"});
+  config = default_config();
+  config.hot_block_size = -1;
+  expect_invalid(hs_config_validate(&config, -1), {"hot_block_size"});
+  config = default_config();
+  config.eager_host_mirror = 2;
+  expect_invalid(hs_config_validate(&config, -1), {"eager_host_mirror"});
+  config.eager_host_mirror = 1;
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS);
+}
+
+TEST(Config, VersionedStructIsChecked) {
+  hs_config_t config = default_config();
+  config.struct_size = sizeof(size_t);
+  expect_invalid(hs_config_validate(&config, -1), {"config", "struct_size"});
+}
+
+TEST(Config, DeviceCheckOfTheResolverSharedMemory) {
+  int devices = 0;
+  ASSERT_EQ(hs_cuda_device_count(&devices), HS_SUCCESS);
+  hs_config_t config = default_config();
+  if (devices == 0) {
+    EXPECT_EQ(hs_config_validate(&config, 0), HS_ERROR_UNSUPPORTED);
+    EXPECT_STRNE(hs_last_error(), "");
+    return;
+  }
+  EXPECT_EQ(hs_config_validate(&config, 0), HS_SUCCESS) << hs_last_error();
+  config.top_k = 32767;
+  config.device_buffer_size = 32767;
+  config.max_union_rows = 32767;
+  expect_invalid(hs_config_validate(&config, 0),
+                 {"shared memory", "device_buffer_size=32767", "max_union_rows", "Lower device_buffer_size"});
+}
+
+TEST(ResolverSharedMemory, MatchesTheKernelLayout) {
+  uint64_t bytes = 0;
+  ASSERT_EQ(hs_resolver_shared_memory_bytes(4096, 2048, &bytes), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(bytes, hisparse::resolver_shared_layout(4096, 2048).total_bytes);
+  EXPECT_EQ(bytes % 16, 0u);
+  // The production configuration must fit an H100/H200 block (227 KiB).
+  EXPECT_LE(bytes, 227u * 1024u);
+}
+
+TEST(ResolverSharedMemory, MonotonicInBufferSizeAndUnionRows) {
+  uint64_t previous_h = 0;
+  for (int32_t h = 1; h <= 32767; h = h < 64 ? h + 1 : h * 3 / 2) {
+    uint64_t previous_u = 0;
+    uint64_t first = 0;
+    for (int32_t u = 1; u <= h; u = u < 64 ? u + 1 : u * 3 / 2) {
+      uint64_t bytes = 0;
+      ASSERT_EQ(hs_resolver_shared_memory_bytes(h, u, &bytes), HS_SUCCESS) << h << ", " << u;
+      EXPECT_GE(bytes, previous_u) << "not monotonic in max_union_rows at H=" << h << ", union=" << u;
+      previous_u = bytes;
+      if (u == 1) first = bytes;
+    }
+    EXPECT_GE(first, previous_h) << "not monotonic in device_buffer_size at H=" << h;
+    previous_h = first;
+  }
+  uint64_t small = 0, large = 0;
+  ASSERT_EQ(hs_resolver_shared_memory_bytes(1024, 1024, &small), HS_SUCCESS);
+  ASSERT_EQ(hs_resolver_shared_memory_bytes(8192, 1024, &large), HS_SUCCESS);
+  EXPECT_GT(large, small);
+  ASSERT_EQ(hs_resolver_shared_memory_bytes(8192, 8192, &small), HS_SUCCESS);
+  EXPECT_GT(small, large);
+}
+
+TEST(ResolverSharedMemory, ArgumentsAreChecked) {
+  uint64_t bytes = 0;
+  expect_invalid(hs_resolver_shared_memory_bytes(0, 1, &bytes), {"device_buffer_size"});
+  expect_invalid(hs_resolver_shared_memory_bytes(32768, 1, &bytes), {"device_buffer_size"});
+  expect_invalid(hs_resolver_shared_memory_bytes(64, 0, &bytes), {"max_union_rows"});
+  expect_invalid(hs_resolver_shared_memory_bytes(64, 65, &bytes), {"max_union_rows", "64"});
+}
+
+}  // namespace
