@@ -90,7 +90,9 @@ ResolveResidencyParams build_params(const hs_resolve_residency_args_t& a, Device
     invalid_argument("attention_block_stride: expected at least hot_block_size (", a.hot_block_size, "), got ",
                      a.attention_block_stride);
   }
-  p.attention_block_stride = a.attention_block_stride;
+  // Attention indices are int32; a stride past INT32_MAX addresses nothing
+  // and keeps every block * stride product inside int64.
+  p.attention_block_stride = checked_int32(a.attention_block_stride, "attention_block_stride");
   if (a.host_rows < 0) invalid_argument("host_rows: expected a non-negative row count, got ", a.host_rows);
   p.host_rows = checked_int32(a.host_rows, "host_rows");
   if (a.max_union_rows < 1 || a.max_union_rows > p.hot_size) {

@@ -148,7 +148,8 @@ const TensorArg& TensorArg::contiguous() const {
 }
 
 const TensorArg& TensorArg::unit_stride(int dim) const {
-  if (size(dim) > 1 && stride(dim) != 1) {
+  // An empty tensor has no memory layout to check (NumPy gives it zero strides).
+  if (numel() > 0 && size(dim) > 1 && stride(dim) != 1) {
     invalid_argument(name_, ": expected stride 1 in dimension ", dim, ", got ", stride(dim));
   }
   return *this;
@@ -157,6 +158,7 @@ const TensorArg& TensorArg::unit_stride(int dim) const {
 const TensorArg& TensorArg::row_major_2d() const {
   ndim_is(2);
   unit_stride(1);
+  if (numel() == 0) return *this;
   if (size(0) > 1 && stride(0) < size(1)) {
     invalid_argument(name_, ": expected a row stride of at least ", size(1), " elements, got ", stride(0));
   }
