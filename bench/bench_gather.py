@@ -13,16 +13,20 @@ Swap lists (R token rows of K = top_k columns, one request per token row):
            resolver emits misses in top-k order, not address order)
   random   distinct rows uniform over the whole pool, random order
   sorted   the random rows, sorted by address within each token row
+Each case draws --lists independent swap lists and the timed launches cycle
+through them, so no launch finds the previous one's translations cached.
 Destinations: distinct random hot rows inside each request's own hot region
 of --hot-size rows (what LRU eviction hands out), in a block-strided hot
 cache (--hot-block-size rows per block, --hot-block-stride rows apart).
 Sizes: --requests x --miss-fractions of top_k (the realistic decode step) and
 --counts total rows (spread over count / top_k token rows, full counts).
 
-Timing: CUDA events around each launch, warm-up first, median of --iters;
-launches that move less than --graph-below bytes are captured --graph-reps at
-a time in a CUDA graph and the replay time is divided. Every variant's output
-is checked byte for byte against warp_per_row.
+Timing: warm-up first, then CUDA events around the replay of a CUDA graph
+holding enough back-to-back launches to move >= --graph-bytes (at most
+--graph-reps launches); time per launch = replay time / launches, median of
+--iters replays. Graphs keep host launch overhead out of the figures (an eager
+launch of a 100 us copy would be timed with the Python call's latency in it).
+Every variant's output is checked byte for byte against the host rows.
 
     python bench/bench_gather.py --out bench/results/gather_h200.json
 """
@@ -59,10 +63,11 @@ def parse_args(argv=None):
     parser.add_argument("--hot-block-stride", type=int, default=128, help="rows between hot blocks (>= block size)")
     parser.add_argument("--variants", default="all", help="comma list of variant[@max_blocks], or 'all'")
     parser.add_argument("--capped-blocks", default="16,33,66", help="max_blocks for the capped persistent/sorted runs")
-    parser.add_argument("--iters", type=int, default=15)
+    parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--graph-below", type=float, default=8e6, help="bytes under which graph replay is used")
-    parser.add_argument("--graph-reps", type=int, default=10)
+    parser.add_argument("--graph-bytes", type=float, default=64e6, help="bytes moved per timed graph replay")
+    parser.add_argument("--graph-reps", type=int, default=20, help="most launches per graph")
+    parser.add_argument("--lists", type=int, default=4, help="independent swap lists per case, used in turn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -93,25 +98,26 @@ class Timer:
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
 
-    def median_ms(self, fn, nbytes):
-        """Median milliseconds of one call of fn (graph replay for small ones)."""
+    def median_ms(self, fn, nbytes, cycle=1):
+        """Median milliseconds of one call of fn(i), from graph replays.
+
+        Launch j of a replay calls fn(j % cycle)."""
         args = self.args
-        for _ in range(args.warmup):
-            fn()
+        for i in range(max(args.warmup, cycle)):
+            fn(i % cycle)
         torch.cuda.synchronize()
-        reps = 1
-        run = fn
-        if nbytes < args.graph_below:
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph):
-                    for _ in range(args.graph_reps):
-                        fn()
-                run, reps = graph.replay, args.graph_reps
-                run()
-            except RuntimeError as error:  # timed eagerly instead
-                print(f"graph capture failed ({error}); timing eagerly", file=sys.stderr)
-            torch.cuda.synchronize()
+        reps = max(cycle, min(args.graph_reps, math.ceil(args.graph_bytes / max(nbytes, 1))))
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for i in range(reps):
+                    fn(i % cycle)
+            run = graph.replay
+            run()
+        except RuntimeError as error:  # timed eagerly instead
+            print(f"graph capture failed ({error}); timing eagerly", file=sys.stderr)
+            run, reps = (lambda: fn(0)), 1
+        torch.cuda.synchronize()
         times = []
         for _ in range(args.iters):
             self.start.record()
@@ -237,23 +243,24 @@ def main(argv=None):
         memcpy_dst = None
         for pattern in [p for p in args.patterns.split(",") if p]:
             for kind, tokens, per_token, fraction in cases:
-                swap_host, swap_dev, counts, hot_rows_needed = build_lists(
-                    args, pattern, host_rows, per_token, tokens, generator
-                )
+                lists = [build_lists(args, pattern, host_rows, per_token, tokens, generator)
+                         for _ in range(max(1, args.lists))]
+                swap_host, swap_dev, counts, hot_rows_needed = lists[0]
                 rows = tokens * per_token
                 nbytes = rows * row_bytes
                 hot = hot_view(args, hot_rows_needed, row_bytes, device)
-                d_host, d_dev, d_counts = (x.to(device) for x in (swap_host, swap_dev, counts))
+                on_device = [tuple(x.to(device) for x in lst[:3]) for lst in lists]
+                d_host, d_dev, d_counts = on_device[0]
                 if memcpy_dst is None or memcpy_dst.numel() < nbytes:
                     memcpy_dst = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, device=device)
                 src = raw[:nbytes]
                 dst = memcpy_dst[:nbytes]
-                memcpy_ms = timer.median_ms(lambda: dst.copy_(src, non_blocking=True), nbytes)
+                memcpy_ms = timer.median_ms(lambda i: dst.copy_(src, non_blocking=True), nbytes)
                 memcpy_gbs = nbytes / (memcpy_ms * 1e-3) / 1e9
                 case = f"{args.requests}x{fraction:.0%}" if kind == "step" else f"{rows // 1024}K rows"
                 entry = {
                     "pattern": pattern, "row_bytes": row_bytes, "case": case, "token_rows": tokens,
-                    "rows": rows, "bytes": nbytes, "memcpy_ms": memcpy_ms, "memcpy_gbs": memcpy_gbs,
+                    "rows": rows, "bytes": nbytes, "lists": len(on_device), "memcpy_ms": memcpy_ms, "memcpy_gbs": memcpy_gbs,
                     "miss_fraction": fraction, "variants": {},
                 }
                 reference = None
@@ -262,11 +269,12 @@ def main(argv=None):
                 for name, blocks in variants:
                     hot.zero_()
 
-                    def launch(name=name, blocks=blocks):
-                        ops.gather_compact(host, hot, d_host, d_dev, d_counts, hot_block_size=args.hot_block_size,
+                    def launch(i, name=name, blocks=blocks):
+                        lh, ld, lc = on_device[i]
+                        ops.gather_compact(host, hot, lh, ld, lc, hot_block_size=args.hot_block_size,
                                            hot_block_stride=args.hot_block_stride, variant=name, max_blocks=blocks)
 
-                    launch()
+                    launch(0)
                     torch.cuda.synchronize()
                     identical = None
                     if not args.no_verify:
@@ -277,7 +285,7 @@ def main(argv=None):
                             reference = got.clone()
                         else:
                             identical = bool(torch.equal(got, reference))
-                    ms = timer.median_ms(launch, nbytes)
+                    ms = timer.median_ms(launch, nbytes, cycle=len(on_device))
                     gbs = nbytes / (ms * 1e-3) / 1e9
                     entry["variants"][label(name, blocks)] = {
                         "variant": name, "max_blocks": blocks, "ms": ms, "gbs": gbs,
@@ -288,7 +296,7 @@ def main(argv=None):
                 results.append(entry)
                 print(f"{pattern:8} {row_bytes:5} {case:>10} {nbytes / 1e6:7.1f} {memcpy_gbs:7.1f} | "
                       + " ".join(f"{c:>13}" for c in cells), flush=True)
-                del hot, d_host, d_dev, d_counts
+                del hot, d_host, d_dev, d_counts, on_device
         del host
     print("cells: GB/s and ratio to contiguous pinned memcpy of the same bytes; '!' = bytes differ")
 

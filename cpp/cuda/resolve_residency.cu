@@ -11,6 +11,7 @@
 //   F  copy the new LRU out; per entry outputs, valid counts, counters       | one per 32 token rows
 // Every shared array is written in one phase and read in a later one; the
 // only same-phase sharing is through atomics.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -49,6 +50,9 @@ constexpr int32_t kAssignedBit = 0x10000;
 constexpr int32_t kSlotMask = 0xFFFF;
 // Low half of an evictable-position word whose slot cannot take a miss.
 constexpr int32_t kNoSlot = 0xFFFF;
+// Entry codes below these are hash slots (capacity < 2^16 for H <= 32767).
+constexpr uint16_t kCodeResident = 0xFFFE;
+constexpr uint16_t kCodeInvalid = 0xFFFF;
 
 // Division by a launch constant as a multiply-high and a shift (round-up
 // method of Granlund and Montgomery with a 33-bit multiplier 2^32 + m):
@@ -85,6 +89,11 @@ struct ResolverConstants {
   FastDivisor top_k;             // K
   FastDivisor block_size;        // source table blocks (1 without a table)
   FastDivisor hot_block_size;    // hot and resident blocks
+  // Hot blocks up to this one have attention indices within int32 for any
+  // offset, so only larger ones need the 64-bit check.
+  int32_t safe_hot_block;
+  // The row stride shared by the four per-entry outputs, or -1.
+  int64_t entry_output_stride;
 };
 
 enum EntryKind : int32_t { kInvalid = 0, kResident = 1, kHot = 2 };
@@ -134,29 +143,48 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
   return entry;
 }
 
-__device__ __forceinline__ uint32_t hash_home(int32_t key, int32_t capacity) {
-  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, static_cast<uint32_t>(capacity));
+// The union table: linear probing over slots, looked up in buckets of 4
+// keys read with one 16-byte load. A key only lands past a slot that was
+// taken, and keys are never removed, so a lookup may stop at the first
+// bucket with an empty slot. Capacity (a multiple of
+// 32) stays above 1.5x the keys, so probes end and rarely leave the home
+// bucket, which keeps a warp's lanes together.
+constexpr int32_t kBucketSlots = 4;
+
+__device__ __forceinline__ uint32_t hash_home(int32_t key, uint32_t buckets) {
+  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, buckets);
 }
 
-// Linear probing; the table never fills (capacity > keys), so probes end.
+// Mask (bit i for slot i) of the bucket's slots equal to `value`.
+__device__ __forceinline__ uint32_t bucket_match(const int4& bucket, int32_t value) {
+  return (bucket.x == value ? 1u : 0u) | (bucket.y == value ? 2u : 0u) | (bucket.z == value ? 4u : 0u) |
+         (bucket.w == value ? 8u : 0u);
+}
+
+// Slot index of `key`, inserting it if absent: compare-and-swap slot by
+// slot from the home bucket's first, so keys fill buckets front to back
+// (what hash_rank relies on) and two threads inserting one key meet at the
+// same slot.
 __device__ __forceinline__ uint32_t hash_insert(int32_t* keys, int32_t capacity, int32_t key) {
-  uint32_t h = hash_home(key, capacity);
+  uint32_t slot = hash_home(key, static_cast<uint32_t>(capacity) / kBucketSlots) * kBucketSlots;
   while (true) {
-    const int32_t previous = atomicCAS(keys + h, kEmptyKey, key);
-    if (previous == kEmptyKey || previous == key) return h;
-    if (++h == static_cast<uint32_t>(capacity)) h = 0;
+    const int32_t previous = atomicCAS(keys + slot, kEmptyKey, key);
+    if (previous == kEmptyKey || previous == key) return slot;
+    if (++slot == static_cast<uint32_t>(capacity)) slot = 0;
   }
 }
 
 // Rank of `key` (kNoRank when absent); only while no thread inserts.
 __device__ __forceinline__ uint32_t hash_rank(const int32_t* keys, const uint32_t* values, int32_t capacity,
                                               int32_t key) {
-  uint32_t h = hash_home(key, capacity);
+  const uint32_t buckets = static_cast<uint32_t>(capacity) / kBucketSlots;
+  uint32_t bucket = hash_home(key, buckets);
   while (true) {
-    const int32_t held = keys[h];
-    if (held == key) return values[h];
-    if (held == kEmptyKey) return kNoRank;
-    if (++h == static_cast<uint32_t>(capacity)) h = 0;
+    const int4 held = reinterpret_cast<const int4*>(keys)[bucket];
+    const uint32_t found = bucket_match(held, key);
+    if (found != 0) return values[bucket * kBucketSlots + __ffs(found) - 1];
+    if (bucket_match(held, kEmptyKey) != 0) return kNoRank;
+    if (++bucket == buckets) bucket = 0;
   }
 }
 
@@ -170,20 +198,33 @@ __device__ __forceinline__ int warp_inclusive_sum(int value) {
   return value;
 }
 
+// Warp reductions: one REDUX instruction from sm_80 on.
 __device__ __forceinline__ int warp_sum(int value) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(kFullMask, value);
+#else
 #pragma unroll
   for (int delta = 16; delta > 0; delta >>= 1) value += __shfl_xor_sync(kFullMask, value, delta);
   return value;
+#endif
 }
 __device__ __forceinline__ int warp_min(int value) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(kFullMask, value);
+#else
 #pragma unroll
   for (int delta = 16; delta > 0; delta >>= 1) value = min(value, __shfl_xor_sync(kFullMask, value, delta));
   return value;
+#endif
 }
 __device__ __forceinline__ int warp_max(int value) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(kFullMask, value);
+#else
 #pragma unroll
   for (int delta = 16; delta > 0; delta >>= 1) value = max(value, __shfl_xor_sync(kFullMask, value, delta));
   return value;
+#endif
 }
 
 // Exclusive prefix sum over threads in thread order, plus the block total.
@@ -290,6 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const member_first = reinterpret_cast<int32_t*>(smem + layout.member_first);
   int16_t* const lru_copy = reinterpret_cast<int16_t*>(smem + layout.lru_copy);
   int32_t* const evictable = reinterpret_cast<int32_t*>(smem + layout.evictable);
+  uint16_t* const entry_codes = reinterpret_cast<uint16_t*>(smem + layout.entry_codes);
   const int32_t capacity = layout.hash_capacity;
 
   const int tid = threadIdx.x;
@@ -374,9 +416,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t entries = q * K;  // <= 2^30 (checked by the launcher)
 
   // ---- Phase B: slot occurrence counts (16-bit halves of 32-bit words) ...
-  for (int32_t i = tid; i < H; i += kThreads) {
-    const int32_t j = lru_copy[i];
-    if (j >= 0 && j < H) atomicAdd(reinterpret_cast<uint32_t*>(slot_info) + (j >> 1), 1u << ((j & 1) * 16));
+  {
+    uint32_t* const counts = reinterpret_cast<uint32_t*>(slot_info);
+    const auto count_slot = [&](int32_t j) {
+      if (j >= 0 && j < H) atomicAdd(counts + (j >> 1), 1u << ((j & 1) * 16));
+    };
+    const int32_t quads = H / 4;
+    for (int32_t v = tid; v < quads; v += kThreads) {
+      const uint2 four = reinterpret_cast<const uint2*>(lru_copy)[v];
+      count_slot(static_cast<int16_t>(four.x & 0xFFFFu));
+      count_slot(static_cast<int16_t>(four.x >> 16));
+      count_slot(static_cast<int16_t>(four.y & 0xFFFFu));
+      count_slot(static_cast<int16_t>(four.y >> 16));
+    }
+    if (tid < H - 4 * quads) count_slot(lru_copy[4 * quads + tid]);
   }
 
   // ... and the union, kThreads entries per chunk in entry order. Within a
@@ -385,6 +438,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // scan. Once max_union_rows members exist nothing is inserted any more:
   // later keys are unknown to the table and their entries overflow.
   int32_t union_size = 0;
+  int32_t classified = 0;  // entries [0, classified) went through the union loop
+  const int32_t coded = min(entries, max_union);  // entries that keep a code in shared memory
   {
     int32_t next_position = tid < entries ? entry_position(tid) : -1;
     for (int32_t base = 0; base < entries && union_size < max_union; base += kThreads) {
@@ -397,11 +452,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t h = 0;
       if (e < entries) {
         const Entry entry = classify(p, c, source, resident, position);
+        uint16_t code = entry.kind == kResident ? kCodeResident : kCodeInvalid;
         if (entry.kind == kHot) {
           key = entry.host_slot;
           h = hash_insert(hash_keys, capacity, key);
           atomicMin(hash_values + h, kPending | static_cast<uint32_t>(tid));
+          code = static_cast<uint16_t>(h);
         }
+        if (e < coded) entry_codes[e] = code;
       }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
       const bool first_entry = key >= 0 && hash_values[h] == (kPending | static_cast<uint32_t>(tid));
@@ -417,6 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       union_size += new_keys;
+      classified = min(entries, base + kThreads);
     }
   }
   const int32_t members = min(union_size, max_union);
@@ -441,9 +500,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int32_t j = base + x * kThreads + tid;
       if (j < H) {
         uint32_t info = 0;
-        const int32_t offset = c.hot_block_size.remainder(j, c.hot_block_size.quotient(j));
+        const int32_t hot_block = c.hot_block_size.quotient(j);
         if (slot_info[j] == 1 && block[x] >= 0 &&
-            static_cast<int64_t>(block[x]) * p.attention_block_stride + offset <= kInt32Max) {
+            (block[x] <= c.safe_hot_block ||
+             static_cast<int64_t>(block[x]) * p.attention_block_stride + c.hot_block_size.remainder(j, hot_block) <=
+                 kInt32Max)) {
           info = kSlotUsable;
           if (held[x] >= 0) {
             const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, held[x]);
@@ -589,7 +650,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t k = c.top_k.remainder(e, r);
         const int64_t t = t0 + r;
         local_row = r - row_begin;
-        const Entry entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
+        // Entries the union loop saw keep their code; the rest (past the
+        // codes, or after the union filled up) are classified again.
+        const uint16_t code = e < classified && e < coded ? entry_codes[e] : kCodeResident;
+        Entry entry{kInvalid, -1, -1, -1};
+        uint32_t rank = kNoRank;
+        if (code < kCodeResident) {
+          entry.kind = kHot;
+          entry.host_slot = hash_keys[code];
+          rank = hash_values[code];
+        } else if (code == kCodeResident) {
+          entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
+          if (entry.kind == kHot) rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
+        }
         int64_t row = -1, address = -1;
         int32_t miss = 0;
         if (entry.kind == kResident) {
@@ -597,7 +670,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           address = entry.address;
           ++resident_here;
         } else if (entry.kind == kHot) {
-          const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
           if (rank < static_cast<uint32_t>(max_union)) {
             const int32_t held = member_slots[rank];
             if (held >= 0) {
@@ -613,10 +685,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         valid = row >= 0;
         valid_here += valid;
-        p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = static_cast<int32_t>(row);
-        p.out_attention[t * p.out_attention_row_stride + k] = valid ? static_cast<int32_t>(address) : -1;
-        p.out_resolved[t * p.out_resolved_row_stride + k] = valid ? entry.host_slot : -1;
-        p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = miss;
+        const int32_t hot_row_out = static_cast<int32_t>(row);
+        const int32_t attention_out = valid ? static_cast<int32_t>(address) : -1;
+        const int32_t resolved_out = valid ? entry.host_slot : -1;
+        if (c.entry_output_stride >= 0) {
+          const int64_t offset = t * c.entry_output_stride + k;
+          p.out_hot_rows[offset] = hot_row_out;
+          p.out_attention[offset] = attention_out;
+          p.out_resolved[offset] = resolved_out;
+          p.out_miss_mask[offset] = miss;
+        } else {
+          p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = hot_row_out;
+          p.out_attention[t * p.out_attention_row_stride + k] = attention_out;
+          p.out_resolved[t * p.out_resolved_row_stride + k] = resolved_out;
+          p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = miss;
+        }
       }
       // One shared atomic per run of lanes on one token row (rows grow with
       // the lane; lanes past the group form the last run).
@@ -693,6 +776,12 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   constants.top_k = FastDivisor::make(params.top_k);
   constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
+  constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
+      INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
+  const int64_t stride = params.out_attention_row_stride;
+  const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
+                             params.out_miss_mask_row_stride == stride;
+  constants.entry_output_stride = shared_stride ? stride : -1;
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;

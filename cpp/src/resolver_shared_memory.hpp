@@ -53,6 +53,8 @@ struct ResolverSharedLayout {
   uint32_t lru_copy = 0;      // int16 [H]: lru_slots row as read
   uint32_t evictable = 0;     // int32 [H]: per evictable position (in LRU order), usable slots before it
                               // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
+  uint32_t entry_codes = 0;   // uint16 [max_union_rows]: per entry (first ones of the request), its hash
+                              // slot, or resident / invalid, so the output pass need not classify again
   uint32_t total_bytes = 0;
 };
 
@@ -92,6 +94,8 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
   offset += resolver_align16(2ull * hot);
   layout.evictable = static_cast<uint32_t>(offset);
   offset += resolver_align16(4ull * hot);
+  layout.entry_codes = static_cast<uint32_t>(offset);
+  offset += resolver_align16(2ull * members);
   layout.total_bytes = static_cast<uint32_t>(offset);
   return layout;
 }

@@ -34,7 +34,7 @@ int main() {
                 static_cast<long long>(layout.min_host_blocks));
 
     // A small pool: populated, registered with the GPU when one is present.
-    hs::HostPool pool(4 << 20);
+    hs::HostPool pool(4 << 20);  // populated; registered with the GPU when there is one
     const hs_host_pool_info_t info = pool.info();
     std::memset(pool.data(), 0x7f, 4096);
     std::printf("host pool: %llu bytes, %s, populated in %.3f ms\n",

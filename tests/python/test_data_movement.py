@@ -391,8 +391,8 @@ def test_gather_compact_bad_inputs_cuda():
         ops.gather_compact(unpinned, hot, swap_host, swap_dev, counts, hot_block_size=4)
     with pytest.raises(ValueError, match="swap_host_rows: expected a tensor on cuda:0"):
         ops.gather_compact(host, hot, swap_host.cpu(), swap_dev, counts, hot_block_size=4)
-    with pytest.raises(ValueError, match="host_rows: expected a tensor on cpu"):
-        ops.gather_compact(host, hot.cpu(), swap_host.cpu(), swap_dev.cpu(), counts.cpu(), hot_block_size=4)
+    with pytest.raises(ValueError, match=r"host_rows: expected a tensor on cpu \(the device of hot_cache\)"):
+        ops.gather_compact(host.cuda(), hot.cpu(), swap_host.cpu(), swap_dev.cpu(), counts.cpu(), hot_block_size=4)
     if torch.cuda.device_count() > 1:
         with pytest.raises(ValueError, match="host_rows"):
             ops.gather_compact(host.to("cuda:1"), hot, swap_host, swap_dev, counts, hot_block_size=4)

@@ -4,6 +4,7 @@ and the README's examples."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -76,11 +77,8 @@ print("no-torch OK")
     assert "no-torch OK" in check_ok(run_python(code))
 
 
-def _ld_debug_lines_after(marker: str, stderr: str) -> str:
-    return stderr.split(marker, 1)[1] if marker in stderr else ""
-
-
 def test_import_never_initialises_cuda():
+    pytest.importorskip("torch")
     # torch present: importing hisparse must not initialise torch's CUDA.
     # LD_DEBUG=libs logs every library lookup, found or not, so any device
     # query through the CUDA runtime (which loads libcuda) shows up even on a
@@ -98,7 +96,6 @@ if hisparse._C.build_info()["cuda_compiled"]:
 print("<<queried>>", file=sys.stderr, flush=True)
 print("cuda-compiled" if hisparse._C.build_info()["cuda_compiled"] else "cpu-only")
 """
-    pytest.importorskip("torch")
     result = run_python(code, env={"LD_DEBUG": "libs"})
     stdout = check_ok(result)
     during_import = result.stderr.split("<<import>>", 1)[1].split("<<imported>>", 1)[0]
@@ -277,14 +274,8 @@ def test_config_derives_rows_and_union():
     assert config.resolver_shared_memory_bytes == hisparse._C.resolver_shared_memory_bytes(8192, 6144)
     small = hisparse.Config(top_k=16, device_buffer_size=32, row_bytes=16)
     assert small.resolver_shared_memory_bytes < config.resolver_shared_memory_bytes
-    with pytest.raises(dataclass_frozen_error()):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         config.top_k = 1
-
-
-def dataclass_frozen_error():
-    import dataclasses
-
-    return dataclasses.FrozenInstanceError
 
 
 def test_config_device_check_without_a_device():

@@ -35,10 +35,12 @@ typedef enum hs_gather_variant {
   HS_GATHER_AUTO = 0,         /* the variant measured fastest (see hs_gather_default_variant) */
   HS_GATHER_WARP_PER_ROW = 1, /* one warp per swap entry: the plain baseline */
   HS_GATHER_UNROLLED = 2,     /* a warp copies several rows, issuing all loads before the stores */
-  HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a grid sized to the SMs (or max_blocks) */
+  HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a fixed grid (max_blocks, else half the SMs) that
+                                 strides over the rows */
   HS_GATHER_SORTED = 4,       /* per token row, entries sorted by host slot in shared memory, then
                                  copied in address order by whole blocks: runs of adjacent host rows
-                                 become contiguous reads and each host page is visited once */
+                                 become contiguous reads; max_blocks (else half the SMs) blocks in
+                                 all. The default (HS_GATHER_AUTO). */
   HS_NUM_GATHER_VARIANTS = 5
 } hs_gather_variant_t;
 
@@ -82,7 +84,9 @@ typedef struct hs_gather_compact_args {
   int64_t hot_block_size;              /* rows per hot block, > 0 */
   int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
   int32_t variant;                     /* hs_gather_variant_t */
-  int32_t max_blocks;                  /* CUDA: cap on thread blocks for PERSISTENT/SORTED; 0 = automatic */
+  int32_t max_blocks;                  /* CUDA: thread blocks of PERSISTENT/SORTED; 0 = half the SMs (fewer
+                                          concurrent rows translate fewer host pages at once, which is
+                                          faster for scattered rows and leaves SMs to compute) */
 } hs_gather_compact_args_t;
 #define HS_GATHER_COMPACT_ARGS_VERSION 1
 

@@ -374,5 +374,6 @@ typedef enum hs_stat {
 
 #include "hisparse/index_group.h"
 #include "hisparse/data_movement.h"
+#include "hisparse/runtime.h"
 
 #endif /* HISPARSE_HISPARSE_H_ */

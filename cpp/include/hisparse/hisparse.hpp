@@ -141,6 +141,183 @@ inline void resolve_residency(const hs_resolve_residency_args_t& args, hs_stream
   check(hs_resolve_residency(&args, stream));
 }
 
+// ------------------------------------------------------------------ index group and runtime
+
+// An index group (hisparse/index_group.h) that this object owns.
+class IndexGroup {
+ public:
+  explicit IndexGroup(const hs_index_group_options_t& options) { check(hs_index_group_create(&options, &handle_)); }
+  ~IndexGroup() { hs_index_group_destroy(handle_); }
+  IndexGroup(IndexGroup&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  IndexGroup& operator=(IndexGroup&& other) noexcept {
+    if (this != &other) {
+      hs_index_group_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  IndexGroup(const IndexGroup&) = delete;
+  IndexGroup& operator=(const IndexGroup&) = delete;
+
+  hs_index_group_t get() const { return handle_; }
+  hs_index_group_info_t info() const {
+    hs_index_group_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_index_group_get_info(handle_, &info));
+    return info;
+  }
+  // Borrowed descriptor, valid while the group lives.
+  hs_tensor_t tensor(hs_index_group_tensor_t which) const {
+    hs_tensor_t out{};
+    check(hs_index_group_get_tensor(handle_, which, &out));
+    return out;
+  }
+  void reset(hs_stream_t stream = nullptr) { check(hs_index_group_reset(handle_, stream)); }
+  void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
+                               hs_stream_t stream = nullptr) {
+    check(hs_index_group_invalidate_sorted_slots(handle_, sorted_slots, state_indices, stream));
+  }
+  void resolve(const hs_index_group_resolve_args_t& args, hs_stream_t stream = nullptr) {
+    check(hs_index_group_resolve(handle_, &args, stream));
+  }
+  void copy_stats_async(hs_stream_t stream = nullptr) { check(hs_index_group_copy_stats_async(handle_, stream)); }
+  std::array<int64_t, HS_NUM_STATS> read_stats() const {
+    std::array<int64_t, HS_NUM_STATS> values{};
+    check(hs_index_group_read_stats(handle_, values.data(), HS_NUM_STATS));
+    return values;
+  }
+
+ private:
+  hs_index_group_t handle_ = nullptr;
+};
+
+// A per-layer runtime (hisparse/runtime.h) that this object owns. Create the
+// group leader from options, then followers with Runtime::follower.
+class Runtime {
+ public:
+  explicit Runtime(const hs_runtime_options_t& options) { check(hs_runtime_create(&options, &handle_)); }
+  // A follower of `leader`'s index group; options.leader is set here.
+  static Runtime follower(const Runtime& leader, hs_runtime_options_t options) {
+    options.leader = leader.get();
+    return Runtime(options);
+  }
+  ~Runtime() { hs_runtime_destroy(handle_); }
+  Runtime(Runtime&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Runtime& operator=(Runtime&& other) noexcept {
+    if (this != &other) {
+      hs_runtime_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  hs_runtime_t get() const { return handle_; }
+  // Borrowed: valid while any runtime of the group lives; never destroy it.
+  hs_index_group_t index_group() const {
+    hs_index_group_t group = nullptr;
+    check(hs_runtime_get_index_group(handle_, &group));
+    return group;
+  }
+  // A shared tensor of the group (attention indices, valid counts, ...).
+  hs_tensor_t group_tensor(hs_index_group_tensor_t which) const {
+    hs_tensor_t out{};
+    check(hs_index_group_get_tensor(index_group(), which, &out));
+    return out;
+  }
+  hs_runtime_info_t info() const {
+    hs_runtime_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_runtime_get_info(handle_, &info));
+    return info;
+  }
+
+  void bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool = nullptr) {
+    check(hs_runtime_bind_source_cache(handle_, host_cache, registered_host_pool));
+  }
+  void bind_hot_cache(const hs_tensor_t* raw_tensor, int64_t byte_offset, int64_t block_stride, int64_t num_blocks,
+                      int64_t block_size, const hs_tensor_t* block_table) {
+    hs_hot_cache_binding_t binding;
+    hs_hot_cache_binding_init(&binding);
+    binding.raw_tensor = raw_tensor;
+    binding.byte_offset = byte_offset;
+    binding.block_stride = block_stride;
+    binding.num_blocks = num_blocks;
+    binding.block_size = block_size;
+    binding.block_table = block_table;
+    check(hs_runtime_bind_hot_cache(handle_, &binding));
+  }
+  void unbind() { check(hs_runtime_unbind(handle_)); }
+  hs_tensor_t host_cache() const {
+    hs_tensor_t out{};
+    check(hs_runtime_get_host_cache(handle_, &out));
+    return out;
+  }
+  hs_tensor_t hot_cache() const {
+    hs_tensor_t out{};
+    check(hs_runtime_get_hot_cache(handle_, &out));
+    return out;
+  }
+
+  void begin_forward() { check(hs_runtime_begin_forward(handle_)); }
+  hs_runtime_swap_in_result_t swap_in(const hs_runtime_swap_in_args_t& args, hs_stream_t stream = nullptr) {
+    hs_runtime_swap_in_result_t result{};
+    result.struct_size = sizeof(result);
+    check(hs_runtime_swap_in(handle_, &args, &result, stream));
+    return result;
+  }
+  void reset_hot_state(hs_stream_t stream = nullptr) { check(hs_runtime_reset_hot_state(handle_, stream)); }
+  void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
+                               hs_stream_t stream = nullptr) {
+    check(hs_runtime_invalidate_sorted_slots(handle_, sorted_slots, state_indices, stream));
+  }
+  void mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream = nullptr) {
+    check(hs_runtime_mirror_rows(handle_, src_rows, slot_mapping, stream));
+  }
+  void copy_stats_async(hs_stream_t stream = nullptr) { check(hs_runtime_copy_stats_async(handle_, stream)); }
+  // The counters as the last completed copy_stats_async left them.
+  hs_runtime_stats_t stats() const {
+    hs_runtime_stats_t stats{};
+    stats.struct_size = sizeof(stats);
+    check(hs_runtime_get_stats(handle_, &stats));
+    return stats;
+  }
+
+ private:
+  hs_runtime_t handle_ = nullptr;
+};
+
+// Drops hot copies of rewritten host slots in many index groups at once.
+class SlotInvalidator {
+ public:
+  explicit SlotInvalidator(hs_device_type_t device_type = HS_DEVICE_CPU, int device_index = -1) {
+    check(hs_slot_invalidator_create(device_type, device_index, &handle_));
+  }
+  ~SlotInvalidator() { hs_slot_invalidator_destroy(handle_); }
+  SlotInvalidator(SlotInvalidator&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  SlotInvalidator& operator=(SlotInvalidator&& other) noexcept {
+    if (this != &other) {
+      hs_slot_invalidator_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  SlotInvalidator(const SlotInvalidator&) = delete;
+  SlotInvalidator& operator=(const SlotInvalidator&) = delete;
+
+  hs_slot_invalidator_t get() const { return handle_; }
+  void operator()(const hs_runtime_t* runtimes, int32_t num_runtimes, const hs_tensor_t* request_state_indices,
+                  const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots,
+                  hs_stream_t stream = nullptr) {
+    check(hs_slot_invalidator_run(handle_, runtimes, num_runtimes, request_state_indices, req_id_per_token,
+                                  written_slots, stream));
+  }
+
+ private:
+  hs_slot_invalidator_t handle_ = nullptr;
+};
+
 }  // namespace hs
 
 #endif  // HISPARSE_HISPARSE_HPP_

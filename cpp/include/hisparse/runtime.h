@@ -1,0 +1,347 @@
+/*
+ * hisparse runtime: the per-layer data plane an engine calls every decode
+ * step (the seed's HiSparseRuntime and HiSparseSlotInvalidator).
+ *
+ * A runtime serves one attention layer. Layers that share one indexer output
+ * form an index group: the first runtime created without a leader is the
+ * group's leader and creates the group (an hs_index_group_t: hot-region
+ * state, shared top-k outputs, counters) plus the group's copy stream and
+ * events; runtimes created with that leader join the group as followers.
+ *
+ * Per decode step and layer (swap_in):
+ *   - the leader makes the copy stream wait for the producer of the top-k
+ *     (the top-k-ready event, or the compute stream), resolves residency once
+ *     for the whole group into the shared top-k rows of this step, gathers
+ *     its own missed rows and, for a prefetch batch, every follower's missed
+ *     rows on the copy stream, recording one ready event per layer;
+ *   - a layer that was not prefetched stages its own rows (the copy stream
+ *     waits for the compute stream, gathers, records the layer's event);
+ *   - every layer's compute stream then waits for its own ready event, so
+ *     the attention kernel that follows on the compute stream reads rows that
+ *     are in place.
+ * Results are the attention indices (and valid counts) in the group's shared
+ * top-k rows (hs_index_group_get_tensor on hs_runtime_get_index_group),
+ * rows [first_row, first_row + num_rows) of the call.
+ *
+ * Step rows: hs_runtime_begin_forward resets a runtime's row cursor; each
+ * swap_in takes the next num_tokens rows of the shared state (several
+ * swap_in calls per forward, e.g. speculative drafts, take consecutive rows)
+ * and fails when they pass max_swap_rows.
+ *
+ * Everything on the decode path (begin_forward, swap_in, reset_hot_state,
+ * invalidate_sorted_slots, copy_stats_async, mirror_rows, and the slot
+ * invalidator once warmed up) is stream-ordered, never blocks the host,
+ * never allocates, and can be captured into a CUDA graph: streams only wait
+ * on events recorded by the same call sequence. The CPU backend runs all of
+ * it synchronously (its streams and events are no-ops).
+ *
+ * Binding: the runtime stores descriptors of the memory it is bound to, not
+ * the memory. The caller keeps the host cache, the hot-cache slab and the
+ * block table alive, at the same address, until hs_runtime_unbind or
+ * hs_runtime_destroy; their *contents* may change between steps.
+ *
+ * Thread safety: the runtimes of one index group share host-side state (the
+ * member list, the rows the leader resolved in this forward, the copy
+ * stream), so calls on runtimes of one group must not run concurrently.
+ * Runtimes of different groups are independent. hs_runtime_get_info and
+ * hs_runtime_get_stats only read, but must not race a call that changes the
+ * runtime or hs_runtime_destroy.
+ *
+ * Include this header directly or through hisparse/hisparse.h.
+ */
+#ifndef HISPARSE_RUNTIME_H_
+#define HISPARSE_RUNTIME_H_
+
+#include "hisparse/hisparse.h"
+#include "hisparse/index_group.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hs_runtime* hs_runtime_t;
+
+/* ------------------------------------------------------------------ creation */
+
+typedef struct hs_runtime_options {
+  size_t struct_size;
+  uint32_t struct_version;
+  const hs_config_t* config; /* required: sizes, row_bytes, block sizes, eager_host_mirror */
+  int32_t device_type;       /* HS_DEVICE_CPU or HS_DEVICE_CUDA */
+  int32_t device_index;      /* CUDA device; -1 = the calling thread's current device */
+  int32_t max_num_reqs;      /* S: request state rows, >= 1 */
+  int32_t max_swap_rows;     /* R: token rows of the shared top-k state per forward; 0 = max_num_reqs */
+  int32_t kv_dtype;          /* hs_dtype_t of the KV rows; row width = config->row_bytes / its size */
+  int32_t reserved0;
+  hs_runtime_t leader;       /* NULL: become a group leader; else join this runtime's group */
+  /* leader only (NULL for followers) */
+  hs_stream_t copy_stream;   /* borrowed copy stream; NULL = the group creates and owns one */
+  void* topk_ready_event;    /* borrowed cudaEvent_t that the top-k producer records; NULL = none */
+} hs_runtime_options_t;
+#define HS_RUNTIME_OPTIONS_VERSION 1
+
+/* Defaults: CPU backend, uint8 rows, max_swap_rows = max_num_reqs, leader
+ * with its own copy stream. Set config and max_num_reqs. */
+static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
+  memset(options, 0, sizeof(*options));
+  options->struct_size = sizeof(*options);
+  options->struct_version = HS_RUNTIME_OPTIONS_VERSION;
+  options->device_type = HS_DEVICE_CPU;
+  options->device_index = -1;
+  options->kv_dtype = HS_DTYPE_UINT8;
+}
+
+/* Create a runtime. Without a leader it creates the index group (sized by
+ * config->top_k, device_buffer_size, max_union_rows, max_num_reqs and
+ * max_swap_rows), the copy stream (unless one is given) and the group's
+ * events; with a leader it joins the leader's group, and its device,
+ * max_num_reqs, max_swap_rows (0 = the leader's) and config's top_k,
+ * device_buffer_size, max_union_rows and hot_block_size must equal the
+ * leader's (row_bytes, kv_dtype, block_size and eager_host_mirror may
+ * differ). A borrowed copy stream or event must outlive the group.
+ * Blocking (allocates and initialises the group); not for the decode path.
+ * On failure *runtime is NULL and nothing is leaked. The caller owns the
+ * runtime and frees it with hs_runtime_destroy. Errors name the option. */
+HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_runtime_t* runtime);
+
+/* Leave the group and free the runtime. NULL is accepted. The group's memory,
+ * copy stream and events live until its last runtime is destroyed, so
+ * followers may outlive their leader (their swap_in then fails with
+ * HS_ERROR_INVALID_STATE: nobody resolves for them). The caller guarantees
+ * that no device work still uses what is freed (synchronise first). Does not
+ * synchronise. */
+HS_API hs_status_t hs_runtime_destroy(hs_runtime_t runtime);
+
+/* The runtime's index group: a borrowed handle, valid while any runtime of
+ * the group lives. Use it to read the shared top-k rows and the hot-region
+ * state (hs_index_group_get_tensor); do not destroy it. Non-blocking. */
+HS_API hs_status_t hs_runtime_get_index_group(hs_runtime_t runtime, hs_index_group_t* group);
+
+typedef struct hs_runtime_info {
+  size_t struct_size;
+  uint32_t struct_version;
+  int32_t is_leader;
+  int32_t group_size;             /* live runtimes in the group (leader included while it lives) */
+  int32_t device_type;
+  int32_t device_index;
+  int32_t max_num_reqs;
+  int32_t max_swap_rows;
+  int32_t top_k;
+  int32_t device_buffer_size;
+  int32_t max_union_rows;
+  int32_t row_bytes;
+  int32_t kv_dtype;
+  int32_t row_width;              /* elements of kv_dtype per row */
+  int32_t block_size;             /* config: tokens per source block */
+  int32_t hot_block_size;         /* config: tokens per hot block */
+  int32_t eager_host_mirror;
+  int32_t source_bound;           /* 1 after bind_source_cache */
+  int32_t hot_bound;              /* 1 after bind_hot_cache */
+  int32_t staged;                 /* 1 while this layer's rows are staged and not yet waited for */
+  int64_t host_rows;              /* rows of the bound host cache (0 unbound) */
+  int64_t hot_num_blocks;         /* blocks of the bound hot view (0 unbound) */
+  int64_t attention_block_stride; /* rows between hot blocks (block_stride / row_bytes; 0 unbound) */
+  int64_t next_row;               /* first shared row the next swap_in takes */
+  uint64_t group_row_bytes;       /* row_bytes summed over the group's live runtimes */
+} hs_runtime_info_t;
+#define HS_RUNTIME_INFO_VERSION 1
+
+/* Non-blocking. */
+HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* info);
+
+/* ------------------------------------------------------------------ binding */
+
+/* Bind the host (source) cache: `host_cache` is [rows, ..., row_width] of
+ * the runtime's kv_dtype whose leading dimensions flatten to rows at one
+ * uniform pitch (16-byte aligned rows); its rows are the host slots. It must
+ * be host memory: on CUDA registered or pinned (kernels read it zero-copy),
+ * else HS_ERROR_INVALID_ARGUMENT naming host_cache. `registered_host_pool`
+ * (optional) is the registered range the cache lies in (the seed's
+ * registered_host_pool); the cache must lie within it. Replaces an earlier
+ * binding. Non-blocking (host checks only); not for the decode path. */
+HS_API hs_status_t hs_runtime_bind_source_cache(hs_runtime_t runtime, const hs_tensor_t* host_cache,
+                                                const hs_tensor_t* registered_host_pool);
+
+/* The hot cache: a strided view into a shared device slab (the seed's
+ * PagedCacheView.bind). Block b of the view starts byte_offset + b *
+ * block_stride bytes into the slab and holds block_size rows of row_bytes.
+ * Physical hot row r is row r % block_size of block r / block_size; the
+ * attention kernel addresses it as (r / block_size) * attention_block_stride
+ * + r % block_size rows from the view's start, attention_block_stride =
+ * block_stride / row_bytes. */
+typedef struct hs_hot_cache_binding {
+  size_t struct_size;
+  uint32_t struct_version;
+  const hs_tensor_t* raw_tensor;  /* the slab: contiguous, any dtype, on the runtime's device */
+  int64_t byte_offset;            /* >= 0, a multiple of 16 */
+  int64_t block_stride;           /* bytes between blocks: a multiple of row_bytes, >= block_size * row_bytes */
+  int64_t num_blocks;             /* >= 1; the view must end within the slab */
+  int64_t block_size;             /* rows per block: the config's hot_block_size */
+  const hs_tensor_t* block_table; /* int32 [B, >= ceil(H / block_size)] on the runtime's device */
+} hs_hot_cache_binding_t;
+#define HS_HOT_CACHE_BINDING_VERSION 1
+
+static inline void hs_hot_cache_binding_init(hs_hot_cache_binding_t* binding) {
+  memset(binding, 0, sizeof(*binding));
+  binding->struct_size = sizeof(*binding);
+  binding->struct_version = HS_HOT_CACHE_BINDING_VERSION;
+}
+
+/* Bind the hot cache. Every number is checked against the slab's extent; a
+ * follower must have its leader's block size and attention_block_stride
+ * (checked here when the other is bound, and at every swap_in). Replaces an
+ * earlier binding. Non-blocking (host checks only); not for the decode path. */
+HS_API hs_status_t hs_runtime_bind_hot_cache(hs_runtime_t runtime, const hs_hot_cache_binding_t* binding);
+
+/* Restore the unbound state (no source, no hot cache, no staged rows). Host
+ * memory registrations are not touched. Non-blocking. */
+HS_API hs_status_t hs_runtime_unbind(hs_runtime_t runtime);
+
+/* Borrowed descriptors of the bound host cache (as given) and of the hot
+ * view ([num_blocks, block_size, row_width] of kv_dtype, block stride
+ * block_stride bytes). Valid until the next bind/unbind/destroy.
+ * HS_ERROR_INVALID_STATE when unbound. Non-blocking. */
+HS_API hs_status_t hs_runtime_get_host_cache(hs_runtime_t runtime, hs_tensor_t* out);
+HS_API hs_status_t hs_runtime_get_hot_cache(hs_runtime_t runtime, hs_tensor_t* out);
+
+/* ------------------------------------------------------------------ decode step */
+
+/* Start a forward: reset this runtime's row cursor to 0 and drop staged
+ * rows that were never waited for; on the leader also forget the rows it
+ * resolved (so a follower called before its leader in the new forward
+ * fails). Call it on every runtime of the group before the forward's first
+ * swap_in. Host-only; capturable (it enqueues nothing). */
+HS_API hs_status_t hs_runtime_begin_forward(hs_runtime_t runtime);
+
+typedef struct hs_runtime_swap_in_args {
+  size_t struct_size;
+  uint32_t struct_version;
+  /* read by the leader (followers may leave them NULL) */
+  const hs_tensor_t* topk_indices;          /* int32 [T, K]: request-relative positions, -1 = none */
+  const hs_tensor_t* req_id_per_token;      /* int32 [>= T] */
+  const hs_tensor_t* request_state_indices; /* int32 [B], -1 = padding */
+  const hs_tensor_t* source_block_table;    /* int32 [B, W], optional: NULL = positions are host slots */
+  int64_t block_size;                       /* tokens per source block; 0 = config block_size */
+  const hs_tensor_t* resident_block_table;  /* int32 [B, Wr], optional: > 0 = page resident on the GPU */
+  int64_t resident_block_size;              /* 0 = the hot block size */
+  const hs_tensor_t* num_valid_rows;        /* int32 [1], optional: rows at or past it are padding */
+  const hs_tensor_t* out_attention;         /* int32 [>= T, K], optional: attention indices here */
+  const hs_tensor_t* out_valid_counts;      /* int32 [>= T], optional: valid counts here */
+  int32_t prefetch;                         /* 1 = stage every follower's rows now (a prefetch batch) */
+  int32_t ignore_topk_ready;                /* 1 = wait for the compute stream even with a top-k-ready event */
+  /* read by every runtime */
+  int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
+} hs_runtime_swap_in_args_t;
+#define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
+
+static inline void hs_runtime_swap_in_args_init(hs_runtime_swap_in_args_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION;
+}
+
+typedef struct hs_runtime_swap_in_result {
+  size_t struct_size;
+  uint32_t struct_version;
+  int64_t first_row;  /* this call's shared top-k rows are [first_row, first_row + num_rows) */
+  int64_t num_rows;
+  int32_t prefetched; /* 1 when the leader had staged this layer's rows */
+  int32_t reserved0;
+} hs_runtime_swap_in_result_t;
+#define HS_RUNTIME_SWAP_IN_RESULT_VERSION 1
+
+/* Resolve once per group and make this layer's rows available before the
+ * next work on `stream` (the compute stream), as described at the top of
+ * this file. The leader resolves with its bound hot block table, its host
+ * cache's row count and attention_block_stride; followers move their own
+ * bytes with the leader's swap list. `result` may be NULL.
+ * Errors: HS_ERROR_INVALID_STATE ("layer swap was not prefetched") for an
+ * unbound runtime or follower, a follower called before its leader resolved
+ * its rows in this forward, a follower whose leader was destroyed, or a
+ * follower whose staged rows differ from the rows it asks for;
+ * HS_ERROR_INVALID_ARGUMENT for rows past max_swap_rows, a follower whose
+ * block size or attention_block_stride differs from its leader's, and bad
+ * tensors (named). A failed call takes no rows.
+ * Stream-ordered, no host sync, no allocation, capturable. */
+HS_API hs_status_t hs_runtime_swap_in(hs_runtime_t runtime, const hs_runtime_swap_in_args_t* args,
+                                      hs_runtime_swap_in_result_t* result, hs_stream_t stream);
+
+/* Drop all hot-buffer bookkeeping of the group (hits become misses): the
+ * reset runs on the copy stream after everything enqueued so far on `stream`
+ * and on the copy stream, and `stream` waits for it. Capturable. */
+HS_API hs_status_t hs_runtime_reset_hot_state(hs_runtime_t runtime, hs_stream_t stream);
+
+/* Drop hot copies of the group using shared, preprocessed inputs
+ * (hs_index_group_invalidate_sorted_slots on `stream`). Capturable. */
+HS_API hs_status_t hs_runtime_invalidate_sorted_slots(hs_runtime_t runtime, const hs_tensor_t* sorted_slots,
+                                                      const hs_tensor_t* state_indices, hs_stream_t stream);
+
+/* Keep the host pool authoritative for KV written on the GPU:
+ * host_cache[slot_mapping[i]] = src_rows[i] (hs_mirror_rows into the bound
+ * host cache; src_rows on the runtime's device, same dtype and row width).
+ * HS_ERROR_INVALID_STATE without a bound source cache. Capturable. */
+HS_API hs_status_t hs_runtime_mirror_rows(hs_runtime_t runtime, const hs_tensor_t* src_rows,
+                                          const hs_tensor_t* slot_mapping, hs_stream_t stream);
+
+/* ------------------------------------------------------------------ counters */
+
+/* Enqueue a copy of the group's device counters into their host mirror on
+ * `stream`. Capturable. */
+HS_API hs_status_t hs_runtime_copy_stats_async(hs_runtime_t runtime, hs_stream_t stream);
+
+typedef struct hs_runtime_stats {
+  size_t struct_size;
+  uint32_t struct_version;
+  int32_t num_layers;       /* live runtimes of the group */
+  int64_t lookups;
+  int64_t hits;
+  int64_t misses;
+  int64_t resident;
+  int64_t invalid;
+  double hit_rate;          /* hits / (hits + misses); 0 before any lookup */
+  uint64_t group_row_bytes; /* row_bytes summed over the group's live runtimes */
+  uint64_t bytes_moved;     /* misses x group_row_bytes: bytes every layer of the group loaded */
+} hs_runtime_stats_t;
+#define HS_RUNTIME_STATS_VERSION 1
+
+/* The group's counters as the last completed hs_runtime_copy_stats_async
+ * left them (synchronise its stream first). Non-blocking. */
+HS_API hs_status_t hs_runtime_get_stats(hs_runtime_t runtime, hs_runtime_stats_t* stats);
+
+/* ------------------------------------------------------------------ slot invalidator */
+
+/* Drop hot copies of rewritten host slots for many index groups in one
+ * launch (the seed's HiSparseSlotInvalidator): hs_invalidate_written_slots
+ * over the device_global_indices of the groups of the given runtimes, with a
+ * device array of their table pointers that is built once per set of groups
+ * and cached. */
+typedef struct hs_slot_invalidator* hs_slot_invalidator_t;
+
+/* Create an empty cache for device (device_type, device_index; -1 = the
+ * current CUDA device). Non-blocking. Not thread-safe: one thread at a time
+ * per invalidator. */
+HS_API hs_status_t hs_slot_invalidator_create(int32_t device_type, int32_t device_index,
+                                              hs_slot_invalidator_t* invalidator);
+
+/* Free the cached device arrays. NULL is accepted. The caller guarantees no
+ * device work still reads them (synchronise first). */
+HS_API hs_status_t hs_slot_invalidator_destroy(hs_slot_invalidator_t invalidator);
+
+/* Invalidate written_slots[:n] (n = min(numel(written_slots),
+ * numel(req_id_per_token))) in the groups of runtimes[0 .. num_runtimes-1]
+ * (typically the leaders; all groups must share one [S, H] layout and the
+ * invalidator's device). Does nothing when n == 0 or num_runtimes == 0.
+ * The first call with a new set of groups allocates and fills the pointer
+ * array and waits for it (blocking: make it once outside CUDA-graph capture);
+ * later calls with the same set are stream-ordered, allocation-free and
+ * capturable. */
+HS_API hs_status_t hs_slot_invalidator_run(hs_slot_invalidator_t invalidator, const hs_runtime_t* runtimes,
+                                           int32_t num_runtimes, const hs_tensor_t* request_state_indices,
+                                           const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots,
+                                           hs_stream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HISPARSE_RUNTIME_H_ */

@@ -1,0 +1,462 @@
+// The runtime on the CPU backend through its C ABI (and the RAII layer of
+// hisparse.hpp): a leader and a follower sharing one slab, binding checks
+// that name the argument, swap_in with and without prefetch against the
+// host rows, the misuse statuses, step-row capacity, stats, mirror and the
+// slot invalidator.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hisparse/hisparse.hpp"
+
+namespace {
+
+constexpr int32_t kTopK = 4;
+constexpr int32_t kHot = 16;        // H
+constexpr int32_t kRowBytes = 32;
+constexpr int32_t kBlock = 4;       // hot and source block size
+constexpr int32_t kReqs = 2;        // S
+constexpr int32_t kSwapRows = 4;    // R
+constexpr int64_t kHostRows = 64;
+constexpr int64_t kBlocksPerReq = kHot / kBlock;
+constexpr int64_t kSlabBlocks = kReqs * kBlocksPerReq + 1;  // block 0 unused
+constexpr int64_t kLayers = 2;
+// Two layers interleaved block by block in one slab.
+constexpr int64_t kBlockBytes = kBlock * kRowBytes;
+constexpr int64_t kBlockStride = kLayers * kBlockBytes;
+
+void expect_error(hs_status_t status, hs_status_t expected, std::initializer_list<const char*> fragments) {
+  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
+  const std::string message = hs_last_error();
+  for (const char* fragment : fragments) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
+  }
+}
+
+hs_config_t small_config() {
+  hs_config_t c;
+  hs_config_init(&c);
+  c.top_k = kTopK;
+  c.device_buffer_size = kHot;
+  c.max_union_rows = 8;
+  c.row_bytes = kRowBytes;
+  c.block_size = kBlock;
+  c.hot_block_size = kBlock;
+  return c;
+}
+
+struct Fixture {
+  hs_config_t config = small_config();
+  std::vector<std::vector<uint8_t>> host;  // per layer [kHostRows, kRowBytes]
+  std::vector<uint8_t> slab;
+  std::vector<int32_t> block_table;
+  std::vector<int64_t> host_shape{kHostRows, kRowBytes};
+  std::vector<int64_t> slab_shape;
+  std::vector<int64_t> table_shape{kReqs, kBlocksPerReq};
+  std::vector<hs_tensor_t> host_tensors;
+  hs_tensor_t slab_tensor{};
+  hs_tensor_t table_tensor{};
+
+  Fixture() {
+    std::mt19937 gen(7);
+    host.resize(kLayers);
+    for (auto& layer : host) {
+      layer.resize(kHostRows * kRowBytes);
+      for (auto& byte : layer) byte = static_cast<uint8_t>(gen());
+    }
+    slab.assign(static_cast<size_t>(kSlabBlocks * kBlockStride), 0);
+    slab_shape = {static_cast<int64_t>(slab.size())};
+    block_table.resize(kReqs * kBlocksPerReq);
+    std::iota(block_table.begin(), block_table.end(), 1);
+    for (auto& layer : host) {
+      host_tensors.push_back(hs_tensor_t{layer.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, host_shape.data(), nullptr});
+    }
+    slab_tensor = hs_tensor_t{slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 1, slab_shape.data(), nullptr};
+    table_tensor = hs_tensor_t{block_table.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, table_shape.data(), nullptr};
+  }
+
+  hs_runtime_options_t options() const {
+    hs_runtime_options_t o;
+    hs_runtime_options_init(&o);
+    o.config = &config;
+    o.max_num_reqs = kReqs;
+    o.max_swap_rows = kSwapRows;
+    return o;
+  }
+
+  void bind(hs::Runtime& runtime, int layer) {
+    runtime.bind_source_cache(&host_tensors[layer]);
+    runtime.bind_hot_cache(&slab_tensor, layer * kBlockBytes, kBlockStride, kSlabBlocks, kBlock, &table_tensor);
+  }
+
+  // Bytes of layer `layer`'s hot row at attention index `index`.
+  const uint8_t* hot_row(int layer, int32_t index) const {
+    const int64_t stride_rows = kBlockStride / kRowBytes;
+    const int64_t block = index / stride_rows;
+    const int64_t offset = index % stride_rows;
+    return slab.data() + layer * kBlockBytes + block * kBlockStride + offset * kRowBytes;
+  }
+};
+
+// One decode step: every request selects kTopK host slots.
+struct Step {
+  std::vector<int32_t> topk;
+  std::vector<int32_t> req_ids{0, 1};
+  std::vector<int32_t> state_rows{0, 1};
+  std::vector<int64_t> topk_shape{kReqs, kTopK};
+  std::vector<int64_t> vector_shape{kReqs};
+  hs_tensor_t topk_tensor{}, req_tensor{}, state_tensor{};
+
+  explicit Step(std::vector<int32_t> positions) : topk(std::move(positions)) {
+    topk_tensor = hs_tensor_t{topk.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, topk_shape.data(), nullptr};
+    req_tensor = hs_tensor_t{req_ids.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 1, vector_shape.data(), nullptr};
+    state_tensor = hs_tensor_t{state_rows.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 1, vector_shape.data(), nullptr};
+  }
+  hs_runtime_swap_in_args_t args(bool prefetch) const {
+    hs_runtime_swap_in_args_t a;
+    hs_runtime_swap_in_args_init(&a);
+    a.topk_indices = &topk_tensor;
+    a.req_id_per_token = &req_tensor;
+    a.request_state_indices = &state_tensor;
+    a.prefetch = prefetch ? 1 : 0;
+    return a;
+  }
+};
+
+// Every attention-visible entry of rows [first, first + count) shows, in
+// layer `layer`'s hot cache, the host row it stands for.
+void expect_rows_match(const Fixture& f, const hs::Runtime& runtime, int layer, int64_t first, int64_t count) {
+  const hs_tensor_t attention = runtime.group_tensor(HS_INDEX_GROUP_ATTENTION_INDICES);
+  const hs_tensor_t resolved = runtime.group_tensor(HS_INDEX_GROUP_RESOLVED_SLOTS);
+  const auto* att = static_cast<const int32_t*>(attention.data);
+  const auto* slots = static_cast<const int32_t*>(resolved.data);
+  int checked = 0;
+  for (int64_t t = first; t < first + count; ++t) {
+    for (int k = 0; k < kTopK; ++k) {
+      const int32_t index = att[t * kTopK + k];
+      if (index < 0) continue;
+      const int32_t slot = slots[t * kTopK + k];
+      ASSERT_GE(slot, 0);
+      EXPECT_EQ(0, std::memcmp(f.hot_row(layer, index), f.host[layer].data() + slot * kRowBytes, kRowBytes))
+          << "layer " << layer << " row " << t << " entry " << k;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Runtime, LeaderAndFollowerShareOneGroup) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  hs::Runtime follower = hs::Runtime::follower(leader, f.options());
+  EXPECT_EQ(leader.index_group(), follower.index_group());
+  const hs_runtime_info_t info = follower.info();
+  EXPECT_EQ(info.is_leader, 0);
+  EXPECT_EQ(leader.info().is_leader, 1);
+  EXPECT_EQ(info.group_size, 2);
+  EXPECT_EQ(info.group_row_bytes, 2u * kRowBytes);
+  EXPECT_EQ(info.max_swap_rows, kSwapRows);
+  EXPECT_EQ(info.row_width, kRowBytes);
+  EXPECT_EQ(info.source_bound, 0);
+
+  // A follower of a follower, or one with different group sizes, is refused.
+  hs_runtime_options_t o = f.options();
+  o.leader = follower.get();
+  hs_runtime_t bad = nullptr;
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"leader", "follower"});
+  EXPECT_EQ(bad, nullptr);
+  hs_config_t other = f.config;
+  other.device_buffer_size = 32;
+  o = f.options();
+  o.config = &other;
+  o.leader = leader.get();
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"device_buffer_size", "16", "32"});
+  o = f.options();
+  o.kv_dtype = HS_DTYPE_FLOAT64;
+  other = f.config;
+  other.row_bytes = 48;
+  other.hot_block_size = kBlock;
+  o.config = &other;
+  hs_runtime_t ok = nullptr;
+  ASSERT_EQ(hs_runtime_create(&o, &ok), HS_SUCCESS) << hs_last_error();  // 48 B = 6 float64
+  EXPECT_EQ(hs::Runtime::follower(leader, f.options()).info().group_size, 3);
+  hs_runtime_destroy(ok);
+  o.kv_dtype = 99;
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_DTYPE, {"kv_dtype"});
+}
+
+TEST(Runtime, BindingChecksNameTheArgument) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  hs_runtime_t r = leader.get();
+
+  std::vector<int64_t> wide{kHostRows / 2, kRowBytes * 2};
+  hs_tensor_t wrong_width{f.host[0].data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, wide.data(), nullptr};
+  expect_error(hs_runtime_bind_source_cache(r, &wrong_width, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"host_cache", "mismatched layout", "32"});
+  std::vector<int64_t> as_int32{kHostRows, kRowBytes / 4};
+  hs_tensor_t wrong_dtype{f.host[0].data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, as_int32.data(), nullptr};
+  expect_error(hs_runtime_bind_source_cache(r, &wrong_dtype, nullptr), HS_ERROR_INVALID_DTYPE,
+               {"host_cache", "uint8", "int32"});
+  hs_tensor_t on_gpu = f.host_tensors[0];
+  on_gpu.device_type = HS_DEVICE_CUDA;
+  expect_error(hs_runtime_bind_source_cache(r, &on_gpu, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"host_cache", "host-resident", "cuda:0"});
+  // The pool must contain the cache.
+  std::vector<int64_t> half{kHostRows / 2, kRowBytes};
+  hs_tensor_t small_pool{f.host[0].data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, half.data(), nullptr};
+  expect_error(hs_runtime_bind_source_cache(r, &f.host_tensors[0], &small_pool), HS_ERROR_INVALID_ARGUMENT,
+               {"registered_host_pool"});
+  EXPECT_EQ(leader.info().source_bound, 0) << "a refused binding binds nothing";
+  ASSERT_EQ(hs_runtime_bind_source_cache(r, &f.host_tensors[0], &f.host_tensors[0]), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(leader.info().host_rows, kHostRows);
+
+  hs_hot_cache_binding_t b;
+  hs_hot_cache_binding_init(&b);
+  b.raw_tensor = &f.slab_tensor;
+  b.block_stride = kBlockStride;
+  b.num_blocks = kSlabBlocks + 1;
+  b.block_size = kBlock;
+  b.block_table = &f.table_tensor;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"raw_tensor", "too small"});
+  b.num_blocks = kSlabBlocks;
+  b.byte_offset = kBlockBytes + 16;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"raw_tensor", "too small"});
+  b.byte_offset = 8;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"byte_offset"});
+  b.byte_offset = 0;
+  b.block_stride = kBlockStride + 16;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"block_stride", "multiple"});
+  b.block_stride = kBlockStride;
+  b.block_size = 2 * kBlock;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"block_size", "hot_block_size"});
+  b.block_size = kBlock;
+  std::vector<int64_t> narrow{kReqs, kBlocksPerReq - 1};
+  hs_tensor_t narrow_table{f.block_table.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, narrow.data(), nullptr};
+  b.block_table = &narrow_table;
+  expect_error(hs_runtime_bind_hot_cache(r, &b), HS_ERROR_INVALID_ARGUMENT, {"block_table"});
+  b.block_table = &f.table_tensor;
+  EXPECT_EQ(leader.info().hot_bound, 0);
+  ASSERT_EQ(hs_runtime_bind_hot_cache(r, &b), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(leader.info().attention_block_stride, kBlockStride / kRowBytes);
+
+  // A follower's attention block stride must be its leader's.
+  hs::Runtime follower = hs::Runtime::follower(leader, f.options());
+  follower.bind_source_cache(&f.host_tensors[1]);
+  b.block_stride = kBlockBytes;
+  expect_error(hs_runtime_bind_hot_cache(follower.get(), &b), HS_ERROR_INVALID_ARGUMENT,
+               {"block_stride", "attention_block_stride", "leader"});
+  // ... and its hot block size (a follower configured with other blocks).
+  hs_config_t other = f.config;
+  other.hot_block_size = 2 * kBlock;
+  hs_runtime_options_t o = f.options();
+  o.config = &other;
+  hs::Runtime odd = hs::Runtime::follower(leader, o);
+  odd.bind_source_cache(&f.host_tensors[1]);
+  b.block_size = 2 * kBlock;
+  b.block_stride = kBlockStride * 2;
+  b.num_blocks = kSlabBlocks / 2;
+  expect_error(hs_runtime_bind_hot_cache(odd.get(), &b), HS_ERROR_INVALID_ARGUMENT,
+               {"block_size", "leader", "4", "8"});
+
+  // Unbind restores the unbound state.
+  leader.unbind();
+  EXPECT_EQ(leader.info().source_bound, 0);
+  EXPECT_EQ(leader.info().hot_bound, 0);
+  hs_tensor_t out{};
+  expect_error(hs_runtime_get_hot_cache(r, &out), HS_ERROR_INVALID_STATE, {"hot_cache"});
+}
+
+TEST(Runtime, SwapInMovesTheRowsOfEveryLayer) {
+  for (const bool prefetch : {false, true}) {
+    Fixture f;
+    hs::Runtime leader(f.options());
+    hs::Runtime follower = hs::Runtime::follower(leader, f.options());
+    f.bind(leader, 0);
+    f.bind(follower, 1);
+    for (int step = 0; step < 3; ++step) {
+      Step s({1 + step, 5, 9, 13, 2, 6 + step, 10, 63});
+      leader.begin_forward();
+      follower.begin_forward();
+      const hs_runtime_swap_in_result_t lr = leader.swap_in(s.args(prefetch));
+      EXPECT_EQ(lr.first_row, 0);
+      EXPECT_EQ(lr.num_rows, kReqs);
+      EXPECT_EQ(lr.prefetched, 0);
+      EXPECT_EQ(follower.info().staged, prefetch ? 1 : 0);
+      hs_runtime_swap_in_args_t fa;
+      hs_runtime_swap_in_args_init(&fa);
+      fa.num_tokens = kReqs;  // a follower needs no tensors
+      const hs_runtime_swap_in_result_t fr = follower.swap_in(fa);
+      EXPECT_EQ(fr.prefetched, prefetch ? 1 : 0);
+      EXPECT_EQ(follower.info().staged, 0);
+      expect_rows_match(f, leader, 0, 0, kReqs);
+      expect_rows_match(f, follower, 1, 0, kReqs);
+    }
+    leader.copy_stats_async();
+    const hs_runtime_stats_t stats = leader.stats();
+    EXPECT_EQ(stats.num_layers, 2);
+    EXPECT_EQ(stats.group_row_bytes, 2u * kRowBytes);
+    EXPECT_EQ(stats.lookups, 3 * kReqs * kTopK);
+    EXPECT_EQ(stats.hits + stats.misses, 3 * kReqs * kTopK);
+    EXPECT_EQ(stats.misses, 8 + 2 + 2);  // cold start, then one new slot per request and step
+    EXPECT_EQ(stats.bytes_moved, static_cast<uint64_t>(stats.misses) * 2 * kRowBytes);
+    EXPECT_DOUBLE_EQ(stats.hit_rate, static_cast<double>(stats.hits) / (stats.hits + stats.misses));
+  }
+}
+
+TEST(Runtime, MisuseIsRefusedWithAStatus) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  hs::Runtime follower = hs::Runtime::follower(leader, f.options());
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+  hs_runtime_swap_in_args_t a = s.args(false);
+
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"not prefetched", "not bound"});
+  f.bind(leader, 0);
+  f.bind(follower, 1);
+
+  // A follower before its leader in a forward.
+  leader.begin_forward();
+  follower.begin_forward();
+  expect_error(hs_runtime_swap_in(follower.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"not prefetched", "leader first"});
+  EXPECT_EQ(follower.info().next_row, 0) << "a failed call takes no rows";
+
+  // Step rows: two steps of 2 rows fit R = 4, a third does not.
+  leader.swap_in(a);
+  follower.swap_in(a);
+  leader.swap_in(a);
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"speculative decode capacity", "stop=6", "capacity=4"});
+  EXPECT_EQ(leader.info().next_row, 4);
+  // The follower's second step is resolved; a new forward starts over.
+  follower.swap_in(a);
+  leader.begin_forward();
+  follower.begin_forward();
+  EXPECT_EQ(leader.swap_in(a).first_row, 0);
+
+  // A leader without top-k; a follower asking for other rows than staged.
+  hs_runtime_swap_in_args_t empty;
+  hs_runtime_swap_in_args_init(&empty);
+  expect_error(hs_runtime_swap_in(leader.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"topk_indices"});
+  expect_error(hs_runtime_swap_in(follower.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"num_tokens"});
+  leader.begin_forward();
+  follower.begin_forward();
+  leader.swap_in(s.args(true));
+  empty.num_tokens = 1;
+  expect_error(hs_runtime_swap_in(follower.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"not prefetched for these rows"});
+  empty.num_tokens = kReqs;
+  EXPECT_EQ(follower.swap_in(empty).prefetched, 1);
+
+  // A prefetch batch with an unbound follower is refused before any work.
+  follower.unbind();
+  leader.begin_forward();
+  EXPECT_EQ(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_SUCCESS) << hs_last_error();
+  leader.begin_forward();
+  a.prefetch = 1;
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"follower 0", "not bound"});
+}
+
+TEST(Runtime, FollowerOutlivesItsLeader) {
+  Fixture f;
+  auto leader = std::make_unique<hs::Runtime>(f.options());
+  hs::Runtime follower = hs::Runtime::follower(*leader, f.options());
+  f.bind(follower, 1);
+  hs_index_group_t group = follower.index_group();
+  leader.reset();
+  EXPECT_EQ(follower.info().group_size, 1);
+  EXPECT_EQ(follower.index_group(), group) << "the group lives while a member does";
+  follower.reset_hot_state();
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+  const hs_runtime_swap_in_args_t a = s.args(false);
+  expect_error(hs_runtime_swap_in(follower.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"leader was destroyed"});
+}
+
+TEST(Runtime, ResetMakesHitsMissesAndMirrorWritesTheHostCache) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  f.bind(leader, 0);
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+  leader.begin_forward();
+  leader.swap_in(s.args(false));
+  leader.begin_forward();
+  leader.swap_in(s.args(false));
+  leader.copy_stats_async();
+  EXPECT_EQ(leader.stats().hits, 8);
+  leader.reset_hot_state();
+  leader.copy_stats_async();
+  EXPECT_EQ(leader.stats().lookups, 0) << "the reset zeroes the counters";
+  leader.begin_forward();
+  leader.swap_in(s.args(false));
+  leader.copy_stats_async();
+  EXPECT_EQ(leader.stats().misses, 8);
+  EXPECT_EQ(leader.stats().hits, 0);
+
+  // Mirror two device rows into host slots 3 and 40.
+  std::vector<uint8_t> rows(2 * kRowBytes, 0xAB);
+  std::vector<int64_t> rows_shape{2, kRowBytes};
+  hs_tensor_t src{rows.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, rows_shape.data(), nullptr};
+  std::vector<int32_t> slots{3, 40};
+  std::vector<int64_t> slots_shape{2};
+  hs_tensor_t mapping{slots.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 1, slots_shape.data(), nullptr};
+  leader.mirror_rows(&src, &mapping);
+  EXPECT_EQ(f.host[0][3 * kRowBytes], 0xAB);
+  EXPECT_EQ(f.host[0][40 * kRowBytes + kRowBytes - 1], 0xAB);
+  leader.unbind();
+  expect_error(hs_runtime_mirror_rows(leader.get(), &src, &mapping, nullptr), HS_ERROR_INVALID_STATE,
+               {"bind_source_cache"});
+}
+
+TEST(Runtime, SlotInvalidatorClearsEveryGroup) {
+  Fixture f;
+  hs::Runtime a(f.options());
+  hs::Runtime b(f.options());  // a second, independent group
+  f.bind(a, 0);
+  f.bind(b, 1);
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+  for (hs::Runtime* r : {&a, &b}) {
+    r->begin_forward();
+    r->swap_in(s.args(false));
+  }
+  hs::SlotInvalidator invalidate;
+  std::vector<int32_t> req_ids{0, 1};
+  std::vector<int32_t> written{3, 7};
+  std::vector<int64_t> two{2};
+  hs_tensor_t req_tensor{req_ids.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 1, two.data(), nullptr};
+  hs_tensor_t written_tensor{written.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 1, two.data(), nullptr};
+  const hs_runtime_t runtimes[2] = {a.get(), b.get()};
+  invalidate(runtimes, 2, &s.state_tensor, &req_tensor, &written_tensor);
+  invalidate(runtimes, 2, &s.state_tensor, &req_tensor, &written_tensor);  // cached array
+  for (const hs::Runtime* r : {&a, &b}) {
+    const hs_tensor_t table = r->group_tensor(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+    const auto* dgi = static_cast<const int32_t*>(table.data);
+    int held = 0;
+    for (int j = 0; j < kHot; ++j) {
+      EXPECT_NE(dgi[0 * kHot + j], 3);
+      EXPECT_NE(dgi[1 * kHot + j], 7);
+      held += dgi[j] >= 0 ? 1 : 0;
+      held += dgi[kHot + j] >= 0 ? 1 : 0;
+    }
+    EXPECT_EQ(held, 6) << "only the written slots of the writing requests are dropped";
+  }
+  EXPECT_EQ(hs_slot_invalidator_run(invalidate.get(), runtimes, 0, &s.state_tensor, &req_tensor, &written_tensor,
+                                    nullptr),
+            HS_SUCCESS);
+  const hs_runtime_t with_null[1] = {nullptr};
+  expect_error(hs_slot_invalidator_run(invalidate.get(), with_null, 1, &s.state_tensor, &req_tensor, &written_tensor,
+                                       nullptr),
+               HS_ERROR_INVALID_ARGUMENT, {"runtimes[0]"});
+}
+
+}  // namespace
