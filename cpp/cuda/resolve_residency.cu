@@ -2,13 +2,16 @@
 // everything per request in shared memory (layout: resolver_shared_memory.hpp),
 // bit-identical to resolve_residency_reference.cpp.
 //
-// Phases of an active request and the barriers between them:
-//   A  read the lru row into shared memory; find the request's token rows   | B1
-//   B  count slot occurrences; build the union chunk by chunk (2 per chunk)  | B2
+// Phases of an active request and the barriers that separate them:
+//   A  fill shared memory, read the lru row, find the request's token rows   | B1
+//   B  start the async copy of the dgi row; count slot occurrences; build
+//      the union chunk by chunk (classify, insert, rank: 2 barriers a chunk) | B2
 //   C1 per slot: usable? which member does it hold?                          | B3
-//   C2 per LRU position: hit or evictable; compact E (scan)                  | B4 (in scan)
-//   D  per member: miss index (scan), assignment, swap list, new LRU order   | B5 (in scan), B6
-//   F  copy the new LRU out; per entry outputs, valid counts, counters       | one per 32 token rows
+//   C2 per LRU position: hit (atomicMax on the member) or evictable; one
+//      scan compacts E                                                       | B4 (in the scan)
+//   D  per member: miss index (scan), assignment, dgi and swap list, row
+//      and attention index of its slot; new LRU order into shared memory     | B5 (in the scan), B6
+//   F  copy the new LRU out; per-entry outputs, valid counts, counters       | one per 32 token rows
 // Every shared array is written in one phase and read in a later one; the
 // only same-phase sharing is through atomics.
 #include <algorithm>
@@ -45,8 +48,11 @@ constexpr uint32_t kPending = 0x80000000u;
 // slot_info after phase C1: usable bit, member rank + 1 (0: holds no member).
 constexpr uint32_t kSlotUsable = 0x8000u;
 constexpr uint32_t kSlotRankMask = 0x7FFFu;
-// member_slots after phase D: hot slot, plus this bit for assigned misses.
-constexpr int32_t kAssignedBit = 0x10000;
+// After phase D a served member has member_slots = its physical hot row and
+// member_keys = its attention index; member_first = its first entry for an
+// assigned miss, kServedHit for a hit, kNotServed otherwise.
+constexpr int32_t kServedHit = -1;
+constexpr int32_t kNotServed = INT32_MIN;
 constexpr int32_t kSlotMask = 0xFFFF;
 // Low half of an evictable-position word whose slot cannot take a miss.
 constexpr int32_t kNoSlot = 0xFFFF;
@@ -143,16 +149,15 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
   return entry;
 }
 
-// The union table: linear probing over slots, looked up in buckets of 4
-// keys read with one 16-byte load. A key only lands past a slot that was
-// taken, and keys are never removed, so a lookup may stop at the first
-// bucket with an empty slot. Capacity (a multiple of
-// 32) stays above 1.5x the keys, so probes end and rarely leave the home
-// bucket, which keeps a warp's lanes together.
+// The union table: linear probing over slots from a home slot, looked up
+// in aligned buckets of 4 keys read with one 16-byte load. A key only lands
+// past slots that were taken, and keys are never removed, so a lookup may
+// stop at the first empty slot at or after the home slot. Capacity (a
+// multiple of 32) stays above 1.5x the keys, so probes end.
 constexpr int32_t kBucketSlots = 4;
 
-__device__ __forceinline__ uint32_t hash_home(int32_t key, uint32_t buckets) {
-  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, buckets);
+__device__ __forceinline__ uint32_t hash_home(int32_t key, int32_t capacity) {
+  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, static_cast<uint32_t>(capacity));
 }
 
 // Mask (bit i for slot i) of the bucket's slots equal to `value`.
@@ -161,12 +166,10 @@ __device__ __forceinline__ uint32_t bucket_match(const int4& bucket, int32_t val
          (bucket.w == value ? 8u : 0u);
 }
 
-// Slot index of `key`, inserting it if absent: compare-and-swap slot by
-// slot from the home bucket's first, so keys fill buckets front to back
-// (what hash_rank relies on) and two threads inserting one key meet at the
-// same slot.
+// Slot index of `key`, inserting it if absent (two threads inserting one
+// key probe the same slots, so they meet at one).
 __device__ __forceinline__ uint32_t hash_insert(int32_t* keys, int32_t capacity, int32_t key) {
-  uint32_t slot = hash_home(key, static_cast<uint32_t>(capacity) / kBucketSlots) * kBucketSlots;
+  uint32_t slot = hash_home(key, capacity);
   while (true) {
     const int32_t previous = atomicCAS(keys + slot, kEmptyKey, key);
     if (previous == kEmptyKey || previous == key) return slot;
@@ -177,13 +180,16 @@ __device__ __forceinline__ uint32_t hash_insert(int32_t* keys, int32_t capacity,
 // Rank of `key` (kNoRank when absent); only while no thread inserts.
 __device__ __forceinline__ uint32_t hash_rank(const int32_t* keys, const uint32_t* values, int32_t capacity,
                                               int32_t key) {
+  const uint32_t home = hash_home(key, capacity);
   const uint32_t buckets = static_cast<uint32_t>(capacity) / kBucketSlots;
-  uint32_t bucket = hash_home(key, buckets);
+  uint32_t bucket = home / kBucketSlots;
+  uint32_t probed = 0xFu << (home % kBucketSlots);  // slots of the first bucket at or after home
   while (true) {
     const int4 held = reinterpret_cast<const int4*>(keys)[bucket];
     const uint32_t found = bucket_match(held, key);
     if (found != 0) return values[bucket * kBucketSlots + __ffs(found) - 1];
-    if (bucket_match(held, kEmptyKey) != 0) return kNoRank;
+    if ((bucket_match(held, kEmptyKey) & probed) != 0) return kNoRank;
+    probed = 0xFu;
     if (++bucket == buckets) bucket = 0;
   }
 }
@@ -312,6 +318,33 @@ __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src,
   }
 }
 
+// Starts copying n int32 from global to shared memory (16-byte aligned)
+// without holding registers; wait_async_copies() completes them. Ampere and
+// later copy asynchronously, older devices synchronously.
+__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
+#if __CUDA_ARCH__ >= 800
+  const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 4 * v));
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared + 4 * i), "l"(src + i));
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+#else
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+#endif
+}
+
+__device__ __forceinline__ void wait_async_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
   uint4* vectors = reinterpret_cast<uint4*>(begin);
   const int32_t count = static_cast<int32_t>((end - begin) / 16);
@@ -415,6 +448,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const int32_t entries = q * K;  // <= 2^30 (checked by the launcher)
 
+  // The hot slots' host slots, for phase C1, into the evictable words (free
+  // until phase C2) while the union is built.
+  int32_t* const held_copy = evictable;
+  start_int32_row_copy(held_copy, dgi_row, H);
+
   // ---- Phase B: slot occurrence counts (16-bit halves of 32-bit words) ...
   {
     uint32_t* const counts = reinterpret_cast<uint32_t*>(slot_info);
@@ -479,7 +517,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const int32_t members = min(union_size, max_union);
-  __syncthreads();  // B2: ranks, member keys and slot counts final
+  wait_async_copies();
+  __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
   // ---- Phase C1: per slot j, usable (docs step 3) and the member it holds.
   for (int32_t base = 0; base < H; base += 4 * kThreads) {
@@ -491,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       held[x] = -1;
       block[x] = -1;
       if (j < H) {
-        held[x] = dgi_row[j];
+        held[x] = held_copy[j];
         block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
       }
     }
@@ -582,30 +621,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     assigned_total = (word >> 16) + ((word & kSlotMask) != kNoSlot);
   }
   for (int32_t r = member_begin; r < member_end; ++r) {
-    const int32_t held = member_slots[r];
+    int32_t j = -1;      // the member's slot once served
+    int32_t order = -1;  // m' (index among assigned misses) for an assigned miss
     if (!(miss_bits & (1u << (r - member_begin)))) {
-      member_slots[r] = lru_copy[held];  // last hit position -> its slot
-      continue;
-    }
-    if (m < taken) {
-      const int32_t word = evictable[m];
-      const int32_t j = word & kSlotMask;
-      if (j != kNoSlot) {
-        const int32_t order = word >> 16;  // m': index among assigned misses
-        const int32_t key = member_keys[r];
-        dgi_row[j] = key;
-        member_slots[r] = j | kAssignedBit;
-        const int32_t hot_block = c.hot_block_size.quotient(j);
-        const int64_t row = static_cast<int64_t>(__ldg(hot_table + hot_block)) * p.hot_block_size +
-                            c.hot_block_size.remainder(j, hot_block);
-        const int32_t swap_row = c.top_k.quotient(order);
-        const int64_t t = t0 + swap_row;
-        const int32_t column = c.top_k.remainder(order, swap_row);
-        p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + column] = key;
-        p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + column] = static_cast<int32_t>(row);
+      j = lru_copy[member_slots[r]];  // the last hit position's slot
+      member_first[r] = kServedHit;
+    } else {
+      const int32_t word = m < taken ? evictable[m] : kNoSlot;
+      if ((word & kSlotMask) != kNoSlot) {
+        j = word & kSlotMask;
+        order = word >> 16;
+      } else {
+        member_first[r] = kNotServed;  // dropped, or no evictable position left
       }
+      ++m;
     }
-    ++m;
+    if (j < 0) continue;
+    // Physical row and attention index of the slot (usable: both fit int32).
+    const int32_t hot_block = c.hot_block_size.quotient(j);
+    const int32_t block = __ldg(hot_table + hot_block);
+    const int32_t offset = c.hot_block_size.remainder(j, hot_block);
+    const int32_t row = static_cast<int32_t>(static_cast<int64_t>(block) * p.hot_block_size + offset);
+    const int32_t key = member_keys[r];
+    member_slots[r] = row;
+    member_keys[r] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset);
+    if (order >= 0) {
+      dgi_row[j] = key;
+      const int32_t swap_row = c.top_k.quotient(order);
+      const int64_t t = t0 + swap_row;
+      const int32_t column = c.top_k.remainder(order, swap_row);
+      p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + column] = key;
+      p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + column] = row;
+    }
   }
   for (int32_t r = tid; r < q; r += kThreads) {
     const int64_t remaining = static_cast<int64_t>(assigned_total) - static_cast<int64_t>(r) * K;
@@ -663,30 +710,25 @@ __global__ void __launch_bounds__(kThreads, 1)
           entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
           if (entry.kind == kHot) rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
         }
-        int64_t row = -1, address = -1;
+        int32_t row = -1, address = -1;
         int32_t miss = 0;
         if (entry.kind == kResident) {
-          row = entry.row;
-          address = entry.address;
+          row = static_cast<int32_t>(entry.row);
+          address = static_cast<int32_t>(entry.address);
+          valid = true;
           ++resident_here;
-        } else if (entry.kind == kHot) {
-          if (rank < static_cast<uint32_t>(max_union)) {
-            const int32_t held = member_slots[rank];
-            if (held >= 0) {
-              const int32_t j = held & kSlotMask;
-              const int32_t hot_block = c.hot_block_size.quotient(j);
-              const int32_t block = __ldg(hot_table + hot_block);
-              const int32_t offset = c.hot_block_size.remainder(j, hot_block);
-              row = static_cast<int64_t>(block) * p.hot_block_size + offset;
-              address = static_cast<int64_t>(block) * p.attention_block_stride + offset;
-              miss = (held & kAssignedBit) != 0 && member_first[rank] == e;
-            }
+        } else if (entry.kind == kHot && rank < static_cast<uint32_t>(max_union)) {
+          const int32_t first = member_first[rank];
+          if (first != kNotServed) {
+            row = member_slots[rank];
+            address = member_keys[rank];
+            valid = true;
+            miss = first == e;
           }
         }
-        valid = row >= 0;
         valid_here += valid;
-        const int32_t hot_row_out = static_cast<int32_t>(row);
-        const int32_t attention_out = valid ? static_cast<int32_t>(address) : -1;
+        const int32_t hot_row_out = row;
+        const int32_t attention_out = address;
         const int32_t resolved_out = valid ? entry.host_slot : -1;
         if (c.entry_output_stride >= 0) {
           const int64_t offset = t * c.entry_output_stride + k;
