@@ -84,7 +84,8 @@ HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_run
                        leader->options().device.describe(), "), got device_type ", o.device_type);
     }
     resolved.device = to_device(o.device_type, o.device_index, leader != nullptr ? &leader->options().device : nullptr);
-    resolved.max_num_reqs = (leader != nullptr && o.max_num_reqs == 0) ? leader->options().max_num_reqs : o.max_num_reqs;
+    const bool inherit_reqs = leader != nullptr && o.max_num_reqs == 0;
+    resolved.max_num_reqs = inherit_reqs ? leader->options().max_num_reqs : o.max_num_reqs;
     if (o.max_swap_rows < 0) {
       invalid_argument("max_swap_rows: expected 0 (default) or a positive number of token rows, got ", o.max_swap_rows);
     }

@@ -389,7 +389,9 @@ void Runtime::require_bound(const char* operation) const {
 }
 
 int64_t Runtime::token_rows(const hs_runtime_swap_in_args_t& a) const {
-  if (a.num_tokens < 0) invalid_argument("num_tokens: expected 0 (the rows of topk_indices) or more, got ", a.num_tokens);
+  if (a.num_tokens < 0) {
+    invalid_argument("num_tokens: expected 0 (the rows of topk_indices) or more, got ", a.num_tokens);
+  }
   if (a.topk_indices != nullptr) {
     const TensorArg topk(a.topk_indices, "topk_indices");
     topk.ndim_is(2);
@@ -417,7 +419,9 @@ void Runtime::resolve(const hs_runtime_swap_in_args_t& a, int64_t first_row, int
   r.host_rows = host_rows_;
   r.row_offset = first_row;
   r.source_block_table = a.source_block_table;
-  if (a.block_size < 0) invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
+  if (a.block_size < 0) {
+    invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
+  }
   r.block_size = a.source_block_table == nullptr ? 0 : (a.block_size == 0 ? options_.config.block_size : a.block_size);
   r.resident_block_table = a.resident_block_table;
   r.resident_block_size = a.resident_block_size;
@@ -461,8 +465,9 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
 
   if (is_leader()) {
     // Everything that can be refused is refused before anything is enqueued.
-    const std::vector<Runtime*> followers = a.prefetch ? group_->followers() : std::vector<Runtime*>{};
-    for (size_t i = 0; i < followers.size(); ++i) {
+    const std::vector<Runtime*>& followers = group_->followers();
+    const bool prefetch = a.prefetch != 0;
+    for (size_t i = 0; prefetch && i < followers.size(); ++i) {
       if (!followers[i]->source_bound_ || !followers[i]->hot_bound_) {
         fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: follower ", i,
              " of the group is not bound (bind_source_cache and bind_hot_cache), so a prefetch batch cannot stage it");
@@ -472,7 +477,9 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
     resolve(a, first_row, num_rows);
     group_->set_resolved_rows(stop);
     stage(first_row, num_rows);
-    for (Runtime* follower : followers) follower->stage(first_row, num_rows);
+    if (prefetch) {
+      for (Runtime* follower : followers) follower->stage(first_row, num_rows);
+    }
   } else if (group_->leader() == nullptr) {
     fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the group leader was destroyed, so nothing "
          "resolves this follower's rows");

@@ -14,17 +14,23 @@ from .config import Config
 from .host_pool import HostPool
 from .index_group import IndexGroup
 from .layout import HostLayout, check_host_memory, plan_host_layout
+from .runtime import Runtime, SlotInvalidator
+from .cache_handle import BatchInfo, CacheHandle
 
 __version__ = _C.version()
 
 STAT_NAMES = ("lookups", "hits", "misses", "resident", "invalid")
 
 __all__ = [
+    "BatchInfo",
+    "CacheHandle",
     "Config",
     "HostLayout",
     "HostPool",
     "IndexGroup",
+    "Runtime",
     "STAT_NAMES",
+    "SlotInvalidator",
     "__version__",
     "check_host_memory",
     "ops",

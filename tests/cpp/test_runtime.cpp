@@ -460,3 +460,34 @@ TEST(Runtime, SlotInvalidatorClearsEveryGroup) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(RuntimeRaii, IndexGroupWrapperOwnsAGroup) {
+  hs_index_group_options_t options;
+  hs_index_group_options_init(&options);
+  options.max_num_reqs = 2;
+  options.device_buffer_size = 8;
+  options.top_k = 4;
+  hs::IndexGroup group(options);
+  EXPECT_EQ(group.info().max_union_rows, 4);
+  const hs_tensor_t dgi = group.tensor(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  static_cast<int32_t*>(dgi.data)[3] = 11;
+  group.reset();
+  EXPECT_EQ(static_cast<int32_t*>(dgi.data)[3], -1);
+  group.copy_stats_async();
+  EXPECT_EQ(group.read_stats()[HS_STAT_LOOKUPS], 0);
+  hs::IndexGroup moved = std::move(group);
+  EXPECT_EQ(group.get(), nullptr);
+  EXPECT_NE(moved.get(), nullptr);
+  options.top_k = 0;
+  try {
+    hs::IndexGroup bad(options);
+    ADD_FAILURE() << "a group with top_k 0 was created";
+  } catch (const hs::Error& error) {
+    EXPECT_EQ(error.status(), HS_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(error.what()).find("top_k"), std::string::npos);
+  }
+}
+
+}  // namespace

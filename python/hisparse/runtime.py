@@ -1,0 +1,528 @@
+"""hisparse.Runtime: the per-layer data plane an engine calls every decode step.
+
+A slim layer over the C++ runtime (hisparse/runtime.h): argument
+conversion, torch's current stream, and tensor views of the results. The
+first runtime of an index group (created without ``leader``) is the group
+leader; it resolves residency once per step for the group and, for a
+prefetch batch, loads every follower's rows on the group's copy stream.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, List, Optional, Sequence
+
+from . import _C
+from ._tensors import export, export_optional, stream_handle, torch_or_none
+from .config import Config, dtype_itemsize
+from .index_group import _parse_device
+
+__all__ = ["Runtime", "SlotInvalidator", "paged_cache_view"]
+
+_TENSORS = _C.INDEX_GROUP_TENSORS
+
+
+def _torch():
+    torch = torch_or_none()
+    if torch is None:
+        raise RuntimeError("hisparse.Runtime needs torch")
+    return torch
+
+
+def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    return value
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_code(dtype: Any) -> int:
+    name = _dtype_name(dtype)
+    if name not in _C.DTYPE_CODES:
+        raise TypeError(f"dtype: expected one of {sorted(_C.DTYPE_CODES)}, got {dtype!r}")
+    return _C.DTYPE_CODES[name]
+
+
+def _handle(value: Any, name: str, attribute: str) -> int:
+    """An integer CUDA handle from an int or a torch object's ``attribute``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected None, an int handle or a torch object, got a bool")
+    if isinstance(value, int):
+        return value
+    handle = getattr(value, attribute, None)
+    if handle is None:
+        raise TypeError(f"{name}: expected None, an int handle or a torch.cuda object, got {type(value).__name__}")
+    return int(handle)
+
+
+def paged_cache_view(
+    raw_tensor: Any,
+    *,
+    dtype: Any,
+    row_width: int,
+    byte_offset: int,
+    block_stride: int,
+    num_blocks: int,
+    block_size: int,
+) -> Any:
+    """A ``[num_blocks, block_size, row_width]`` view of ``dtype`` into a byte slab.
+
+    Block ``b`` starts ``byte_offset + b * block_stride`` bytes into the
+    contiguous ``raw_tensor`` (the seed's ``PagedCacheView.bind``). Every
+    number is checked against the slab's extent; errors name the argument.
+    """
+    torch = _torch()
+    if not isinstance(raw_tensor, torch.Tensor):
+        raise TypeError(f"raw_tensor: expected a torch.Tensor, got {type(raw_tensor).__name__}")
+    for name, value, minimum in (
+        ("row_width", row_width, 1),
+        ("byte_offset", byte_offset, 0),
+        ("block_stride", block_stride, 1),
+        ("num_blocks", num_blocks, 1),
+        ("block_size", block_size, 1),
+    ):
+        _require_int(name, value, minimum)
+    if not raw_tensor.is_contiguous():
+        raise ValueError("raw_tensor: expected a contiguous slab")
+    itemsize = dtype_itemsize(dtype)
+    row_bytes = row_width * itemsize
+    if byte_offset % 16:
+        raise ValueError(f"byte_offset: expected a multiple of 16 bytes, got {byte_offset}")
+    if block_stride % row_bytes or block_stride < block_size * row_bytes:
+        raise ValueError(
+            f"block_stride: expected a multiple of the row size {row_bytes} of at least "
+            f"block_size x row bytes = {block_size * row_bytes} bytes, got {block_stride}"
+        )
+    slab_bytes = raw_tensor.numel() * raw_tensor.element_size()
+    needed = byte_offset + (num_blocks - 1) * block_stride + block_size * row_bytes
+    if needed > slab_bytes:
+        raise ValueError(
+            f"raw_tensor: the slab is too small: the view needs {needed} bytes "
+            f"(byte_offset + (num_blocks - 1) x block_stride + block_size x row bytes), the slab has {slab_bytes}"
+        )
+    flat = raw_tensor.reshape(-1).view(torch.uint8)
+    view = torch.as_strided(flat, (num_blocks, block_size, row_bytes), (block_stride, row_bytes, 1), byte_offset)
+    return view.view(dtype) if dtype != torch.uint8 else view
+
+
+class Runtime:
+    """One attention layer's host/hot data plane and its share of an index group.
+
+    ``config`` (a :class:`hisparse.Config`) sizes everything; ``dtype`` is the
+    element type of the KV rows (default ``config.dtype``, else uint8: view
+    FP8 caches as uint8), so a row is ``config.row_bytes / itemsize``
+    elements. ``max_swap_rows`` (token rows of shared top-k state per
+    forward) defaults to the leader's, else ``max_num_reqs * (1 +
+    config.num_speculative_tokens)``. A runtime created with ``leader`` joins
+    that runtime's index group. The leader alone may take a ``copy_stream``
+    (torch.cuda.Stream or handle; default: the group creates one) and a
+    ``topk_ready`` event (torch.cuda.Event or handle) that the producer of the
+    top-k records; the copy stream then waits for it instead of the compute
+    stream.
+
+    Construction of a leader allocates and blocks; everything else runs on
+    torch's current stream of the runtime's device (or ``stream``), never
+    synchronises (except ``stats``) and can be captured in a CUDA graph.
+    Bound tensors are borrowed: the runtime keeps references to them until
+    ``unbind_cache``.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        max_num_reqs: int,
+        device: Any = None,
+        dtype: Any = None,
+        max_swap_rows: Optional[int] = None,
+        leader: Optional["Runtime"] = None,
+        copy_stream: Any = None,
+        topk_ready: Any = None,
+    ) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
+        if leader is not None and not isinstance(leader, Runtime):
+            raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
+        _require_int("max_num_reqs", max_num_reqs, 1)
+        if dtype is None:
+            dtype = config.dtype if config.dtype is not None else "uint8"
+        elif config.dtype is not None and _dtype_name(dtype) != _dtype_name(config.dtype):
+            raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
+        kv_code = _dtype_code(dtype)
+        if max_swap_rows is None:
+            max_swap_rows = (
+                leader.max_swap_rows if leader is not None else max_num_reqs * (1 + config.num_speculative_tokens)
+            )
+        _require_int("max_swap_rows", max_swap_rows, 1)
+        device_type, device_index = _parse_device(device)
+        if leader is not None and device is None:
+            device_type, device_index = leader._info["device_type"], leader._info["device_index"]
+        self._config = config
+        self._rt = _C.Runtime(
+            config.top_k,
+            config.device_buffer_size,
+            config.max_union_rows,
+            config.row_bytes,
+            config.block_size,
+            config.hot_block_size,
+            config.eager_host_mirror,
+            device_type,
+            device_index,
+            max_num_reqs,
+            max_swap_rows,
+            kv_code,
+            leader._rt if leader is not None else None,
+            _handle(copy_stream, "copy_stream", "cuda_stream"),
+            self._event_handle(topk_ready, device_type, device_index),
+        )
+        self._info = self._rt.info()
+        torch = _torch()
+        self._dtype = getattr(torch, _dtype_name(dtype))
+        self._leader = leader
+        # Weak, so that a leader and its followers form no reference cycle.
+        self._followers: List[weakref.ref] = []
+        if leader is not None:
+            leader._followers.append(weakref.ref(self))
+        # Kept so that the borrowed streams and events outlive the group.
+        self._copy_stream = copy_stream
+        self._topk_ready = topk_ready
+        self._views = {name: torch.from_dlpack(self._rt.group_tensor(which)) for name, which in _TENSORS.items()}
+        self._bound: dict = {}
+        self._hot = None
+        #: int32 [B] state row per batch row, used by ``swap_in`` when none is given
+        #: (the seed's runtime attribute, shared by every runtime of an engine).
+        self.request_state_indices: Any = None
+
+    @staticmethod
+    def _event_handle(event: Any, device_type: int, device_index: int) -> int:
+        if event is None or isinstance(event, int):
+            return _handle(event, "topk_ready", "cuda_event")
+        if device_type != _C.INDEX_GROUP_DEVICE_CUDA:
+            raise ValueError("topk_ready: a top-k-ready event needs a CUDA runtime")
+        handle = _handle(event, "topk_ready", "cuda_event")
+        if handle == 0:
+            # torch creates the CUDA event at its first record; record it once
+            # so that a handle exists (a no-op dependency for later waits).
+            torch = _torch()
+            device = torch.device("cuda", device_index) if device_index >= 0 else torch.device("cuda")
+            event.record(torch.cuda.current_stream(device))
+            handle = _handle(event, "topk_ready", "cuda_event")
+        return handle
+
+    # ------------------------------------------------------------------ description
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def is_group_leader(self) -> bool:
+        return self._leader is None
+
+    @property
+    def leader(self) -> "Runtime":
+        """The group leader (this runtime when it leads)."""
+        return self if self._leader is None else self._leader
+
+    @property
+    def followers(self) -> List["Runtime"]:
+        return [f for f in (ref() for ref in self._followers) if f is not None]
+
+    @property
+    def device(self) -> Any:
+        torch = _torch()
+        if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+            return torch.device("cuda", self._info["device_index"])
+        return torch.device("cpu")
+
+    @property
+    def kv_dtype(self) -> Any:
+        return self._dtype
+
+    @property
+    def row_width(self) -> int:
+        return self._info["row_width"]
+
+    @property
+    def row_bytes(self) -> int:
+        return self._info["row_bytes"]
+
+    @property
+    def max_num_reqs(self) -> int:
+        return self._info["max_num_reqs"]
+
+    @property
+    def max_swap_rows(self) -> int:
+        return self._info["max_swap_rows"]
+
+    @property
+    def eager_host_mirror(self) -> bool:
+        return self._info["eager_host_mirror"]
+
+    def info(self) -> dict:
+        """Current state (binding, cursor, staged rows, group size) as a dict."""
+        return self._rt.info()
+
+    # ------------------------------------------------------------------ group tensors
+    def _group_view(name: str, doc: str) -> property:  # noqa: N805 (a class-body helper)
+        def get(self: "Runtime") -> Any:
+            return self._views[name]
+
+        get.__doc__ = doc
+        return property(get)
+
+    device_global_indices = _group_view("device_global_indices", "int32 [S, H]: host slot held by each hot slot.")
+    lru_slots = _group_view("lru_slots", "int16 [S, H]: hot slots from least to most recently used.")
+    attention_indices = _group_view("attention_indices", "int32 [R, K]: shared attention indices, -1 = masked.")
+    valid_counts = _group_view("valid_counts", "int32 [R]: entries with an attention index per token row.")
+    hot_rows = _group_view("hot_rows", "int32 [R, K]: physical hot (or resident) row per entry.")
+    resolved_slots = _group_view("resolved_slots", "int32 [R, K]: host slot per entry.")
+    miss_mask = _group_view("miss_mask", "int32 [R, K]: 1 at the first occurrence of each missed slot.")
+    swap_host_rows = _group_view("swap_host_rows", "int32 [R, K]: compact swap list, host slots.")
+    swap_device_rows = _group_view("swap_device_rows", "int32 [R, K]: compact swap list, physical hot rows.")
+    swap_counts = _group_view("swap_counts", "int32 [R]: swap entries per token row.")
+    counters = _group_view("counters", "int64 [5]: lookups, hits, misses, resident, invalid (device).")
+    del _group_view
+
+    # ------------------------------------------------------------------ binding
+    @property
+    def host_cache(self) -> Any:
+        """The bound host (source) cache, or None."""
+        return self._bound.get("host_cache")
+
+    @property
+    def hot(self) -> Any:
+        """The bound hot view ``[num_blocks, block_size, row_width]`` into the slab, or None."""
+        return self._hot
+
+    @property
+    def hot_block_table(self) -> Any:
+        return self._bound.get("hot_block_table")
+
+    @property
+    def attention_block_stride(self) -> int:
+        """Rows between hot blocks as the attention kernel addresses them (0 unbound)."""
+        return self._rt.info()["attention_block_stride"]
+
+    def bind_source_cache(self, kv_cache: Any, *, registered_host_pool: Any = None) -> None:
+        """Bind the host cache ``[rows, ..., row_width]`` (host slot g = row g).
+
+        It must be host memory of the runtime's dtype and row width; on CUDA
+        pinned or registered (e.g. a :class:`hisparse.HostPool` view).
+        ``registered_host_pool`` is the registered range that holds it.
+        """
+        self._rt.bind_source_cache(
+            export(kv_cache, "host_cache"), export_optional(registered_host_pool, "registered_host_pool")
+        )
+        self._bound["host_cache"] = kv_cache
+        self._bound["registered_host_pool"] = registered_host_pool
+
+    def bind_hot_cache(
+        self,
+        raw_tensor: Any,
+        *,
+        byte_offset: int,
+        block_stride: int,
+        num_blocks: int,
+        block_size: int,
+        block_table: Any,
+    ) -> None:
+        """Bind this layer's strided view into the shared GPU slab.
+
+        ``block_stride`` is in bytes (a multiple of the row size);
+        ``block_table`` is int32 ``[B, >= ceil(H / block_size)]``, the
+        physical hot block of each logical hot block per batch row.
+        """
+        for name, value in (
+            ("byte_offset", byte_offset),
+            ("block_stride", block_stride),
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+        ):
+            _require_int(name, value)
+        self._rt.bind_hot_cache(
+            export(raw_tensor, "raw_tensor"), byte_offset, block_stride, num_blocks, block_size,
+            export(block_table, "block_table"),
+        )
+        self._bound["hot_backing"] = raw_tensor
+        self._bound["hot_block_table"] = block_table
+        # The core checked the same numbers; a NumPy slab simply has no torch view.
+        self._hot = (
+            paged_cache_view(raw_tensor, dtype=self._dtype, row_width=self.row_width, byte_offset=byte_offset,
+                             block_stride=block_stride, num_blocks=num_blocks, block_size=block_size)
+            if isinstance(raw_tensor, _torch().Tensor)
+            else None
+        )
+
+    def unbind_cache(self) -> None:
+        """Restore the unbound state without unregistering the host pool."""
+        self._rt.unbind()
+        self._bound = {}
+        self._hot = None
+
+    # ------------------------------------------------------------------ decode step
+    def _stream(self, stream: Any, *tensors: Any) -> int:
+        return stream_handle(stream, self._views["device_global_indices"], *tensors)
+
+    def begin_forward(self) -> None:
+        """Reset the per-forward row cursor (call on every runtime before a forward)."""
+        self._rt.begin_forward()
+
+    def swap_in(
+        self,
+        topk_indices: Any = None,
+        req_id_per_token: Any = None,
+        *,
+        request_state_indices: Any = None,
+        block_table: Any = None,
+        block_size: Optional[int] = None,
+        resident_block_table: Any = None,
+        resident_block_size: Optional[int] = None,
+        num_valid_rows: Any = None,
+        prefetch: bool = False,
+        return_valid_counts: bool = False,
+        attention_indices_out: Any = None,
+        valid_counts_out: Any = None,
+        num_tokens: Optional[int] = None,
+        ignore_topk_ready: bool = False,
+        stream: Any = None,
+    ) -> Any:
+        """Resolve once per group and make this layer's rows available.
+
+        The leader reads ``topk_indices`` (int32 [T, top_k] request-relative
+        positions), ``req_id_per_token``, ``request_state_indices`` (default
+        :attr:`request_state_indices`), the source ``block_table`` (positions
+        -> host slots; None: positions are host slots) with ``block_size``
+        (default config.block_size), the optional ``resident_block_table``,
+        ``num_valid_rows``, ``prefetch`` (stage every follower now) and the
+        optional outputs. A follower needs only T (``topk_indices`` or
+        ``num_tokens``). Returns the attention indices of this call's rows
+        (``attention_indices_out`` when given), with the valid counts when
+        ``return_valid_counts``.
+        """
+        if request_state_indices is None:
+            request_state_indices = self.request_state_indices
+        if num_tokens is None:
+            num_tokens = 0
+        _require_int("num_tokens", num_tokens, 0)
+        block_size = 0 if block_size is None else _require_int("block_size", block_size)
+        if resident_block_size is None:
+            resident_block_size = 0
+        _require_int("resident_block_size", resident_block_size)
+        if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
+            req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
+        first, count, _ = self._rt.swap_in(
+            export_optional(topk_indices, "topk_indices"),
+            export_optional(req_id_per_token, "req_id_per_token"),
+            export_optional(request_state_indices, "request_state_indices"),
+            export_optional(block_table, "block_table"),
+            block_size,
+            export_optional(resident_block_table, "resident_block_table"),
+            resident_block_size,
+            export_optional(num_valid_rows, "num_valid_rows"),
+            export_optional(attention_indices_out, "attention_indices_out"),
+            export_optional(valid_counts_out, "valid_counts_out"),
+            bool(prefetch),
+            bool(ignore_topk_ready),
+            num_tokens,
+            self._stream(stream, topk_indices),
+        )
+        rows = slice(first, first + count)
+        attention = self._views["attention_indices"][rows] if attention_indices_out is None else attention_indices_out
+        if return_valid_counts:
+            counts = self._views["valid_counts"][rows] if valid_counts_out is None else valid_counts_out
+            return attention, counts
+        return attention
+
+    def reset_hot_state(self, *, stream: Any = None) -> None:
+        """Drop all hot-buffer bookkeeping of the group (hits become misses), stream-ordered."""
+        self._rt.reset_hot_state(self._stream(stream))
+
+    def invalidate_sorted_slots(self, sorted_slots: Any, state_indices: Any, *, stream: Any = None) -> None:
+        """Drop hot copies of the host slots in ``sorted_slots`` (ascending) for ``state_indices``."""
+        self._rt.invalidate_sorted_slots(
+            export(sorted_slots, "sorted_slots"), export(state_indices, "state_indices"),
+            self._stream(stream, sorted_slots),
+        )
+
+    def mirror_rows(self, src_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
+        """``host_cache[slot_mapping[i]] = src_rows[i]`` (device rows into the host pool), stream-ordered."""
+        self._rt.mirror_rows(export(src_rows, "src_rows"), export(slot_mapping, "slot_mapping"),
+                             self._stream(stream, src_rows))
+
+    # ------------------------------------------------------------------ counters
+    def copy_stats_async(self, *, stream: Any = None) -> None:
+        self._rt.copy_stats_async(self._stream(stream))
+
+    def stats(self, *, synchronize: bool = True, stream: Any = None) -> dict:
+        """The group's counters with ``hit_rate`` and ``bytes_moved``.
+
+        ``bytes_moved`` = misses x row bytes summed over the group's layers.
+        With ``synchronize`` the counters are copied on the stream and the
+        stream is synchronised first; otherwise the last ``copy_stats_async``
+        is read as it is.
+        """
+        if synchronize:
+            handle = self._stream(stream)
+            self._rt.copy_stats_async(handle)
+            if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+                torch = _torch()
+                if stream is not None and hasattr(stream, "synchronize"):
+                    stream.synchronize()
+                elif handle == 0:
+                    torch.cuda.synchronize(self.device)
+                else:
+                    torch.cuda.ExternalStream(handle, device=self.device).synchronize()
+        return self._rt.stats()
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_group_leader else "follower"
+        return (
+            f"Runtime({role}, device={self.device}, dtype={self._dtype}, row_width={self.row_width}, "
+            f"max_num_reqs={self.max_num_reqs}, max_swap_rows={self.max_swap_rows})"
+        )
+
+
+class SlotInvalidator:
+    """Drop hot copies of rewritten host slots for many index groups at once.
+
+    The seed's ``HiSparseSlotInvalidator``: one launch over the
+    ``device_global_indices`` of every given runtime's group. The device array
+    of table pointers is built once per set of groups (blocking: call once
+    outside CUDA-graph capture) and cached.
+    """
+
+    def __init__(self, request_state_indices: Any) -> None:
+        torch = _torch()
+        if not isinstance(request_state_indices, torch.Tensor):
+            raise TypeError(
+                f"request_state_indices: expected a torch.Tensor, got {type(request_state_indices).__name__}"
+            )
+        self.request_state_indices = request_state_indices
+        device = request_state_indices.device
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self._inv = _C.SlotInvalidator(_C.INDEX_GROUP_DEVICE_CUDA, index)
+        else:
+            self._inv = _C.SlotInvalidator(_C.INDEX_GROUP_DEVICE_CPU, 0)
+
+    def __call__(
+        self, leaders: Sequence[Runtime], written_slots: Any, req_id_per_token: Any, *, stream: Any = None
+    ) -> None:
+        leaders = list(leaders)
+        for i, leader in enumerate(leaders):
+            if not isinstance(leader, Runtime):
+                raise TypeError(f"leaders[{i}]: expected a hisparse.Runtime, got {type(leader).__name__}")
+        self._inv.run(
+            [leader._rt for leader in leaders],
+            export(self.request_state_indices, "request_state_indices"),
+            export(req_id_per_token, "req_id_per_token"),
+            export(written_slots, "written_slots"),
+            stream_handle(stream, self.request_state_indices),
+        )

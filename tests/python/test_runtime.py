@@ -1,0 +1,492 @@
+"""hisparse.Runtime, CacheHandle and SlotInvalidator on every device: binding
+errors that name the argument, swap_in against resolve_residency +
+gather_compact done by hand, prefetch vs. per-layer staging, the step-row
+capacity, misuse, reset, stats, mirroring, batch classification, and one
+decode step of a 4-layer group captured in a CUDA graph."""
+
+import pytest
+
+import hisparse
+from hisparse import ops
+from hisparse.runtime import paged_cache_view
+from conftest import requires_cuda
+from runtime_setup import GroupSetup, host_memory, random_bytes
+
+torch = pytest.importorskip("torch")
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_step(setup, *, state_rows, tokens_per_request=1, max_position=48, seed=0, with_source_table=True,
+              resident_pages=None):
+    """Top-k positions of one step for the requests in `state_rows` (-1 = padding).
+
+    Request b owns host blocks 1 + 6 * s ... (source block size 8); with
+    `resident_pages`, page `p` of every request is resident in its first
+    resident block."""
+    gen = torch.Generator().manual_seed(seed)
+    device = setup.device
+    K = setup.config.top_k
+    batch = len(state_rows)
+    T = batch * tokens_per_request
+    topk = torch.randint(-1, max_position, (T, K), generator=gen, dtype=torch.int32)
+    req_ids = torch.arange(batch, dtype=torch.int32).repeat_interleave(tokens_per_request)
+    step = dict(topk=topk.to(device), req_ids=req_ids.to(device))
+    if with_source_table:
+        blocks = -(-max_position // setup.config.block_size)
+        source = torch.zeros((setup.max_num_reqs, blocks), dtype=torch.int32)
+        for b, s in enumerate(state_rows):
+            source[b] = 1 + max(s, 0) * blocks + torch.randperm(blocks, generator=gen)
+        step["block_table"] = source.to(device)
+    if resident_pages is not None:
+        pages = -(-max_position // setup.hot_block_size)
+        resident = torch.zeros((setup.max_num_reqs, pages), dtype=torch.int32)
+        for b, s in enumerate(state_rows):
+            if s >= 0:
+                resident[b, resident_pages] = setup.resident_block(s)
+        step["resident_block_table"] = resident.to(device)
+    setup.set_batch(state_rows)
+    return step
+
+
+def swap_kwargs(step):
+    return {k: v for k, v in step.items() if k in ("block_table", "resident_block_table")}
+
+
+# ---------------------------------------------------------------- binding errors
+
+
+def test_bind_errors_name_the_argument(device):
+    setup = GroupSetup(device, num_layers=2)
+    leader, follower = setup.runtimes
+    gen = torch.Generator().manual_seed(1)
+    with pytest.raises(TypeError, match="host_cache.*mismatched layout"):
+        leader.bind_source_cache(setup.hosts[0].view(torch.int32))
+    with pytest.raises(ValueError, match="host_cache.*mismatched layout"):
+        leader.bind_source_cache(setup.hosts[0].view(-1, 2 * setup.row_bytes))
+    with pytest.raises(ValueError, match="raw_tensor.*too small"):
+        leader.bind_hot_cache(setup.slab[: -setup.block_stride], byte_offset=0, block_stride=setup.block_stride,
+                              num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table)
+    with pytest.raises(ValueError, match="block_size"):
+        leader.bind_hot_cache(setup.slab, byte_offset=0, block_stride=setup.block_stride, num_blocks=2,
+                              block_size=8, block_table=setup.hot_table)
+    with pytest.raises(ValueError, match="block_table"):
+        leader.bind_hot_cache(setup.slab, byte_offset=0, block_stride=setup.block_stride,
+                              num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table[:, :2])
+    with pytest.raises(ValueError, match="block_stride"):
+        follower.bind_hot_cache(setup.slab, byte_offset=0, block_stride=setup.block_bytes,
+                                num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table)
+    # A follower configured with other hot blocks than its leader's.
+    odd_config = hisparse.Config(top_k=8, device_buffer_size=32, max_union_rows=8, row_bytes=64, block_size=8,
+                                 hot_block_size=8)
+    odd = hisparse.Runtime(odd_config, max_num_reqs=setup.max_num_reqs, leader=leader)
+    odd.bind_source_cache(setup.hosts[1])
+    with pytest.raises(ValueError, match="block_size.*leader"):
+        odd.bind_hot_cache(setup.slab, byte_offset=0, block_stride=2 * setup.block_stride,
+                           num_blocks=setup.num_blocks // 2, block_size=8, block_table=setup.hot_table)
+    # Refused bindings keep the earlier ones.
+    assert leader.info()["source_bound"] and leader.info()["hot_bound"]
+    assert leader.attention_block_stride == setup.block_stride // setup.row_bytes
+
+    # Unbound runtime.
+    leader.unbind_cache()
+    assert leader.hot is None and leader.host_cache is None
+    step = make_step(setup, state_rows=[0, 1])
+    leader.begin_forward()
+    with pytest.raises(RuntimeError, match="not prefetched.*not bound"):
+        leader.swap_in(step["topk"], step["req_ids"])
+
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match="host_cache.*not pinned"):
+            leader.bind_source_cache(random_bytes((256, 64), gen))  # pageable
+        with pytest.raises(ValueError, match="host_cache.*host-resident"):
+            leader.bind_source_cache(setup.slab[: 256 * 64].view(256, 64))
+        with pytest.raises(ValueError, match="raw_tensor.*cuda"):
+            leader.bind_hot_cache(setup.slab.cpu(), byte_offset=0, block_stride=setup.block_stride,
+                                  num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table)
+        with pytest.raises(ValueError, match="block_table.*cuda"):
+            leader.bind_hot_cache(setup.slab, byte_offset=0, block_stride=setup.block_stride,
+                                  num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table.cpu())
+
+
+def test_bad_constructor_arguments(device):
+    config = hisparse.Config(top_k=8, device_buffer_size=32, row_bytes=64)
+    with pytest.raises(TypeError, match="config"):
+        hisparse.Runtime({"top_k": 8}, max_num_reqs=2)
+    with pytest.raises(ValueError, match="max_num_reqs"):
+        hisparse.Runtime(config, max_num_reqs=0, device=device)
+    with pytest.raises(TypeError, match="dtype"):
+        hisparse.Runtime(config, max_num_reqs=2, device=device, dtype="complex64")
+    leader = hisparse.Runtime(config, max_num_reqs=2, device=device)
+    other = hisparse.Config(top_k=16, device_buffer_size=32, row_bytes=64)
+    with pytest.raises(ValueError, match="top_k"):
+        hisparse.Runtime(other, max_num_reqs=2, leader=leader)
+    with pytest.raises(ValueError, match="max_num_reqs"):
+        hisparse.Runtime(config, max_num_reqs=3, leader=leader)
+    bf16 = hisparse.Runtime(config, max_num_reqs=2, device=device, dtype=torch.bfloat16)
+    assert bf16.row_width == 32 and bf16.kv_dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------- swap_in semantics
+
+
+@pytest.mark.parametrize("tokens_per_request", [1, 2])
+def test_swap_in_equals_resolve_and_gather_by_hand(device, tokens_per_request):
+    K = 8
+    setup = GroupSetup(device, num_layers=3, top_k=K, hot_size=32, max_union_rows=K * tokens_per_request,
+                       max_num_reqs=4, max_swap_rows=4 * tokens_per_request, resident_blocks_per_req=1, seed=3)
+    S, H = setup.max_num_reqs, setup.config.device_buffer_size
+    i32 = dict(dtype=torch.int32, device=device)
+    dgi = torch.full((S, H), -1, **i32)
+    lru = torch.arange(H, dtype=torch.int16, device=device).repeat(S, 1)
+    stats = torch.zeros(5, dtype=torch.int64, device=device)
+    hand_slab = setup.slab.clone()
+    stride_rows = setup.block_stride // setup.row_bytes
+    hand_views = [
+        paged_cache_view(hand_slab, dtype=torch.uint8, row_width=setup.row_bytes, byte_offset=i * setup.block_bytes,
+                         block_stride=setup.block_stride, num_blocks=setup.num_blocks, block_size=4)
+        for i in range(setup.num_layers)
+    ]
+    batches = [[2, 0, 1], [0, -1, 2], [3, 2, 0], [2, 0, 1]]
+    for index, state_rows in enumerate(batches):
+        step = make_step(setup, state_rows=state_rows, tokens_per_request=tokens_per_request, seed=10 + index % 3,
+                         resident_pages=2)
+        T = step["topk"].shape[0]
+        num_valid = torch.tensor([T - (index == 2)], **i32)
+        setup.begin_forward()
+        attention, counts = setup.leader.swap_in(
+            step["topk"], step["req_ids"], num_valid_rows=num_valid, return_valid_counts=True,
+            prefetch=index % 2 == 1, **swap_kwargs(step))
+        for follower in setup.runtimes[1:]:
+            follower.swap_in(num_tokens=T)
+
+        out = {name: torch.full((T, K), -7, **i32) for name in ("attention", "hot_rows", "resolved", "miss_mask",
+                                                                "swap_host_rows", "swap_device_rows")}
+        valid = torch.full((T,), -7, **i32)
+        swap_counts = torch.full((T,), -7, **i32)
+        ops.resolve_residency(
+            step["topk"], step["req_ids"], setup.request_state_indices, dgi, lru, setup.hot_table,
+            hot_block_size=4, attention_block_stride=stride_rows, host_rows=setup.hosts[0].shape[0],
+            max_union_rows=setup.config.max_union_rows, out_attention=out["attention"], out_hot_rows=out["hot_rows"],
+            out_resolved=out["resolved"], out_miss_mask=out["miss_mask"], out_valid_counts=valid,
+            out_swap_host_rows=out["swap_host_rows"], out_swap_device_rows=out["swap_device_rows"],
+            out_swap_counts=swap_counts, source_block_table=step["block_table"], block_size=8,
+            resident_block_table=step["resident_block_table"], resident_block_size=4, num_valid_rows=num_valid,
+            stats=stats)
+        for i, view in enumerate(hand_views):
+            ops.gather_compact(setup.hosts[i], view, out["swap_host_rows"], out["swap_device_rows"], swap_counts,
+                               hot_block_size=4, hot_block_stride=stride_rows)
+        sync(device)
+        assert torch.equal(attention, out["attention"]), index
+        assert torch.equal(counts, valid), index
+        assert torch.equal(setup.leader.resolved_slots[:T], out["resolved"]), index
+        assert torch.equal(setup.leader.device_global_indices, dgi), index
+        assert torch.equal(setup.leader.lru_slots, lru), index
+        assert torch.equal(setup.leader.counters, stats), index
+        assert torch.equal(setup.slab, hand_slab), index
+        assert (attention >= 0).any()
+
+
+@pytest.mark.parametrize("tokens_per_request", [1, 3])
+def test_prefetch_and_per_layer_staging_move_identical_bytes(device, tokens_per_request):
+    kwargs = dict(num_layers=4, top_k=8, hot_size=24, max_union_rows=8 * tokens_per_request, max_num_reqs=4,
+                  max_swap_rows=8 * tokens_per_request, seed=5)
+    eager, lazy = GroupSetup(device, **kwargs), GroupSetup(device, **kwargs)
+    for index in range(6):
+        state_rows = [[0, 1, 2, 3], [3, 1], [2, -1, 0, 1]][index % 3]
+        for setup, prefetch in ((eager, True), (lazy, False)):
+            step = make_step(setup, state_rows=state_rows, tokens_per_request=tokens_per_request, seed=index)
+            setup.begin_forward()
+            for speculative_step in range(2):  # two swap_in per forward take consecutive rows
+                setup.swap_all(step["topk"], step["req_ids"], prefetch=prefetch, **swap_kwargs(step))
+            info = [runtime.info() for runtime in setup.runtimes]
+            assert all(i["next_row"] == 2 * step["topk"].shape[0] for i in info)
+            assert not any(i["staged"] for i in info)
+        sync(device)
+        assert torch.equal(eager.slab, lazy.slab), index
+        assert torch.equal(eager.leader.attention_indices, lazy.leader.attention_indices), index
+        T = step["topk"].shape[0]
+        assert eager.visible_rows_match(0, 2 * T), index
+
+
+def test_prefetch_stages_followers_before_their_call(device):
+    setup = GroupSetup(device, num_layers=3)
+    step = make_step(setup, state_rows=[0, 1])
+    setup.begin_forward()
+    setup.leader.swap_in(step["topk"], step["req_ids"], prefetch=True, **swap_kwargs(step))
+    assert [r.info()["staged"] for r in setup.runtimes] == [False, True, True]
+    # The bytes are there before any follower's swap_in.
+    assert setup.visible_rows_match(0, 2)
+    for follower in setup.runtimes[1:]:
+        follower.swap_in(num_tokens=2)
+    assert [r.info()["staged"] for r in setup.runtimes] == [False, False, False]
+
+
+def test_step_rows_capacity_and_misuse(device):
+    setup = GroupSetup(device, num_layers=2, max_swap_rows=4)
+    leader, follower = setup.runtimes
+    step = make_step(setup, state_rows=[0, 1])
+    setup.begin_forward()
+    with pytest.raises(RuntimeError, match="not prefetched.*leader first"):
+        follower.swap_in(num_tokens=2)
+    leader.swap_in(step["topk"], step["req_ids"], **swap_kwargs(step))
+    leader.swap_in(step["topk"], step["req_ids"], **swap_kwargs(step))
+    with pytest.raises(ValueError, match="speculative decode capacity: stop=6, capacity=4"):
+        leader.swap_in(step["topk"], step["req_ids"], **swap_kwargs(step))
+    follower.swap_in(num_tokens=2)
+    follower.swap_in(num_tokens=2)
+    with pytest.raises(ValueError, match="capacity"):
+        follower.swap_in(num_tokens=2)
+    setup.begin_forward()
+    leader.swap_in(step["topk"], step["req_ids"], prefetch=True, **swap_kwargs(step))
+    with pytest.raises(RuntimeError, match="not prefetched for these rows"):
+        follower.swap_in(num_tokens=1)
+    follower.swap_in(num_tokens=2)
+    with pytest.raises(ValueError, match="num_tokens"):
+        follower.swap_in()
+    with pytest.raises(ValueError, match="topk_indices"):
+        leader.swap_in()
+
+
+def test_reset_makes_hits_misses(device):
+    setup = GroupSetup(device, num_layers=2)
+    step = make_step(setup, state_rows=[0, 1, 2])
+    setup.begin_forward()
+    setup.swap_all(step["topk"], step["req_ids"], prefetch=True, **swap_kwargs(step))
+    cold = setup.leader.stats()
+    assert cold["hits"] == 0 and cold["misses"] > 0
+    setup.begin_forward()
+    setup.swap_all(step["topk"], step["req_ids"], prefetch=True, **swap_kwargs(step))
+    warm = setup.leader.stats()
+    assert warm["misses"] == cold["misses"] and warm["hits"] == cold["misses"]  # a repeat is all hits
+    setup.leader.reset_hot_state()
+    sync(device)
+    assert (setup.leader.device_global_indices == -1).all()
+    assert setup.leader.stats()["lookups"] == 0
+    setup.slab.zero_()  # so only bytes loaded after the reset can match
+    setup.begin_forward()
+    setup.swap_all(step["topk"], step["req_ids"], prefetch=False, **swap_kwargs(step))
+    again = setup.leader.stats()
+    assert again["hits"] == 0 and again["misses"] == cold["misses"]
+    assert setup.visible_rows_match(0, 3)
+
+
+def test_stats_hit_rate_and_bytes_moved(device):
+    # Layers with different row sizes share one index group: bytes add up.
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    wide = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=96, block_size=4, hot_block_size=4)
+    leader = hisparse.Runtime(config, max_num_reqs=1, device=device)
+    follower = hisparse.Runtime(wide, max_num_reqs=1, leader=leader)
+    gen = torch.Generator().manual_seed(2)
+    table = torch.tensor([[1, 2]], dtype=torch.int32, device=device)
+    slabs = []
+    for runtime, row_bytes in ((leader, 32), (follower, 96)):
+        runtime.bind_source_cache(host_memory(random_bytes((40, row_bytes), gen), device))
+        slab = torch.zeros(3 * 8 * row_bytes, dtype=torch.uint8, device=device)  # stride 8 rows
+        runtime.bind_hot_cache(slab, byte_offset=0, block_stride=8 * row_bytes, num_blocks=3, block_size=4,
+                               block_table=table)
+        slabs.append(slab)
+    states = torch.tensor([0], dtype=torch.int32, device=device)
+    req = torch.tensor([0], dtype=torch.int32, device=device)
+    for positions in ([1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 5]):
+        topk = torch.tensor([positions], dtype=torch.int32, device=device)
+        leader.begin_forward()
+        follower.begin_forward()
+        leader.swap_in(topk, req, request_state_indices=states)
+        follower.swap_in(num_tokens=1)
+    stats = follower.stats()
+    assert stats["misses"] == 5 and stats["hits"] == 7
+    assert stats["hit_rate"] == pytest.approx(7 / 12)
+    assert stats["group_row_bytes"] == 128 and stats["num_layers"] == 2
+    assert stats["bytes_moved"] == 5 * 128
+    assert stats["lookups"] == 12
+
+
+def test_invalidate_sorted_slots_and_slot_invalidator(device):
+    a = GroupSetup(device, num_layers=2, seed=1)
+    b = GroupSetup(device, num_layers=1, seed=2)
+    for setup in (a, b):
+        step = make_step(setup, state_rows=[0, 1], with_source_table=False)
+        setup.begin_forward()
+        setup.swap_all(step["topk"], step["req_ids"], prefetch=False)
+    i32 = dict(dtype=torch.int32, device=device)
+    before = a.leader.device_global_indices.clone()
+    held = before[0][before[0] >= 0]
+    victim = int(held[0])
+    a.leader.invalidate_sorted_slots(torch.tensor([victim], **i32), torch.tensor([0], **i32))
+    sync(device)
+    expected = before.clone()
+    expected[0][expected[0] == victim] = -1
+    assert torch.equal(a.leader.device_global_indices, expected)
+
+    # Written slots: one launch over both groups; only the writing request's row changes.
+    state_rows = torch.tensor([0, 1, -1, -1], **i32)
+    invalidator = hisparse.SlotInvalidator(state_rows)
+    tables = [a.leader.device_global_indices, b.leader.device_global_indices]
+    written = [int(t[1][t[1] >= 0][0]) for t in tables]
+    before = [t.clone() for t in tables]
+    slots = torch.tensor(written, **i32)
+    req_ids = torch.tensor([1, 1], **i32)
+    for _ in range(2):  # the second call reuses the cached pointer array
+        invalidator([a.leader, b.runtimes[0]], slots, req_ids)
+    sync(device)
+    for table, old in zip(tables, before):
+        old = old.clone()
+        for w in written:
+            old[1][old[1] == w] = -1
+        assert torch.equal(table, old)
+    with pytest.raises(TypeError, match="leaders"):
+        invalidator([object()], slots, req_ids)
+
+
+def test_mirror_rows_writes_the_host_cache(device):
+    setup = GroupSetup(device, num_layers=1)
+    runtime = setup.leader
+    rows = torch.full((3, setup.row_bytes), 0x5A, dtype=torch.uint8, device=device)
+    runtime.mirror_rows(rows, torch.tensor([4, -1, 9], dtype=torch.int32, device=device))
+    sync(device)
+    host = setup.hosts[0]
+    assert (host[4] == 0x5A).all() and (host[9] == 0x5A).all()
+    with pytest.raises(TypeError, match="src_rows"):
+        runtime.mirror_rows(rows.view(torch.int16), torch.tensor([0, 1, 2], dtype=torch.int32, device=device))
+    runtime.unbind_cache()
+    with pytest.raises(RuntimeError, match="bind_source_cache"):
+        runtime.mirror_rows(rows, torch.tensor([0, 1, 2], dtype=torch.int32, device=device))
+
+
+# ---------------------------------------------------------------- batch classification and CacheHandle
+
+
+def test_batch_classification():
+    decode = hisparse.BatchInfo(num_actual_tokens=4, num_decode_tokens=4, num_reqs=4, max_query_len=1)
+    verify = hisparse.BatchInfo(num_actual_tokens=8, num_decode_tokens=8, num_reqs=4, max_query_len=2)
+    mixed = hisparse.BatchInfo(num_actual_tokens=20, num_decode_tokens=4, num_reqs=5, max_query_len=16)
+    from hisparse.cache_handle import is_decode_batch, is_group_prefetch_batch
+
+    assert is_decode_batch(decode) and not is_decode_batch(verify) and not is_decode_batch(None)
+    assert is_group_prefetch_batch(decode, 4) and not is_group_prefetch_batch(decode, 3)
+    assert is_group_prefetch_batch(verify, 8) and not is_group_prefetch_batch(verify, 7)
+    assert not is_group_prefetch_batch(mixed, 64) and not is_group_prefetch_batch(None, 64)
+    assert not is_group_prefetch_batch(hisparse.BatchInfo(0, 0, 0, 0), 8)
+    # max_query_len bound separately from the token count.
+    assert not is_group_prefetch_batch(hisparse.BatchInfo(4, 4, 1, 5), 4)
+    with pytest.raises(TypeError, match="num_reqs"):
+        hisparse.BatchInfo(num_actual_tokens=1, num_decode_tokens=1, num_reqs=1.0, max_query_len=1)
+
+
+@pytest.mark.parametrize("eager_host_mirror", [False, True])
+def test_cache_handle_flow(device, eager_host_mirror):
+    setup = GroupSetup(device, num_layers=3, max_num_reqs=4, max_swap_rows=8, resident_blocks_per_req=2,
+                       eager_host_mirror=eager_host_mirror)
+    handles = [hisparse.CacheHandle(runtime) for runtime in setup.runtimes]
+    for handle in handles[1:]:
+        handles[0].add_follower(handle)
+    with pytest.raises(RuntimeError, match="leader"):
+        handles[1].prepare_group_for_batch(None)
+    i32 = dict(dtype=torch.int32, device=device)
+    resident_table = torch.zeros((4, 12), **i32)
+    slot_mapping = torch.zeros(8, **i32)
+    mirror_slots = torch.full((8,), -1, **i32)
+    for i, handle in enumerate(handles):
+        # The resident view is the layer's view of the same slab.
+        handle.bind_cache(setup.slab, byte_offset=i * setup.block_bytes, block_stride=setup.block_stride,
+                          num_blocks=setup.num_blocks, block_size=4, block_table=resident_table,
+                          slot_mapping=slot_mapping, mirror_slot_mapping=mirror_slots)
+
+    # Prefill-like batch: not a decode batch, rows are mirrored to the host.
+    prefill = hisparse.BatchInfo(num_actual_tokens=3, num_decode_tokens=0, num_reqs=1, max_query_len=3)
+    handles[0].prepare_group_for_batch(prefill)
+    assert all(h.host_mirror_required and not h.prefetch_decode_group and not h.decode_batch for h in handles)
+    resident_row = setup.resident_block(0) * 4
+    slot_mapping[:3] = torch.arange(resident_row, resident_row + 3, **i32)
+    mirror_slots[:3] = torch.tensor([17, 18, 19], **i32)
+    for i, handle in enumerate(handles):
+        cache, slots, n = handle.write_target(5, 8)
+        assert n == 3 and slots.shape[0] == 3 and cache.shape == (setup.num_blocks, 4, setup.row_bytes)
+        cache[slots.long() // 4, slots.long() % 4] = 100 + i
+        handle.finish_kv_update()
+    sync(device)
+    for i in range(3):
+        assert (setup.hosts[i][17:20] == 100 + i).all()
+
+    # Decode batch: prefetch for the whole group; mirrored only when eager.
+    decode = hisparse.BatchInfo(num_actual_tokens=2, num_decode_tokens=2, num_reqs=2, max_query_len=1)
+    handles[0].prepare_group_for_batch(decode)
+    assert all(h.decode_batch and h.prefetch_decode_group for h in handles)
+    assert all(h.host_mirror_required == eager_host_mirror for h in handles)
+    mirror_slots[:2] = torch.tensor([30, 31], **i32)
+    for i, handle in enumerate(handles):
+        _, slots, n = handle.write_target(2, 8)
+        handle.finish_kv_update(torch.full((2, setup.row_bytes), 200 + i, dtype=torch.uint8, device=device))
+    sync(device)
+    for i in range(3):
+        assert bool((setup.hosts[i][30:32] == 200 + i).all()) == eager_host_mirror
+
+    step = make_step(setup, state_rows=[0, 1])
+    resident_table[:2] = 0
+    results = [handle.swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8)
+               for handle in handles[:1]]
+    assert [r.info()["staged"] for r in setup.runtimes] == [False, True, True]
+    for handle in handles[1:]:
+        results.append(handle.swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8))
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    assert setup.visible_rows_match(0, 2)
+
+    # A dummy batch writes nothing anywhere.
+    handles[0].prepare_group_for_batch(None)
+    assert handles[0].dummy_batch and not handles[0].host_mirror_required
+    handles[0].finish_kv_update()
+    handles[0].unbind_cache()
+    assert handles[0].view is None and not setup.leader.info()["source_bound"]
+
+
+# ---------------------------------------------------------------- CUDA graphs
+
+
+@requires_cuda
+def test_decode_step_of_a_group_captured_in_a_cuda_graph():
+    device = torch.device("cuda")
+    kwargs = dict(num_layers=4, top_k=16, hot_size=48, max_num_reqs=4, max_swap_rows=4, host_rows=512, seed=9)
+    graphed, eager = GroupSetup(device, **kwargs), GroupSetup(device, **kwargs)
+    state_rows = [2, 0, 3, 1]
+    max_position = 96
+    static = make_step(graphed, state_rows=state_rows, max_position=max_position, seed=0)
+    make_step(eager, state_rows=state_rows, max_position=max_position, seed=0)
+    num_valid = torch.tensor([4], dtype=torch.int32, device=device)
+
+    def step(setup, inputs):
+        setup.begin_forward()
+        return setup.swap_all(inputs["topk"], inputs["req_ids"], prefetch=True, block_table=inputs["block_table"],
+                              num_valid_rows=num_valid)
+
+    # Warm up on a side stream (as torch.cuda.graph expects), then put the
+    # graphed group back into its initial state, like the eager one.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(graphed, static)
+        graphed.leader.reset_hot_state()
+        graphed.slab.zero_()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed_attention = step(graphed, static)
+    torch.cuda.synchronize()
+
+    for index in range(5):
+        new = make_step(eager, state_rows=state_rows, max_position=max_position, seed=100 + index)
+        for name in ("topk", "req_ids", "block_table"):
+            static[name].copy_(new[name])
+        graph.replay()
+        eager_attention = step(eager, new)
+        torch.cuda.synchronize()
+        assert torch.equal(graphed_attention, eager_attention), index
+        assert torch.equal(graphed.slab, eager.slab), index
+        assert torch.equal(graphed.leader.device_global_indices, eager.leader.device_global_indices), index
+        assert torch.equal(graphed.leader.lru_slots, eager.leader.lru_slots), index
+        assert graphed.visible_rows_match(0, 4), index
