@@ -6,15 +6,17 @@
 //                 the plain baseline (22-40 GB/s for 656-byte rows).
 //   unrolled      a warp takes a group of rows of one token row and issues
 //                 all of the group's loads before its stores.
-//   persistent    unrolled on a grid sized to the SMs (or max_blocks) that
-//                 strides over the groups, so few SMs can carry the copy.
+//   persistent    unrolled on a fixed grid (max_blocks, else half the SMs)
+//                 that strides over the groups. The default: bounding the
+//                 rows in flight bounds the host pages being translated at
+//                 once, which is what scattered rows are limited by.
 //   sorted        per token row, a block sorts the entries by host slot in
 //                 shared memory (bitonic, no allocation) and copies them in
 //                 address order as one flat stream of chunks: adjacent host
-//                 rows become contiguous 512-byte warp reads, and each host
-//                 page's translation is used by consecutive requests instead
-//                 of being spread over the whole step. A token row can be
-//                 split over several blocks that each sort and take a slice.
+//                 rows become contiguous 512-byte warp reads that share their
+//                 boundary cache lines, and each host page's translation is
+//                 used by consecutive requests. A token row can be split over
+//                 several blocks that each sort and copy their share.
 #include <algorithm>
 #include <cstdint>
 
@@ -119,10 +121,13 @@ __device__ void block_bitonic_sort(uint64_t* keys, int n) {
   }
 }
 
-// Shared memory: keys[capacity] (host slot << 32 | column, kInvalidKey for
-// skipped entries), then dst_offset[capacity] (hot row offset by column,
-// filled in the same pass as the keys so the copy starts right after the
-// sort, without another round trip to the swap list).
+// Block `part` of a token row takes its share of the row's used columns,
+// [count * part / parts, count * (part + 1) / parts), sorts that share and
+// copies it, so a split row costs each block a smaller sort, not the whole.
+// Shared memory: keys[capacity] (host slot << 32 | index in the share,
+// kInvalidKey for skipped entries), then dst_offset[capacity] (hot row offset
+// by index, filled in the same pass as the keys so the copy starts right
+// after the sort, without another round trip to the swap list).
 __global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompactParams p, int parts, int capacity) {
   extern __shared__ uint64_t shared[];
   uint64_t* keys = shared;
@@ -132,14 +137,16 @@ __global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompa
   const int row_step = gridDim.x / parts;
   for (int t = blockIdx.x / parts; t < p.num_token_rows; t += row_step) {
     const int count = clamped_count(p, t);
-    if (count == 0) continue;
+    const int first = static_cast<int>(static_cast<int64_t>(count) * part / parts);
+    const int size = static_cast<int>(static_cast<int64_t>(count) * (part + 1) / parts) - first;
+    if (size == 0) continue;
     int n = 1;
-    while (n < count) n <<= 1;
+    while (n < size) n <<= 1;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       uint64_t key = kInvalidKey;
-      if (i < count) {
-        const int64_t h = p.swap_host_rows[t * p.swap_host_row_stride + i];
-        const int64_t d = p.swap_device_rows[t * p.swap_device_row_stride + i];
+      if (i < size) {
+        const int64_t h = p.swap_host_rows[t * p.swap_host_row_stride + first + i];
+        const int64_t d = p.swap_device_rows[t * p.swap_device_row_stride + first + i];
         const int64_t offset = d >= 0 ? hot_row_offset(d, p.hot_block_size, p.hot_block_stride) : -1;
         if (h >= 0 && d >= 0 && offset < p.hot_span_rows) {
           key = (static_cast<uint64_t>(h) << 32) | static_cast<uint32_t>(i);
@@ -161,9 +168,7 @@ __global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompa
       }
     }
     const int used = lo;
-    const int begin = static_cast<int>(static_cast<int64_t>(used) * part / parts);
-    const int end = static_cast<int>(static_cast<int64_t>(used) * (part + 1) / parts);
-    const int total = (end - begin) * chunks;
+    const int total = used * chunks;
     for (int base = 0; base < total; base += kSortUnroll * kSortThreads) {
       uint4 value[kSortUnroll];
       uint8_t* target[kSortUnroll];
@@ -173,8 +178,8 @@ __global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompa
         target[u] = nullptr;
         value[u] = make_uint4(0, 0, 0, 0);
         if (c < total) {
-          const int e = begin + c / chunks;
-          const int chunk = c - (e - begin) * chunks;
+          const int e = c / chunks;
+          const int chunk = c - e * chunks;
           const uint64_t key = keys[e];
           const int64_t h = static_cast<int64_t>(key >> 32);
           target[u] = p.hot + dst_offset[key & 0xffffffffu] * p.row_bytes + static_cast<int64_t>(chunk) * kChunkBytes;
@@ -190,9 +195,11 @@ __global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompa
   }
 }
 
-int sorted_capacity(int top_k) {
+// Entries one block sorts at most, rounded up to a power of two.
+int sorted_capacity(int top_k, int parts) {
+  const int share = (top_k + parts - 1) / parts;
   int capacity = 1;
-  while (capacity < top_k) capacity <<= 1;
+  while (capacity < share) capacity <<= 1;
   return capacity;
 }
 
@@ -235,16 +242,16 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
   const int warps_per_block = kThreads / kWarpSize;
   int variant = params.variant;
   if (variant == HS_GATHER_SORTED) {
-    const int capacity = sorted_capacity(params.top_k);
+    // Token rows are split into parts only while that stays within the
+    // block budget; past it, blocks stride over whole token rows.
+    const int64_t target = params.max_blocks > 0 ? params.max_blocks : automatic_blocks();
+    const int64_t rows = params.num_token_rows;
+    // Each part needs enough rows to keep its block's loads in flight.
+    const int parts = static_cast<int>(std::clamp<int64_t>(target / rows, 1, std::max(1, params.top_k / 32)));
+    const int64_t blocks = parts > 1 ? rows * parts : std::min(rows, target);
+    const int capacity = sorted_capacity(params.top_k, parts);
     const size_t shared_bytes = static_cast<size_t>(capacity) * (sizeof(uint64_t) + sizeof(int64_t));
     if (prepare_sorted(shared_bytes)) {
-      // Token rows are split into parts only while that stays within the
-      // block budget; past it, blocks stride over whole token rows.
-      const int64_t target = params.max_blocks > 0 ? params.max_blocks : automatic_blocks();
-      const int64_t rows = params.num_token_rows;
-      // Each part needs enough rows to keep its block's loads in flight.
-      const int parts = static_cast<int>(std::clamp<int64_t>(target / rows, 1, std::max(1, params.top_k / 32)));
-      const int64_t blocks = parts > 1 ? rows * parts : std::min(rows, target);
       gather_sorted_kernel<<<static_cast<unsigned>(blocks), kSortThreads, shared_bytes, stream>>>(params, parts,
                                                                                                   capacity);
       cuda_check(cudaGetLastError(), "gather_compact (sorted) kernel launch");

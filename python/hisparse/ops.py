@@ -139,7 +139,7 @@ def gather_compact(
     ``[>= R]``, clamped to ``[0, K]``. Per used entry: a negative slot or a
     destination outside the hot cache is skipped, a host slot at or past the
     host row count zero-fills the destination. ``variant`` picks the CUDA
-    schedule (:data:`GATHER_VARIANTS`; "auto" = "sorted"); ``max_blocks`` sets
+    schedule (:data:`GATHER_VARIANTS`; "auto" = "persistent"); ``max_blocks`` sets
     the thread blocks of the "persistent" and "sorted" schedules (None: half
     the SMs, which measured as fast as all of them for local rows and faster
     for scattered ones, and leaves the other half to compute).

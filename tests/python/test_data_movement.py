@@ -152,9 +152,12 @@ def test_gather_compact_cuda_equals_cpu_backend(variant, max_blocks, row_bytes):
 
 
 @requires_cuda
+@pytest.mark.parametrize("max_blocks", [None, 2])
 @pytest.mark.parametrize("k", [1, 31, 32, 33, 2048, 4096, 20000])
-def test_gather_compact_sorted_capacities(k):
-    """Sorting capacities across the default, opt-in and fallback shared-memory sizes."""
+def test_gather_compact_sorted_capacities(k, max_blocks):
+    """Sorting capacities: rows split over many blocks (None) and whole rows per
+    block (2 blocks for 2 rows), which at k = 4096 opts in to more shared
+    memory and at k = 20000 exceeds it and runs the persistent schedule."""
     gen = torch.Generator().manual_seed(k)
     host_rows, rows = 50000, 2
     host = random_bytes((host_rows, 32), gen)
@@ -166,7 +169,7 @@ def test_gather_compact_sorted_capacities(k):
     ops.gather_compact(host, cpu_hot, swap_host, swap_dev, counts, hot_block_size=64)
     hot = torch.zeros_like(cpu_hot).cuda()
     ops.gather_compact(host.pin_memory(), hot, swap_host.cuda(), swap_dev.cuda(), counts.cuda(), hot_block_size=64,
-                       variant="sorted")
+                       variant="sorted", max_blocks=max_blocks)
     torch.cuda.synchronize()
     assert torch.equal(hot.cpu(), cpu_hot)
 
