@@ -7,6 +7,7 @@ invalidate_sorted_slots, restarts of requests, occasional resets, prefetch on
 or off, and sometimes two swap_in per forward. After every swap_in of every
 layer, every attention-visible entry must show the host row it stands for."""
 
+import os
 import random
 
 import pytest
@@ -25,7 +26,10 @@ HOT_BLOCK = 4   # hot and resident block size
 MAX_LEN = 96    # tokens per request before it restarts
 HOST_BLOCKS_PER_REQ = MAX_LEN // BLOCK
 ROW_BYTES = 32
+# HISPARSE_SOAK_STEPS overrides both (a short GPU session, a long overnight soak).
 STEPS = {"cpu": 6000, "cuda": 8000}
+if os.environ.get("HISPARSE_SOAK_STEPS"):
+    STEPS = dict.fromkeys(STEPS, int(os.environ["HISPARSE_SOAK_STEPS"]))
 
 
 class Request:
