@@ -16,6 +16,7 @@ from .index_group import IndexGroup
 from .layout import HostLayout, check_host_memory, plan_host_layout
 from .runtime import Runtime, SlotInvalidator
 from .cache_handle import BatchInfo, CacheHandle
+from .staging import StagingPlan, build_staging_plan
 
 __version__ = _C.version()
 
@@ -31,7 +32,9 @@ __all__ = [
     "Runtime",
     "STAT_NAMES",
     "SlotInvalidator",
+    "StagingPlan",
     "__version__",
+    "build_staging_plan",
     "check_host_memory",
     "ops",
     "plan_host_layout",

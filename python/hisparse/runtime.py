@@ -456,6 +456,44 @@ class Runtime:
         self._rt.mirror_rows(export(src_rows, "src_rows"), export(slot_mapping, "slot_mapping"),
                              self._stream(stream, src_rows))
 
+    # ------------------------------------------------------------------ prefill
+    def gather_prefill_cache(
+        self, plan: Any, resident_cache: Any = None, *, min_rows: Optional[int] = None
+    ) -> Any:
+        """Stage this layer's bound host cache for a shared prefill ``plan``.
+
+        :func:`hisparse.staging.gather_prefill_cache` on the cache given to
+        ``bind_source_cache``. The plan's block size must be the cache's:
+        dimension 1 of a paged host cache ``[blocks, block_size, row]``, else
+        ``config.block_size``. Returns ``[num_blocks, block_size, row_width]``
+        on the plan's device (which must be the runtime's).
+        """
+        from . import staging  # noqa: PLC0415 (torch is only needed once staging runs)
+
+        if not isinstance(plan, staging.StagingPlan):
+            raise TypeError(f"plan: expected a hisparse.StagingPlan, got {type(plan).__name__}")
+        host_cache = self.host_cache
+        if host_cache is None:
+            raise RuntimeError("gather_prefill_cache: the runtime has no source cache; call bind_source_cache first")
+        cache_block_size = host_cache.shape[1] if len(host_cache.shape) >= 3 else self._config.block_size
+        if cache_block_size != plan.block_size:
+            raise ValueError(
+                f"HiSparse staging block size {plan.block_size} does not match "
+                f"the KV cache block size {cache_block_size}."
+            )
+        plan_device = plan.row_ids.device
+        if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+            index = self._info["device_index"]
+            expected = "cuda" if index < 0 else f"cuda:{index}"
+            same = plan_device.type == "cuda" and (index < 0 or plan_device.index == index)
+        else:
+            expected, same = "cpu", plan_device.type == "cpu"
+        if not same:
+            raise ValueError(f"plan: expected a plan on the runtime's device {expected}, got one on {plan_device}")
+        if min_rows is None:
+            min_rows = staging.MIN_STAGED_PREFILL_ROWS
+        return staging.gather_prefill_cache(plan, host_cache, resident_cache, min_rows=min_rows)
+
     # ------------------------------------------------------------------ counters
     def copy_stats_async(self, *, stream: Any = None) -> None:
         self._rt.copy_stats_async(self._stream(stream))

@@ -1,0 +1,636 @@
+"""Prefill staging (hisparse.staging): staging_remap, build_staging_plan,
+StagingPlan.ensure_gpu_sources, gather_resident_rows and gather_prefill_cache
+(free function and Runtime method), each compared with a plain-Python model
+that loops over blocks; shapes that depend on input shapes only; no host
+syncs and CUDA-graph capture on CUDA; bad inputs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import hisparse
+from hisparse import staging
+
+from conftest import requires_cuda
+
+torch = pytest.importorskip("torch")
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def host_memory(tensor, device):
+    """`tensor` in host memory a kernel of `device` can read (pinned on CUDA)."""
+    return tensor.pin_memory() if device.type == "cuda" else tensor.clone()
+
+
+def random_bytes(shape, gen):
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
+
+
+# ---------------------------------------------------------------- plain-Python models
+
+
+def model_remap(ids, block_size):
+    """(compact id per entry, row_ids list) of a flat list of block ids."""
+    distinct = sorted({0} | {max(0, v) for v in ids})
+    compact = {v: k for k, v in enumerate(distinct)}
+    row_ids = []
+    for k in range(len(ids) + 1):
+        for o in range(block_size):
+            row_ids.append(distinct[k] * block_size + o if k < len(distinct) else -1)
+    return [compact[max(0, v)] for v in ids], row_ids
+
+
+def model_packed_entries(table, seq_lens, block_size, capacity):
+    """The (row, col) of every packed slot that holds a real entry, in slot order."""
+    entries, slot = [], 0
+    for row in range(len(table)):
+        used = max(0, -(-seq_lens[row] // block_size))
+        for col in range(used):
+            if slot >= capacity:
+                return entries
+            if col < len(table[row]):
+                entries.append((row, col))
+            slot += 1  # a slot past column C still takes capacity
+    return entries
+
+
+def model_plan(table, seq_lens, block_size, capacity):
+    """dict of the plan's lists: block_table, row_ids, dst_rows, miss_mask."""
+    entries = model_packed_entries(table, seq_lens, block_size, capacity)
+    referenced = [table[r][c] for r, c in entries] + [0] * (capacity - len(entries))
+    compact, row_ids = model_remap(referenced, block_size)
+    new_table = [[0] * len(row) for row in table]
+    for (r, c), k in zip(entries, compact):
+        new_table[r][c] = k
+    return {
+        "block_table": new_table,
+        "row_ids": row_ids,
+        "dst_rows": list(range(len(row_ids))),
+        "miss_mask": [int(v >= 0) for v in row_ids],
+    }
+
+
+def model_gpu_sources(plan, resident, states, resident_block_size):
+    """(gpu_row_ids, miss_mask) lists after ensure_gpu_sources, for a compatible call."""
+    block_size = plan["block_size"]
+    table, row_ids = plan["block_table"], plan["row_ids"]
+    pages_per_block = block_size // resident_block_size
+    gpu, miss = [], []
+    for k in range(len(row_ids) // block_size):
+        host_block = row_ids[k * block_size] // block_size if row_ids[k * block_size] >= 0 else -1
+        # First block-table entry (row-major) that references staged block k.
+        first = next(((r, c) for r in range(len(table)) for c in range(len(table[r])) if table[r][c] == k), None)
+        pages = [0] * pages_per_block
+        if first is not None:
+            r, c = first
+            s = states[r]
+            if 0 <= s < len(resident):  # padding / unknown state rows have no resident pages
+                for i in range(pages_per_block):
+                    col = c * pages_per_block + i
+                    pages[i] = resident[s][col] if col < len(resident[s]) else 0
+        for o in range(block_size):
+            valid = row_ids[k * block_size + o] >= 0
+            page = pages[o // resident_block_size]
+            hit = valid and host_block > 0 and page > 0
+            gpu.append(page * resident_block_size + o % resident_block_size if hit else -1)
+            miss.append(int(valid and not hit))
+    return gpu, miss
+
+
+def flat(tensor):
+    return tensor.cpu().reshape(-1).tolist()
+
+
+def random_case(rng, *, rows=None, cols=None, block_size=None, pool=None, capacity=None):
+    """A batch with shared blocks, zero and negative entries and uneven lengths."""
+    rows = rng.randint(1, 6) if rows is None else rows
+    cols = rng.randint(1, 9) if cols is None else cols
+    block_size = rng.choice([1, 2, 4, 8, 16]) if block_size is None else block_size
+    pool = rng.randint(2, 3 * rows * cols) if pool is None else pool
+    shared = [rng.randint(1, pool) for _ in range(cols)]  # a common prefix some requests share
+    table = []
+    for _ in range(rows):
+        row = []
+        for c in range(cols):
+            roll = rng.random()
+            if roll < 0.25:
+                row.append(shared[c])
+            elif roll < 0.35:
+                row.append(0)
+            elif roll < 0.4:
+                row.append(-1)
+            else:
+                row.append(rng.randint(1, pool))
+        table.append(row)
+    seq_lens = [rng.choice([0, rng.randint(1, cols * block_size), cols * block_size + rng.randint(1, 20)])
+                for _ in range(rows)]
+    need = sum(max(0, -(-s // block_size)) for s in seq_lens)
+    if capacity is None:
+        capacity = rng.choice([need, need + rng.randint(1, 5), max(0, need - rng.randint(1, 4)), 0])
+    return table, seq_lens, block_size, capacity
+
+
+def plan_lists(plan):
+    return {
+        "block_table": plan.block_table.cpu().tolist(),
+        "row_ids": flat(plan.row_ids),
+        "dst_rows": flat(plan.dst_rows),
+        "miss_mask": flat(plan.miss_mask),
+        "block_size": plan.block_size,
+    }
+
+
+# ---------------------------------------------------------------- staging_remap
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (3, 5), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_staging_remap_matches_model(device, shape, dtype):
+    rng = random.Random(len(shape) * 100 + sum(shape) + (dtype == torch.int64))
+    for block_size in (1, 3, 8):
+        numel = 1
+        for n in shape:
+            numel *= n
+        values = [rng.choice([-3, -1, 0, rng.randint(1, 12), rng.randint(100, 120)]) for _ in range(numel)]
+        table = torch.tensor(values, dtype=dtype).view(shape).to(device)
+        new_table, row_ids = staging.staging_remap(table, block_size)
+        compact, expected_rows = model_remap(values, block_size)
+        assert new_table.shape == table.shape and new_table.dtype == torch.int32
+        assert row_ids.shape == (1, (numel + 1) * block_size) and row_ids.dtype == torch.int32
+        assert new_table.device == table.device and row_ids.device == table.device
+        assert flat(new_table) == compact
+        assert flat(row_ids) == expected_rows
+
+
+def test_staging_remap_by_hand():
+    table = torch.tensor([[7, 3, 7], [0, -5, 12]], dtype=torch.int32)
+    new_table, row_ids = staging.staging_remap(table, 2)
+    assert new_table.tolist() == [[2, 1, 2], [0, 0, 3]]
+    # ids 0, 3, 7, 12 in ascending order, then 3 unused blocks of -1.
+    assert row_ids.tolist() == [[0, 1, 6, 7, 14, 15, 24, 25] + [-1] * 6]
+
+
+# ---------------------------------------------------------------- build_staging_plan
+
+
+def test_build_staging_plan_matches_model(device):
+    rng = random.Random(11)
+    for case in range(300):
+        table, seq_lens, block_size, capacity = random_case(rng)
+        dtype = rng.choice([torch.int32, torch.int64])
+        extra = rng.randint(0, 2)  # seq_lens may be longer than the table (padding rows)
+        lens = seq_lens + [rng.randint(0, 50) for _ in range(extra)]
+        plan = hisparse.build_staging_plan(
+            torch.tensor(table, dtype=dtype).to(device), torch.tensor(lens, dtype=dtype).to(device), block_size,
+            capacity,
+        )
+        expected = model_plan(table, seq_lens, block_size, capacity)
+        got = plan_lists(plan)
+        for name in ("block_table", "row_ids", "dst_rows", "miss_mask"):
+            assert got[name] == expected[name], (case, name, table, seq_lens, block_size, capacity)
+        assert plan.gpu_row_ids is None and plan.gpu_source_key is None
+        assert plan.block_size == block_size and plan.num_blocks == capacity + 1
+
+
+def test_build_staging_plan_by_hand():
+    table = torch.tensor([[5, 3, 0, 7], [3, 9, -1, 4]], dtype=torch.int32)
+    plan = hisparse.build_staging_plan(table, torch.tensor([3, 5], dtype=torch.int32), 2, 6)
+    # Request 0 reads blocks 5, 3; request 1 reads 3, 9, -1 (null); 7 and 4 are not read.
+    assert plan.block_table.tolist() == [[2, 1, 0, 0], [1, 3, 0, 0]]
+    assert plan.row_ids.tolist() == [[0, 1, 6, 7, 10, 11, 18, 19] + [-1] * 6]
+    assert plan.miss_mask.tolist() == [[1] * 8 + [0] * 6]
+    # Capacity 3: request 1's second and third block do not fit.
+    small = hisparse.build_staging_plan(table, torch.tensor([3, 5], dtype=torch.int32), 2, 3)
+    assert small.block_table.tolist() == [[2, 1, 0, 0], [1, 0, 0, 0]]
+    assert small.row_ids.tolist() == [[0, 1, 6, 7, 10, 11, -1, -1]]
+
+
+@pytest.mark.parametrize("rows,cols,capacity", [(0, 4, 3), (3, 0, 2), (0, 0, 0), (2, 3, 0)])
+def test_build_staging_plan_empty_shapes(device, rows, cols, capacity):
+    table = torch.ones((rows, cols), dtype=torch.int32, device=device)
+    plan = hisparse.build_staging_plan(table, torch.full((rows,), 9, dtype=torch.int32, device=device), 4, capacity)
+    assert plan.block_table.shape == (rows, cols)
+    assert plan.row_ids.shape == (1, (capacity + 1) * 4)
+    expected = model_plan(table.cpu().tolist(), [9] * rows, 4, capacity)
+    assert flat(plan.row_ids) == expected["row_ids"] and flat(plan.miss_mask) == expected["miss_mask"]
+
+
+def test_plan_shapes_depend_on_input_shapes_only(device):
+    """Two batches of equal shapes but different data give outputs of equal shapes."""
+    rng = random.Random(5)
+    rows, cols, block_size, capacity = 4, 6, 4, 13
+    shapes = set()
+    for _ in range(6):
+        table, seq_lens, _, _ = random_case(rng, rows=rows, cols=cols, block_size=block_size, capacity=capacity)
+        plan = hisparse.build_staging_plan(
+            torch.tensor(table, dtype=torch.int32, device=device), torch.tensor(seq_lens, device=device),
+            block_size, capacity,
+        )
+        resident = torch.randint(0, 4, (5, 12), dtype=torch.int32, device=device)
+        plan.ensure_gpu_sources(resident, torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=device), 2)
+        n = (capacity + 1) * block_size
+        assert plan.block_table.shape == (rows, cols)
+        for tensor in (plan.row_ids, plan.dst_rows, plan.miss_mask, plan.gpu_row_ids):
+            assert tensor.shape == (1, n) and tensor.dtype == torch.int32 and tensor.device.type == device.type
+        host = host_memory(random_bytes((60 * block_size, 32), torch.Generator().manual_seed(1)), device)
+        staged = staging.gather_prefill_cache(plan, host, torch.zeros((5, 2, 32), dtype=torch.uint8, device=device))
+        assert staged.shape == (capacity + 1, block_size, 32)
+        shapes.add(tuple(staged.shape))
+    assert len(shapes) == 1
+
+
+# ---------------------------------------------------------------- ensure_gpu_sources
+
+
+def make_plan(rng, device, **kwargs):
+    table, seq_lens, block_size, capacity = random_case(rng, **kwargs)
+    plan = hisparse.build_staging_plan(
+        torch.tensor(table, dtype=torch.int32, device=device), torch.tensor(seq_lens, device=device), block_size,
+        capacity,
+    )
+    return plan, table, seq_lens
+
+
+@pytest.mark.parametrize("resident_block_size", [1, 2, 4, 8])
+def test_ensure_gpu_sources_matches_model(device, resident_block_size):
+    rng = random.Random(resident_block_size)
+    for case in range(120):
+        plan, table, _ = make_plan(rng, device, block_size=8)
+        rows = len(table)
+        num_states = rng.randint(1, 7)
+        res_cols = rng.randint(1, 3 * len(table[0]) * (8 // resident_block_size))
+        resident = [[rng.choice([0, 0, -1, rng.randint(1, 40)]) for _ in range(res_cols)] for _ in range(num_states)]
+        # Padding (-1) and out-of-table state rows are read as "no resident pages".
+        states = [rng.choice([rng.randint(0, num_states - 1)] * 4 + [-1, num_states]) for _ in range(rows)]
+        states += [rng.randint(-1, num_states - 1) for _ in range(rng.randint(0, 2))]
+        before = plan_lists(plan)
+        plan.ensure_gpu_sources(
+            torch.tensor(resident, dtype=rng.choice([torch.int32, torch.int64]), device=device),
+            torch.tensor(states, dtype=torch.int32, device=device),
+            resident_block_size,
+        )
+        gpu, miss = model_gpu_sources(before, resident, states, resident_block_size)
+        assert flat(plan.gpu_row_ids) == gpu, case
+        assert flat(plan.miss_mask) == miss, case
+        assert plan.gpu_row_ids.dtype == torch.int32 and plan.miss_mask.dtype == torch.int32
+        assert plan.gpu_row_ids.shape == plan.row_ids.shape == plan.miss_mask.shape
+        # Only the miss mask and the GPU sources change.
+        after = plan_lists(plan)
+        for name in ("block_table", "row_ids", "dst_rows"):
+            assert after[name] == before[name]
+
+
+def test_ensure_gpu_sources_by_hand():
+    table = torch.tensor([[5, 3], [3, 9]], dtype=torch.int32)
+    plan = hisparse.build_staging_plan(table, torch.tensor([8, 8], dtype=torch.int32), 4, 4)
+    # Staged blocks: 0 (null), 3, 5, 9. Host block 3 is first referenced by (0, 1), so
+    # request 0's pages 2 and 3 serve it even though request 1 holds it too.
+    resident = torch.tensor([[0, 6, 0, 8], [4, 0, 2, 0], [1, 1, 1, 1]], dtype=torch.int32)
+    plan.ensure_gpu_sources(resident, torch.tensor([0, 1], dtype=torch.int32), 2)
+    gpu = plan.gpu_row_ids.view(-1, 4).tolist()
+    assert gpu[0] == [-1] * 4  # the null block is never resident
+    assert gpu[1] == [-1, -1, 16, 17]  # host 3: pages (0, 8)
+    assert gpu[2] == [-1, -1, 12, 13]  # host 5: pages (0, 6)
+    assert gpu[3] == [4, 5, -1, -1]  # host 9: request 1 pages (2, 0)
+    assert gpu[4] == [-1] * 4  # unused
+    assert plan.miss_mask.view(-1, 4).tolist() == [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0] * 4]
+
+
+def test_ensure_gpu_sources_early_returns(device):
+    table = torch.tensor([[1, 2, 3, 4], [2, 5, 6, 0], [7, 8, 9, 10]], dtype=torch.int32, device=device)
+    plan = hisparse.build_staging_plan(table, torch.tensor([32, 20, 8], device=device), 8, 12)
+    host_only = flat(plan.miss_mask)
+    states = torch.tensor([0, 1, 2], dtype=torch.int32, device=device)
+    resident = torch.randint(1, 9, (3, 16), dtype=torch.int32, device=device)
+
+    # block_size not a multiple of resident_block_size, a size <= 0, too few state rows:
+    # nothing changes.
+    for args in ((resident, states, 3), (resident, states, 0), (resident, states, -2), (resident, states[:2], 2)):
+        plan.ensure_gpu_sources(*args)
+        assert plan.gpu_row_ids is None and plan.gpu_source_key is None and flat(plan.miss_mask) == host_only
+
+    plan.ensure_gpu_sources(resident, states, 2)
+    assert plan.gpu_source_key == (resident.data_ptr(), 2)
+    first = flat(plan.gpu_row_ids)
+    gpu, miss = model_gpu_sources(plan_lists(plan) | {"miss_mask": host_only}, resident.cpu().tolist(), [0, 1, 2], 2)
+    assert first == gpu and flat(plan.miss_mask) == miss
+
+    # Same table (same storage) and page size: cached, even after the table changed in place.
+    resident.zero_()
+    plan.ensure_gpu_sources(resident, states, 2)
+    assert flat(plan.gpu_row_ids) == first
+    # Another page size or another table recomputes.
+    plan.ensure_gpu_sources(resident, states, 4)
+    assert plan.gpu_source_key == (resident.data_ptr(), 4)
+    assert flat(plan.gpu_row_ids) == [-1] * len(first) and flat(plan.miss_mask) == host_only
+
+    # An incompatible table after a compatible one drops the sources of the old one.
+    other = torch.randint(1, 9, (3, 16), dtype=torch.int32, device=device)
+    plan.ensure_gpu_sources(other, states, 2)
+    assert plan.gpu_row_ids is not None and any(v >= 0 for v in flat(plan.gpu_row_ids))
+    plan.ensure_gpu_sources(other, states, 3)
+    assert plan.gpu_row_ids is None and plan.gpu_source_key is None and flat(plan.miss_mask) == host_only
+
+
+def test_ensure_gpu_sources_without_rows_or_columns(device):
+    empty = hisparse.build_staging_plan(torch.zeros((0, 4), dtype=torch.int32, device=device),
+                                        torch.zeros(0, dtype=torch.int32, device=device), 4, 2)
+    empty.ensure_gpu_sources(torch.ones((2, 4), dtype=torch.int32, device=device),
+                             torch.zeros(2, dtype=torch.int32, device=device), 2)
+    assert empty.gpu_row_ids is None  # no batch rows: nothing to resolve
+    plan, _, _ = make_plan(random.Random(2), device, rows=2, cols=3, block_size=4, capacity=6)
+    for resident in (torch.ones((2, 0), dtype=torch.int32, device=device),
+                     torch.ones((0, 5), dtype=torch.int32, device=device)):
+        plan.ensure_gpu_sources(resident, torch.zeros(2, dtype=torch.int32, device=device), 2)
+        assert flat(plan.gpu_row_ids) == [-1] * plan.row_ids.shape[1]
+        assert flat(plan.miss_mask) == [int(v >= 0) for v in flat(plan.row_ids)]
+
+
+# ---------------------------------------------------------------- gather_resident_rows
+
+
+def test_gather_resident_rows_matches_model(device):
+    gen = torch.Generator().manual_seed(4)
+    blocks, block_size, width = 6, 4, 16
+    slab = random_bytes((blocks, 2, block_size, width), gen).to(device)
+    source = slab[:, 1]  # a strided paged view: blocks 2 x block_size rows apart
+    row_ids = torch.tensor([5, -1, 0, 23, 24, 100, 7, 7], dtype=torch.int32)
+    destination = random_bytes((8, width), gen).to(device)
+    staging.gather_resident_rows(source, destination, row_ids.to(device))
+    rows = source.cpu().reshape(-1, width)
+    for j, r in enumerate(row_ids.tolist()):
+        expected = rows[r] if 0 <= r < blocks * block_size else rows[0]  # outside the cache: row 0
+        assert torch.equal(destination[j].cpu(), expected), j
+    # Another dtype of the same row size is reinterpreted, not converted.
+    halves = torch.zeros((8, width // 2), dtype=torch.float16, device=device)
+    staging.gather_resident_rows(source, halves, row_ids.to(device))
+    assert torch.equal(halves.view(torch.uint8).cpu(), destination.cpu())
+
+
+# ---------------------------------------------------------------- gather_prefill_cache
+
+
+def expected_staged(plan, host_rows, resident_rows):
+    """Staged rows by the model: resident copy, else host row; None where unspecified."""
+    gpu = flat(plan.gpu_row_ids) if plan.gpu_row_ids is not None else [-1] * plan.row_ids.shape[1]
+    out = []
+    for r, g, m in zip(flat(plan.row_ids), gpu, flat(plan.miss_mask)):
+        if g >= 0:
+            out.append(resident_rows[g])
+        elif m and r >= 0:
+            out.append(host_rows[r])
+        else:
+            out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("host_dims", [2, 3])
+@pytest.mark.parametrize("with_resident", [False, True])
+def test_gather_prefill_cache_matches_model(device, host_dims, with_resident):
+    rng = random.Random(host_dims * 10 + with_resident)
+    gen = torch.Generator().manual_seed(host_dims)
+    block_size, width, host_blocks = 8, 48, 64
+    host_cpu = torch.randn((host_blocks, block_size, width // 2), generator=gen).to(torch.float16)
+    host = host_memory(host_cpu if host_dims == 3 else host_cpu.view(-1, width // 2), device)
+    resident_cpu = random_bytes((40, 4, width), gen)  # uint8 rows of the same byte size
+    resident = resident_cpu.to(device)
+    for case in range(25):
+        plan, table, seq_lens = make_plan(rng, device, block_size=block_size, pool=host_blocks - 1)
+        if with_resident:
+            pages = torch.randint(0, 40, (len(table) + 1, 2 * len(table[0])), generator=gen, dtype=torch.int32)
+            pages[torch.rand(pages.shape, generator=gen) < 0.4] = 0
+            plan.ensure_gpu_sources(pages.to(device), torch.arange(len(table), dtype=torch.int32, device=device), 4)
+        staged = staging.gather_prefill_cache(plan, host, resident if with_resident else None)
+        sync(device)
+        assert staged.shape == (plan.num_blocks, block_size, width // 2) and staged.dtype == torch.float16
+        assert staged.device.type == device.type
+        got = staged.cpu().view(torch.uint8).reshape(-1, width)
+        expected = expected_staged(plan, host_cpu.view(torch.uint8).reshape(-1, width), resident_cpu.reshape(-1, width))
+        for j, row in enumerate(expected):
+            if row is not None:
+                assert torch.equal(got[j], row), (case, j)
+        if not with_resident:
+            # End to end: every staged entry reads its host block through the renumbered table.
+            new_table = plan.block_table.cpu().tolist()
+            for r, c in model_packed_entries(table, seq_lens, block_size, plan.num_blocks - 1):
+                src = max(0, table[r][c])
+                assert torch.equal(staged.cpu()[new_table[r][c]], host_cpu[src]), (case, r, c)
+
+
+def test_gather_prefill_cache_minimum_rows(device):
+    gen = torch.Generator().manual_seed(8)
+    host = host_memory(random_bytes((16, 4, 32), gen), device)
+    plan = hisparse.build_staging_plan(torch.tensor([[3, 5]], dtype=torch.int32, device=device),
+                                       torch.tensor([8], device=device), 4, 2)
+    staged = staging.gather_prefill_cache(plan, host)
+    assert staged.shape == (3, 4, 32) and staged.is_contiguous()
+    assert staged.untyped_storage().nbytes() >= staging.MIN_STAGED_PREFILL_ROWS * 32
+    assert staging.gather_prefill_cache(plan, host, min_rows=0).untyped_storage().nbytes() == 3 * 4 * 32
+    assert staging.gather_prefill_cache(plan, host, min_rows=21).untyped_storage().nbytes() == 6 * 4 * 32
+    sync(device)
+    assert torch.equal(staged[1].cpu(), host[3].cpu()) and torch.equal(staged[2].cpu(), host[5].cpu())
+
+
+def make_runtime(device, block_size=8, row_bytes=64):
+    config = hisparse.Config(top_k=8, device_buffer_size=16, max_union_rows=8, row_bytes=row_bytes,
+                             block_size=block_size, hot_block_size=4)
+    return hisparse.Runtime(config, max_num_reqs=2, device=device)
+
+
+@pytest.mark.parametrize("host_dims", [2, 3])
+def test_runtime_gather_prefill_cache(device, host_dims):
+    rng = random.Random(6)
+    gen = torch.Generator().manual_seed(6)
+    runtime = make_runtime(device)
+    with pytest.raises(RuntimeError, match="bind_source_cache"):
+        runtime.gather_prefill_cache(make_plan(rng, device, block_size=8)[0])
+    host_cpu = random_bytes((32, 8, 64), gen)
+    host = host_memory(host_cpu if host_dims == 3 else host_cpu.view(-1, 64), device)
+    runtime.bind_source_cache(host)
+    resident_cpu = random_bytes((12, 2, 64), gen)
+    for case in range(10):
+        plan, table, _ = make_plan(rng, device, block_size=8, pool=31)
+        pages = torch.randint(0, 12, (len(table), 4 * len(table[0])), generator=gen, dtype=torch.int32)
+        plan.ensure_gpu_sources(pages.to(device), torch.arange(len(table), dtype=torch.int32, device=device), 2)
+        staged = runtime.gather_prefill_cache(plan, resident_cpu.to(device))
+        sync(device)
+        assert staged.shape == (plan.num_blocks, 8, 64)
+        got = staged.cpu().reshape(-1, 64)
+        for j, row in enumerate(expected_staged(plan, host_cpu.reshape(-1, 64), resident_cpu.reshape(-1, 64))):
+            if row is not None:
+                assert torch.equal(got[j], row), (case, j)
+    other = hisparse.build_staging_plan(torch.ones((1, 2), dtype=torch.int32, device=device),
+                                        torch.tensor([5], device=device), 4, 2)
+    expected_size = 8  # the host cache's dimension 1, or config.block_size for rows
+    message = f"HiSparse staging block size 4 does not match the KV cache block size {expected_size}"
+    with pytest.raises(ValueError, match=message):
+        runtime.gather_prefill_cache(other)
+    with pytest.raises(TypeError, match="plan"):
+        runtime.gather_prefill_cache("plan")
+    if device.type == "cuda":
+        cpu_plan = hisparse.build_staging_plan(torch.ones((1, 2), dtype=torch.int32), torch.tensor([5]), 8, 2)
+        with pytest.raises(ValueError, match="plan: expected a plan on the runtime's device"):
+            runtime.gather_prefill_cache(cpu_plan)
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+def test_bad_inputs(device):
+    table = torch.ones((2, 3), dtype=torch.int32, device=device)
+    lens = torch.tensor([4, 4], dtype=torch.int32, device=device)
+    build = hisparse.build_staging_plan
+    with pytest.raises(TypeError, match="block_table"):
+        build(table.float(), lens, 4, 4)
+    with pytest.raises(TypeError, match="block_table"):
+        build(table.tolist(), lens, 4, 4)
+    with pytest.raises(ValueError, match="block_table"):
+        build(table[0], lens, 4, 4)
+    with pytest.raises(ValueError, match="seq_lens"):
+        build(table, lens[:1], 4, 4)
+    with pytest.raises(ValueError, match="seq_lens"):
+        build(table, lens.view(2, 1), 4, 4)
+    with pytest.raises(TypeError, match="seq_lens"):
+        build(table, lens.to(torch.bool), 4, 4)
+    with pytest.raises(ValueError, match="block_size"):
+        build(table, lens, 0, 4)
+    with pytest.raises(TypeError, match="block_size"):
+        build(table, lens, 4.0, 4)
+    with pytest.raises(ValueError, match="staging_block_capacity"):
+        build(table, lens, 4, -1)
+    with pytest.raises(TypeError, match="staging_block_capacity"):
+        build(table, lens, 4, True)
+    with pytest.raises(ValueError, match="block_size"):
+        staging.staging_remap(table, -4)
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match="seq_lens: expected a tensor on cuda"):
+            build(table, lens.cpu(), 4, 4)
+
+    plan = build(table, lens, 4, 4)
+    states = torch.zeros(2, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="resident_state_rows"):
+        plan.ensure_gpu_sources(torch.ones(4, dtype=torch.int32, device=device), states, 2)
+    with pytest.raises(TypeError, match="state_indices"):
+        plan.ensure_gpu_sources(table, states.float(), 2)
+    with pytest.raises(TypeError, match="resident_block_size"):
+        plan.ensure_gpu_sources(table, states, "2")
+
+    host = host_memory(torch.zeros((16, 4, 32), dtype=torch.uint8), device)
+    with pytest.raises(TypeError, match="plan"):
+        staging.gather_prefill_cache(None, host)
+    with pytest.raises(TypeError, match="host_cache"):
+        staging.gather_prefill_cache(plan, host.numpy() if device.type == "cpu" else [1])
+    with pytest.raises(ValueError, match="HiSparse staging block size 4 does not match the KV cache block size 8"):
+        staging.gather_prefill_cache(plan, host.view(8, 8, 32))
+    with pytest.raises(ValueError, match="min_rows"):
+        staging.gather_prefill_cache(plan, host, min_rows=-1)
+    with pytest.raises(ValueError, match="src_rows"):  # rows of 24 bytes: not a multiple of 16
+        staging.gather_prefill_cache(plan, host_memory(torch.zeros((64, 24), dtype=torch.uint8), device))
+
+    plan.ensure_gpu_sources(torch.ones((2, 8), dtype=torch.int32, device=device), states, 2)
+    assert plan.gpu_row_ids is not None
+    with pytest.raises(ValueError, match="resident_cache: the plan serves rows"):
+        staging.gather_prefill_cache(plan, host)
+    with pytest.raises(ValueError, match="resident_cache: expected a paged cache"):
+        staging.gather_prefill_cache(plan, host, torch.zeros((4, 4, 32), dtype=torch.uint8, device=device))
+    with pytest.raises(TypeError, match="resident_cache"):
+        staging.gather_prefill_cache(plan, host, "cache")
+
+    dest = torch.zeros((4, 32), dtype=torch.uint8, device=device)
+    ids = torch.zeros(4, dtype=torch.int32, device=device)
+    source = torch.zeros((2, 2, 32), dtype=torch.uint8, device=device)
+    with pytest.raises(ValueError, match="source"):
+        staging.gather_resident_rows(source.view(4, 32), dest, ids)
+    with pytest.raises(ValueError, match="source"):
+        staging.gather_resident_rows(source[:0], dest, ids)
+    with pytest.raises(ValueError, match="destination"):
+        staging.gather_resident_rows(source, dest[:, :16], ids)
+    with pytest.raises(ValueError, match="row_ids"):
+        staging.gather_resident_rows(source, dest, ids[:3])
+    with pytest.raises(TypeError, match="row_ids"):
+        staging.gather_resident_rows(source, dest, ids.float())
+    # State stays valid after the errors above.
+    staged = staging.gather_prefill_cache(plan, host, torch.zeros((4, 2, 32), dtype=torch.uint8, device=device))
+    assert staged.shape == (5, 4, 32)
+
+
+# ---------------------------------------------------------------- CUDA: no syncs, graph capture
+
+
+@requires_cuda
+def test_staging_never_syncs_with_the_host():
+    rng = random.Random(9)
+    table, seq_lens, block_size, capacity = random_case(rng, rows=5, cols=8, block_size=8, pool=60)
+    bt = torch.tensor(table, dtype=torch.int32, device="cuda")
+    lens = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
+    resident_table = torch.randint(0, 10, (6, 32), dtype=torch.int32, device="cuda")
+    states = torch.arange(5, dtype=torch.int32, device="cuda")
+    host = random_bytes((64 * 8, 64), torch.Generator().manual_seed(0)).pin_memory()
+    resident = torch.zeros((10, 2, 64), dtype=torch.uint8, device="cuda")
+    staging.gather_prefill_cache(hisparse.build_staging_plan(bt, lens, 8, capacity), host)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        plan = hisparse.build_staging_plan(bt, lens, block_size, capacity)
+        plan.ensure_gpu_sources(resident_table, states, 2)
+        staged = staging.gather_prefill_cache(plan, host, resident)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert staged.shape == (capacity + 1, block_size, 64)
+
+
+@requires_cuda
+def test_staging_in_cuda_graph():
+    """Capture plan, GPU sources and gather once; replay with new tables and lengths."""
+    rng = random.Random(10)
+    gen = torch.Generator().manual_seed(10)
+    rows, cols, block_size, capacity, width = 4, 6, 8, 20, 64
+    host_cpu = random_bytes((48 * block_size, width), gen)
+    host = host_cpu.pin_memory()
+    resident_cpu = random_bytes((16, 4, width), gen)
+    resident = resident_cpu.cuda()
+    bt = torch.zeros((rows, cols), dtype=torch.int32, device="cuda")
+    lens = torch.zeros(rows, dtype=torch.int32, device="cuda")
+    pages = torch.zeros((rows, 2 * cols), dtype=torch.int32, device="cuda")
+    states = torch.arange(rows, dtype=torch.int32, device="cuda")
+
+    def step():
+        plan = hisparse.build_staging_plan(bt, lens, block_size, capacity)
+        plan.ensure_gpu_sources(pages, states, 4)
+        return plan, staging.gather_prefill_cache(plan, host, resident)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan, staged = step()
+    for replay in range(3):
+        table, seq_lens, _, _ = random_case(rng, rows=rows, cols=cols, block_size=block_size, pool=47,
+                                            capacity=capacity)
+        page_table = torch.randint(0, 16, (rows, 2 * cols), generator=gen, dtype=torch.int32)
+        bt.copy_(torch.tensor(table, dtype=torch.int32))
+        lens.copy_(torch.tensor(seq_lens, dtype=torch.int32))
+        pages.copy_(page_table)
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = model_plan(table, seq_lens, block_size, capacity)
+        got = plan_lists(plan)
+        for name in ("block_table", "row_ids", "dst_rows"):
+            assert got[name] == expected[name], (replay, name)
+        gpu, miss = model_gpu_sources(expected | {"block_size": block_size}, page_table.tolist(), list(range(rows)), 4)
+        assert flat(plan.gpu_row_ids) == gpu and flat(plan.miss_mask) == miss
+        rows_out = staged.cpu().reshape(-1, width)
+        for j, row in enumerate(expected_staged(plan, host_cpu, resident_cpu.reshape(-1, width))):
+            if row is not None:
+                assert torch.equal(rows_out[j], row), (replay, j)
