@@ -1,4 +1,8 @@
-"""The hisparse command line: ``hisparse info`` (and ``python -m hisparse``)."""
+"""The hisparse command line (also ``python -m hisparse``).
+
+``hisparse info``: version, backends, devices; ``hisparse bench``: the
+trace-driven benchmark; ``hisparse plan``: the capacity planner.
+"""
 
 from __future__ import annotations
 
@@ -86,7 +90,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     info_parser = commands.add_parser("info", help="version, backends, devices, host registration, build flags")
     info_parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    from .bench.commands import add_bench_parser, add_plan_parser  # noqa: PLC0415 (no torch needed to parse)
+
+    add_bench_parser(commands)
+    add_plan_parser(commands)
     args = parser.parse_args(argv)
+
+    if args.command in ("bench", "plan"):
+        from .bench.commands import run_bench_command, run_plan_command  # noqa: PLC0415
+
+        run = run_bench_command if args.command == "bench" else run_plan_command
+        try:
+            return run(args)
+        except (ValueError, TypeError) as error:
+            parser.exit(2, f"hisparse {args.command}: error: {error}\n")
 
     if args.command == "info":
         info = collect_info()
