@@ -320,7 +320,7 @@ def _readme_blocks(language: str) -> list[str]:
 
 def test_readme_has_the_two_fresh_machine_commands():
     commands = [block.strip() for block in _readme_blocks("bash")]
-    assert "pip install . && hisparse info" in commands
+    assert "pip install '.[torch]' && hisparse bench" in commands
     assert "bash scripts/run_tests.sh" in commands
     assert (REPO / "scripts/run_tests.sh").is_file()
     ci = (REPO / ".ci/run").read_text()
