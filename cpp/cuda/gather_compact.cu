@@ -17,6 +17,15 @@
 //                 boundary cache lines, and each host page's translation is
 //                 used by consecutive requests. A token row can be split over
 //                 several blocks that each sort and copy their share.
+//
+// persistent and sorted hand out only used work: per window of token rows,
+// every block scans the clamped counts into a shared-memory prefix of work
+// units (groups, or sort shares), and its warps (sorted: the block) take
+// units round-robin, finding a unit's token row by binary search in the
+// prefix. A launch then costs a scan of R counts plus the used entries,
+// not R x K / rows_per_group count reads. Windows bound the shared memory
+// for any R; the unit numbering continues across windows, so the round-robin
+// is the same as over one prefix of all rows.
 #include <algorithm>
 #include <cstdint>
 
@@ -35,10 +44,23 @@ constexpr int kSortThreads = 512;
 constexpr int kSortUnroll = 4;
 constexpr uint64_t kInvalidKey = ~0ull;
 constexpr int kDefaultSharedBytes = 48 * 1024;
+// Token rows per prefix window: rows per thread x threads. 16 KiB of
+// persistent's shared memory; sorted's window is smaller so that its
+// prefix plus a 2048-entry share still fits in the default 48 KiB.
+constexpr int kPersistentRowsPerThread = 16;
+constexpr int kPersistentWindow = kPersistentRowsPerThread * kThreads;
+constexpr int kSortRowsPerThread = 2;
+constexpr int kSortWindow = kSortRowsPerThread * kSortThreads;
+// Fewest entries a sort share takes while a row is split over blocks, so
+// that each block still has enough rows to keep its loads in flight.
+constexpr int kMinSortShare = 32;
 
 __device__ __forceinline__ int32_t clamped_count(const GatherCompactParams& p, int t) {
   return min(max(p.swap_counts[t], 0), p.top_k);
 }
+
+// ceil(a / b) for a >= 0, b > 0, without overflow near INT32_MAX.
+__device__ __forceinline__ int32_t ceil_div(int32_t a, int32_t b) { return a / b + (a % b != 0); }
 
 // Source and destination of entry (t, k); dst null = skip, src null = zero-fill.
 __device__ __forceinline__ void resolve_entry(const GatherCompactParams& p, int t, int k, const uint8_t** src,
@@ -90,15 +112,101 @@ __global__ void __launch_bounds__(kThreads) gather_unrolled_kernel(GatherCompact
   for (int t = blockIdx.y; t < p.num_token_rows; t += gridDim.y) copy_group(p, t, g, rows_per_group, chunks, lane);
 }
 
-__global__ void __launch_bounds__(kThreads) gather_persistent_kernel(GatherCompactParams p, int rows_per_group) {
+// Exclusive prefix of units(t) over token rows [t0, t0 + n) into prefix[0, n],
+// n <= kBlockThreads * kRowsPerThread; returns prefix[n], the window's units.
+// Thread j takes ceil(n / threads) consecutive rows, so the block scan runs
+// over one partial sum per thread. Every thread of the block calls this; the
+// caller syncs before it when prefix or warp_sums were read since the last call.
+template <int kBlockThreads, int kRowsPerThread, typename Units>
+__device__ int32_t window_prefix(int32_t t0, int n, int32_t* prefix, int32_t* warp_sums, Units units) {
+  constexpr int kWarps = kBlockThreads / kWarpSize;
+  static_assert(kWarps <= kWarpSize, "one warp scans the warp sums");
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int per = (n + kBlockThreads - 1) / kBlockThreads;
+  const int first = static_cast<int>(threadIdx.x) * per;
+  int32_t own[kRowsPerThread];
+  int32_t sum = 0;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    own[i] = (i < per && first + i < n) ? units(t0 + first + i) : 0;
+    sum += own[i];
+  }
+  int32_t inclusive = sum;
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d <<= 1) {
+    const int32_t up = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d) inclusive += up;
+  }
+  if (lane == kWarpSize - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t total = lane < kWarps ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d <<= 1) {
+      const int32_t up = __shfl_up_sync(0xffffffffu, total, d);
+      if (lane >= d) total += up;
+    }
+    if (lane < kWarps) warp_sums[lane] = total;
+  }
+  __syncthreads();
+  int32_t running = (warp > 0 ? warp_sums[warp - 1] : 0) + inclusive - sum;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    if (i < per && first + i < n) {
+      prefix[first + i] = running;
+      running += own[i];
+    }
+  }
+  if (threadIdx.x == 0) prefix[n] = warp_sums[kWarps - 1];
+  __syncthreads();
+  return prefix[n];
+}
+
+// The row r in [0, n) with prefix[r] <= unit < prefix[r + 1] (unit < prefix[n]):
+// the last row whose prefix does not exceed the unit, which skips rows of no units.
+__device__ __forceinline__ int find_row(const int32_t* prefix, int n, int32_t unit) {
+  int lo = 0;
+  int hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (prefix[mid] <= unit) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// First unit of a window that worker `worker` of `workers` takes when units are
+// dealt round-robin from the first window on and `before` units came earlier.
+__device__ __forceinline__ int64_t first_unit(int64_t worker, int64_t workers, int64_t before) {
+  return ((worker - before % workers) % workers + workers) % workers;
+}
+
+// window_rows (<= kPersistentWindow) keeps a window's unit count in int32.
+__global__ void __launch_bounds__(kThreads) gather_persistent_kernel(GatherCompactParams p, int rows_per_group,
+                                                                     int window_rows) {
+  __shared__ int32_t prefix[kPersistentWindow + 1];
+  __shared__ int32_t warp_sums[kThreads / kWarpSize];
   const int lane = threadIdx.x % kWarpSize;
   const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
-  const int64_t groups_per_row = (p.top_k + rows_per_group - 1) / rows_per_group;
-  const int64_t total = groups_per_row * p.num_token_rows;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarpSize);
-  for (int64_t w = blockIdx.x * (kThreads / kWarpSize) + threadIdx.x / kWarpSize; w < total; w += warps) {
-    const int t = static_cast<int>(w / groups_per_row);
-    copy_group(p, t, static_cast<int>(w - t * groups_per_row), rows_per_group, chunks, lane);
+  const int64_t worker = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
+  const auto groups = [&](int32_t t) { return ceil_div(clamped_count(p, t), rows_per_group); };
+  int64_t before = 0;
+  // 64-bit so that the last window's step cannot overflow for R near 2^31.
+  for (int64_t window = 0; window < p.num_token_rows; window += window_rows) {
+    const int32_t t0 = static_cast<int32_t>(window);
+    const int n = static_cast<int>(min(static_cast<int64_t>(window_rows), p.num_token_rows - window));
+    __syncthreads();  // the previous window's prefix is still being searched
+    const int32_t units = window_prefix<kThreads, kPersistentRowsPerThread>(t0, n, prefix, warp_sums, groups);
+    for (int64_t u = first_unit(worker, warps, before); u < units; u += warps) {
+      const int r = find_row(prefix, n, static_cast<int32_t>(u));
+      copy_group(p, t0 + r, static_cast<int>(u - prefix[r]), rows_per_group, chunks, lane);
+    }
+    before += units;
   }
 }
 
@@ -121,77 +229,106 @@ __device__ void block_bitonic_sort(uint64_t* keys, int n) {
   }
 }
 
-// Block `part` of a token row takes its share of the row's used columns,
-// [count * part / parts, count * (part + 1) / parts), sorts that share and
-// copies it, so a split row costs each block a smaller sort, not the whole.
-// Shared memory: keys[capacity] (host slot << 32 | index in the share,
-// kInvalidKey for skipped entries), then dst_offset[capacity] (hot row offset
-// by index, filled in the same pass as the keys so the copy starts right
-// after the sort, without another round trip to the swap list).
-__global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompactParams p, int parts, int capacity) {
+// The block sorts entries [first, first + size) of token row t by host slot
+// and copies them. Shared memory: keys[capacity] (host slot << 32 | index in
+// the share, kInvalidKey for skipped entries), then dst_offset[capacity] (hot
+// row offset by index, filled in the same pass as the keys so the copy starts
+// right after the sort, without another round trip to the swap list).
+// Every thread of the block calls this with the same arguments.
+__device__ void sort_and_copy_share(const GatherCompactParams& p, int32_t t, int first, int size, uint64_t* keys,
+                                    int64_t* dst_offset, int chunks) {
+  int n = 1;
+  while (n < size) n <<= 1;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    uint64_t key = kInvalidKey;
+    if (i < size) {
+      const int64_t h = p.swap_host_rows[t * p.swap_host_row_stride + first + i];
+      const int64_t d = p.swap_device_rows[t * p.swap_device_row_stride + first + i];
+      const int64_t offset = d >= 0 ? hot_row_offset(d, p.hot_block_size, p.hot_block_stride) : -1;
+      if (h >= 0 && d >= 0 && offset < p.hot_span_rows) {
+        key = (static_cast<uint64_t>(h) << 32) | static_cast<uint32_t>(i);
+        dst_offset[i] = offset;
+      }
+    }
+    keys[i] = key;
+  }
+  __syncthreads();
+  block_bitonic_sort(keys, n);
+  // Skipped entries sorted last: the first invalid key ends the used ones.
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (keys[mid] == kInvalidKey) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int used = lo;
+  const int total = used * chunks;
+  for (int base = 0; base < total; base += kSortUnroll * kSortThreads) {
+    uint4 value[kSortUnroll];
+    uint8_t* target[kSortUnroll];
+#pragma unroll
+    for (int u = 0; u < kSortUnroll; ++u) {
+      const int c = base + u * kSortThreads + threadIdx.x;
+      target[u] = nullptr;
+      value[u] = make_uint4(0, 0, 0, 0);
+      if (c < total) {
+        const int e = c / chunks;
+        const int chunk = c - e * chunks;
+        const uint64_t key = keys[e];
+        const int64_t h = static_cast<int64_t>(key >> 32);
+        target[u] = p.hot + dst_offset[key & 0xffffffffu] * p.row_bytes + static_cast<int64_t>(chunk) * kChunkBytes;
+        if (h < p.host_rows) value[u] = load_chunk(p.host + h * p.host_pitch + static_cast<int64_t>(chunk) * kChunkBytes);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSortUnroll; ++u) {
+      if (target[u] != nullptr) store_chunk(target[u], value[u]);
+    }
+  }
+  __syncthreads();  // keys and offsets are rewritten for the next share
+}
+
+// Sort shares of a token row of clamped count c: up to `parts`, each of at
+// least kMinSortShare entries (a short row is one share, not `parts` slivers).
+__device__ __forceinline__ int sort_shares(int32_t c, int parts) {
+  return min(parts, ceil_div(c, kMinSortShare));
+}
+
+// Blocks take the used shares round-robin (a unit = one share of one token
+// row); share j of a row with s shares is its columns [c * j / s, c * (j + 1) / s).
+// A share holds at most ceil(K / parts) <= capacity entries: a row of fewer
+// than `parts` shares has shares of at most kMinSortShare entries, and
+// parts > 1 only while parts <= K / kMinSortShare.
+// window_rows (<= kSortWindow) keeps a window's unit count in int32.
+__global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompactParams p, int parts, int capacity,
+                                                                     int window_rows) {
   extern __shared__ uint64_t shared[];
+  __shared__ int32_t prefix[kSortWindow + 1];
+  __shared__ int32_t warp_sums[kSortThreads / kWarpSize];
   uint64_t* keys = shared;
   int64_t* dst_offset = reinterpret_cast<int64_t*>(shared + capacity);
   const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
-  const int part = blockIdx.x % parts;
-  const int row_step = gridDim.x / parts;
-  for (int t = blockIdx.x / parts; t < p.num_token_rows; t += row_step) {
-    const int count = clamped_count(p, t);
-    const int first = static_cast<int>(static_cast<int64_t>(count) * part / parts);
-    const int size = static_cast<int>(static_cast<int64_t>(count) * (part + 1) / parts) - first;
-    if (size == 0) continue;
-    int n = 1;
-    while (n < size) n <<= 1;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      uint64_t key = kInvalidKey;
-      if (i < size) {
-        const int64_t h = p.swap_host_rows[t * p.swap_host_row_stride + first + i];
-        const int64_t d = p.swap_device_rows[t * p.swap_device_row_stride + first + i];
-        const int64_t offset = d >= 0 ? hot_row_offset(d, p.hot_block_size, p.hot_block_stride) : -1;
-        if (h >= 0 && d >= 0 && offset < p.hot_span_rows) {
-          key = (static_cast<uint64_t>(h) << 32) | static_cast<uint32_t>(i);
-          dst_offset[i] = offset;
-        }
-      }
-      keys[i] = key;
+  const auto shares = [&](int32_t t) { return sort_shares(clamped_count(p, t), parts); };
+  int64_t before = 0;
+  // 64-bit so that the last window's step cannot overflow for R near 2^31.
+  for (int64_t window = 0; window < p.num_token_rows; window += window_rows) {
+    const int32_t t0 = static_cast<int32_t>(window);
+    const int n = static_cast<int>(min(static_cast<int64_t>(window_rows), p.num_token_rows - window));
+    __syncthreads();  // the previous window's prefix may still be read
+    const int32_t units = window_prefix<kSortThreads, kSortRowsPerThread>(t0, n, prefix, warp_sums, shares);
+    for (int64_t u = first_unit(blockIdx.x, gridDim.x, before); u < units; u += gridDim.x) {
+      const int r = find_row(prefix, n, static_cast<int32_t>(u));
+      const int32_t count = clamped_count(p, t0 + r);
+      const int s = sort_shares(count, parts);
+      const int j = static_cast<int>(u - prefix[r]);
+      const int first = static_cast<int>(static_cast<int64_t>(count) * j / s);
+      const int size = static_cast<int>(static_cast<int64_t>(count) * (j + 1) / s) - first;
+      sort_and_copy_share(p, t0 + r, first, size, keys, dst_offset, chunks);
     }
-    __syncthreads();
-    block_bitonic_sort(keys, n);
-    // Skipped entries sorted last: the first invalid key ends the used ones.
-    int lo = 0, hi = n;
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (keys[mid] == kInvalidKey) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    const int used = lo;
-    const int total = used * chunks;
-    for (int base = 0; base < total; base += kSortUnroll * kSortThreads) {
-      uint4 value[kSortUnroll];
-      uint8_t* target[kSortUnroll];
-#pragma unroll
-      for (int u = 0; u < kSortUnroll; ++u) {
-        const int c = base + u * kSortThreads + threadIdx.x;
-        target[u] = nullptr;
-        value[u] = make_uint4(0, 0, 0, 0);
-        if (c < total) {
-          const int e = c / chunks;
-          const int chunk = c - e * chunks;
-          const uint64_t key = keys[e];
-          const int64_t h = static_cast<int64_t>(key >> 32);
-          target[u] = p.hot + dst_offset[key & 0xffffffffu] * p.row_bytes + static_cast<int64_t>(chunk) * kChunkBytes;
-          if (h < p.host_rows) value[u] = load_chunk(p.host + h * p.host_pitch + static_cast<int64_t>(chunk) * kChunkBytes);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kSortUnroll; ++u) {
-        if (target[u] != nullptr) store_chunk(target[u], value[u]);
-      }
-    }
-    __syncthreads();  // keys and offsets are rewritten for the next token row
+    before += units;
   }
 }
 
@@ -203,16 +340,28 @@ int sorted_capacity(int top_k, int parts) {
   return capacity;
 }
 
+// Static shared memory of the sorted kernel (its prefix window), which
+// counts against the same per-block limit as the dynamic part.
+size_t sorted_static_shared_bytes() {
+  static const size_t bytes = [] {
+    cudaFuncAttributes attributes{};
+    cuda_check(cudaFuncGetAttributes(&attributes, gather_sorted_kernel), "cudaFuncGetAttributes(gather_sorted_kernel)");
+    return attributes.sharedSizeBytes;
+  }();
+  return bytes;
+}
+
 // Opt into the dynamic shared memory the sorted kernel needs; false when the
 // device cannot give that much (the caller then runs the persistent variant).
 bool prepare_sorted(size_t shared_bytes) {
-  if (shared_bytes <= static_cast<size_t>(kDefaultSharedBytes)) return true;
+  const size_t static_bytes = sorted_static_shared_bytes();
+  if (shared_bytes + static_bytes <= static_cast<size_t>(kDefaultSharedBytes)) return true;
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   int limit = 0;
   cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute(maxSharedMemoryPerBlockOptin)");
-  if (shared_bytes > static_cast<size_t>(limit)) return false;
+  if (shared_bytes + static_bytes > static_cast<size_t>(limit)) return false;
   cuda_check(cudaFuncSetAttribute(gather_sorted_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared_bytes)),
              "cudaFuncSetAttribute(gather_sorted_kernel)");
@@ -220,6 +369,12 @@ bool prepare_sorted(size_t shared_bytes) {
 }
 
 unsigned grid_rows(int32_t rows) { return static_cast<unsigned>(std::min<int32_t>(rows, 65535)); }
+
+// Token rows per prefix window: at most `window`, and few enough that the
+// window's units (at most max_units_per_row each) stay within int32.
+int window_rows(int64_t max_units_per_row, int window) {
+  return static_cast<int>(std::clamp<int64_t>(INT32_MAX / std::max<int64_t>(max_units_per_row, 1), 1, window));
+}
 
 // Thread blocks of the persistent and sorted schedules when the caller sets
 // no cap: half the SMs. Measured on an H200 (bench/bench_gather.py), more
@@ -247,13 +402,14 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
     const int64_t target = params.max_blocks > 0 ? params.max_blocks : automatic_blocks();
     const int64_t rows = params.num_token_rows;
     // Each part needs enough rows to keep its block's loads in flight.
-    const int parts = static_cast<int>(std::clamp<int64_t>(target / rows, 1, std::max(1, params.top_k / 32)));
+    const int parts =
+        static_cast<int>(std::clamp<int64_t>(target / rows, 1, std::max(1, params.top_k / kMinSortShare)));
     const int64_t blocks = parts > 1 ? rows * parts : std::min(rows, target);
     const int capacity = sorted_capacity(params.top_k, parts);
     const size_t shared_bytes = static_cast<size_t>(capacity) * (sizeof(uint64_t) + sizeof(int64_t));
     if (prepare_sorted(shared_bytes)) {
-      gather_sorted_kernel<<<static_cast<unsigned>(blocks), kSortThreads, shared_bytes, stream>>>(params, parts,
-                                                                                                  capacity);
+      gather_sorted_kernel<<<static_cast<unsigned>(blocks), kSortThreads, shared_bytes, stream>>>(
+          params, parts, capacity, window_rows(parts, kSortWindow));
       cuda_check(cudaGetLastError(), "gather_compact (sorted) kernel launch");
       return;
     }
@@ -272,12 +428,12 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
       break;
     }
     default: {
-      const int64_t groups = static_cast<int64_t>((params.top_k + rows_per_group - 1) / rows_per_group) *
-                             params.num_token_rows;
-      const int64_t needed = (groups + warps_per_block - 1) / warps_per_block;
+      const int64_t groups_per_row = (params.top_k + rows_per_group - 1) / rows_per_group;
+      const int64_t needed = (groups_per_row * params.num_token_rows + warps_per_block - 1) / warps_per_block;
       const int64_t blocks =
           std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : automatic_blocks());
-      gather_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(params, rows_per_group);
+      gather_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          params, rows_per_group, window_rows(groups_per_row, kPersistentWindow));
       break;
     }
   }

@@ -40,8 +40,8 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 // Union hash table.
 constexpr int32_t kEmptyKey = -1;
 constexpr uint32_t kNoRank = 0xFFFFFFFFu;
-// While a chunk is ranked, a new key's value holds kPending | (thread of its
-// first occurrence); ranks (< 2^15) are always smaller, so atomicMin never
+// While a chunk is ranked, a new key's value holds kPending | (index in the
+// chunk of its first occurrence); ranks (< 2^15) are always smaller, so atomicMin never
 // disturbs an already ranked key.
 constexpr uint32_t kPending = 0x80000000u;
 
@@ -248,19 +248,6 @@ __device__ __forceinline__ int block_exclusive_sum(int value, int* warp_totals, 
   return (warp == 0 ? 0 : before) + inclusive - value;
 }
 
-// Rank of a set flag among set flags of earlier threads, plus the count.
-__device__ __forceinline__ int block_flag_rank(bool flag, int* warp_totals, int* block_total) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const unsigned ballot = __ballot_sync(kFullMask, flag);
-  if (lane == 0) warp_totals[warp] = __popc(ballot);
-  __syncthreads();
-  const int totals = warp_inclusive_sum(warp_totals[lane]);
-  *block_total = __shfl_sync(kFullMask, totals, 31);
-  const int before = __shfl_sync(kFullMask, totals, (warp + 31) & 31);
-  return (warp == 0 ? 0 : before) + __popc(ballot & ((1u << lane) - 1u));
-}
-
 __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParams& p, int64_t t, int32_t k) {
   p.out_attention[t * p.out_attention_row_stride + k] = -1;
   p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = -1;
@@ -270,9 +257,11 @@ __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParam
 
 // Token rows past num_valid_rows or naming no batch row, spread over all
 // blocks (row t goes to block t % gridDim.x) so no single block writes them all.
-__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows) {
+// `first_owner` is req_id_per_token[blockIdx.x], loaded at kernel entry so
+// that the usual single row per block costs no load latency here.
+__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows, int32_t first_owner) {
   for (int32_t t = blockIdx.x; t < p.num_tokens; t += gridDim.x) {
-    const int32_t request = p.req_id_per_token[t];
+    const int32_t request = t == static_cast<int32_t>(blockIdx.x) ? first_owner : p.req_id_per_token[t];
     if (t < valid_rows && request >= 0 && request < p.num_batch_rows) continue;
     for (int32_t k = threadIdx.x; k < p.top_k; k += kThreads) write_inactive_entry(p, t, k);
     if (threadIdx.x == 0) {
@@ -319,8 +308,9 @@ __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src,
 }
 
 // Starts copying n int32 from global to shared memory (16-byte aligned)
-// without holding registers; wait_async_copies() completes them. Ampere and
-// later copy asynchronously, older devices synchronously.
+// without holding registers, as one commit group; wait_async_copies()
+// completes them. Ampere and later copy asynchronously, older devices
+// synchronously.
 __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
 #if __CUDA_ARCH__ >= 800
   const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -339,10 +329,41 @@ __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t
 #endif
 }
 
+// The same for n int16 (cp.async moves 4, 8 or 16 bytes, so rows that are
+// not 16-byte granular are copied synchronously); one commit group too.
+__device__ __forceinline__ void start_int16_row_copy(int16_t* dst, const int16_t* src, int32_t n) {
+#if __CUDA_ARCH__ >= 800
+  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    for (int32_t v = threadIdx.x; v < n / 8; v += kThreads) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 8 * v));
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+#else
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+#endif
+}
+
+// Waits for all but the `pending` most recently committed copy groups.
+template <int pending>
 __device__ __forceinline__ void wait_async_copies() {
 #if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
 #endif
+}
+
+// Pulls the 128-byte lines of n int32 into this SM's L1, so that the
+// scattered __ldg reads of a table row later hit L1 instead of waiting on
+// L2 or DRAM in the middle of a phase.
+__device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row + n);
+  for (uintptr_t line = begin + 128 * threadIdx.x; line < end; line += 128 * kThreads) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
+  }
 }
 
 __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
@@ -377,29 +398,59 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t H = p.hot_size;
   const int32_t max_union = p.max_union_rows;
 
-  const int32_t valid_rows = p.num_valid_rows != nullptr ? min(max(*p.num_valid_rows, 0), T) : T;
-  write_orphan_rows(p, valid_rows);
-  if (b >= B) return;
-
-  // ---- Phase A: initialise shared memory, read the lru row, find the rows.
-  const int32_t s = p.request_state_indices[b];
+  // ---- Phase A: every load that depends only on b is issued first, so the
+  // scalar reads, the request scan and the state row copies overlap instead
+  // of waiting on one another.
+  const int32_t* const valid_rows_ptr = p.num_valid_rows;
+  const int32_t orphan_owner = b < T ? p.req_id_per_token[b] : -1;
+  const int32_t s = b < B ? p.request_state_indices[b] : -1;
+  const int32_t valid_rows = valid_rows_ptr != nullptr ? min(max(*valid_rows_ptr, 0), T) : T;
+  if (b >= B) {
+    write_orphan_rows(p, valid_rows, orphan_owner);
+    return;
+  }
+  const bool state_in_range = s >= 0 && s < p.num_state_rows;
+  const int32_t* const hot_table = p.hot_block_table + b * p.hot_table_row_stride;
+  const int32_t* const source =
+      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
+  const int32_t* const resident =
+      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
+  // Two commit groups: the lru row (needed at B1), then the dgi row (needed
+  // in phase C1) into the evictable words, which are free until phase C2.
+  int32_t* const held_copy = evictable;
+  if (state_in_range) {
+    start_int16_row_copy(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
+    start_int32_row_copy(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    prefetch_int32_row(hot_table, (H + p.hot_block_size - 1) / p.hot_block_size);
+    // The request's top-k rows are only known after the row scan (B1); in
+    // the usual batch every request has T / B consecutive rows, so fetch
+    // those now (a wrong guess costs bandwidth, never correctness).
+    if (T % B == 0) {
+      const int32_t rows = T / B;
+      for (int32_t r = 0; r < min(rows, 4); ++r) {
+        prefetch_int32_row(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
+      }
+    }
+    if (source != nullptr) prefetch_int32_row(source, p.source_table_width);
+    if (resident != nullptr) prefetch_int32_row(resident, p.resident_table_width);
+  }
   fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
   fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
-  if (s >= 0 && s < p.num_state_rows) copy_int16_row(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
-    for (int32_t t = tid; t < valid_rows; t += kThreads) {
-      if (p.req_id_per_token[t] == b) {
+    // Rows are read up to T, not valid_rows, so these loads need not wait
+    // for num_valid_rows.
+    for (int32_t t = tid; t < T; t += kThreads) {
+      if (p.req_id_per_token[t] == b && t < valid_rows) {
         first = min(first, t);
         last = max(last, t);
         ++count;
       }
     }
-    if (s >= 0) {
-      for (int32_t earlier = tid; earlier < b; earlier += kThreads) {
-        duplicate |= p.request_state_indices[earlier] == s;
-      }
+    for (int32_t earlier = tid; earlier < b; earlier += kThreads) {
+      duplicate |= p.request_state_indices[earlier] == s;
     }
+    duplicate &= s >= 0;
     first = warp_min(first);
     last = warp_max(last);
     count = warp_sum(count);
@@ -412,21 +463,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       reduce[3 * kWarps + warp] = duplicate;
     }
   }
+  wait_async_copies<1>();  // the lru row (the dgi row may still be in flight)
   __syncthreads();  // B1
+  write_orphan_rows(p, valid_rows, orphan_owner);
   const int32_t* reduce = scratch + kScratchRequestReduce;
   const int32_t t0 = warp_min(reduce[lane]);
   const int32_t last_row = warp_max(reduce[kWarps + lane]);
   const int32_t q = warp_sum(reduce[2 * kWarps + lane]);
   const bool duplicate_state = warp_max(reduce[3 * kWarps + lane]) != 0;
 
-  if (q == 0) return;
-  if (s < 0) {
+  if (q == 0 || s < 0 || !state_in_range || duplicate_state || last_row - t0 + 1 != q) {
+    // Shared memory must not be released under an async copy still landing.
+    wait_async_copies<0>();
+    if (q == 0) return;
     write_request_inactive(p, c, b, t0, last_row);
-    return;
-  }
-  if (s >= p.num_state_rows || duplicate_state || last_row - t0 + 1 != q) {
-    write_request_inactive(p, c, b, t0, last_row);
-    if (tid == 0 && p.stats != nullptr) {
+    if (s >= 0 && tid == 0 && p.stats != nullptr) {
       add_stat(p, HS_STAT_LOOKUPS, static_cast<int64_t>(q) * K);
       add_stat(p, HS_STAT_INVALID, static_cast<int64_t>(q) * K);
     }
@@ -435,23 +486,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int32_t* const dgi_row = p.device_global_indices + static_cast<int64_t>(s) * H;
   int16_t* const lru_row = p.lru_slots + static_cast<int64_t>(s) * H;
-  const int32_t* const hot_table = p.hot_block_table + b * p.hot_table_row_stride;
   const int32_t* const topk = p.topk_indices + t0 * p.topk_row_stride;
-  const int32_t* const source =
-      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
-  const int32_t* const resident =
-      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
   // Entry e of the request is topk[e / K][e % K].
   const auto entry_position = [&](int32_t e) {
     const int32_t r = c.top_k.quotient(e);
     return topk[r * p.topk_row_stride + c.top_k.remainder(e, r)];
   };
   const int32_t entries = q * K;  // <= 2^30 (checked by the launcher)
-
-  // The hot slots' host slots, for phase C1, into the evictable words (free
-  // until phase C2) while the union is built.
-  int32_t* const held_copy = evictable;
-  start_int32_row_copy(held_copy, dgi_row, H);
 
   // ---- Phase B: slot occurrence counts (16-bit halves of 32-bit words) ...
   {
@@ -470,54 +511,79 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid < H - 4 * quads) count_slot(lru_copy[4 * quads + tid]);
   }
 
-  // ... and the union, kThreads entries per chunk in entry order. Within a
-  // chunk each key's first entry is the smallest thread that holds it
-  // (atomicMin on the pending marker); first entries are ranked by a block
-  // scan. Once max_union_rows members exist nothing is inserted any more:
-  // later keys are unknown to the table and their entries overflow.
+  // ... and the union, kResolverUnionChunk entries per chunk in entry
+  // order, two consecutive entries per thread so that thread order is entry
+  // order. Within a chunk each key's first entry is the smallest chunk index
+  // that holds it (atomicMin on the pending marker); first entries are
+  // ranked by a block scan. Once max_union_rows members exist nothing is
+  // inserted any more: later keys are unknown to the table and their
+  // entries overflow. A whole top-k row of k <= 2048 is one chunk: one
+  // classification round trip and two barriers.
+  constexpr int32_t kPerThread = kResolverUnionChunk / kThreads;
+  static_assert(kPerThread == 2, "the union loop holds two entries per thread");
   int32_t union_size = 0;
   int32_t classified = 0;  // entries [0, classified) went through the union loop
   const int32_t coded = min(entries, max_union);  // entries that keep a code in shared memory
   {
-    int32_t next_position = tid < entries ? entry_position(tid) : -1;
-    for (int32_t base = 0; base < entries && union_size < max_union; base += kThreads) {
-      const int32_t e = base + tid;
-      const int32_t position = next_position;
-      if (e < entries - kThreads) {
-        next_position = entry_position(e + kThreads);
+    const int32_t local = kPerThread * tid;  // index of the thread's first entry in a chunk
+    int32_t next_position[kPerThread];
+#pragma unroll
+    for (int x = 0; x < kPerThread; ++x) next_position[x] = local + x < entries ? entry_position(local + x) : -1;
+    for (int32_t base = 0; base < entries && union_size < max_union; base += kResolverUnionChunk) {
+      int32_t position[kPerThread];
+#pragma unroll
+      for (int x = 0; x < kPerThread; ++x) {
+        const int32_t e = base + local + x;
+        position[x] = next_position[x];
+        if (e < entries - kResolverUnionChunk) next_position[x] = entry_position(e + kResolverUnionChunk);
       }
-      int32_t key = -1;
-      uint32_t h = 0;
-      if (e < entries) {
-        const Entry entry = classify(p, c, source, resident, position);
-        uint16_t code = entry.kind == kResident ? kCodeResident : kCodeInvalid;
-        if (entry.kind == kHot) {
-          key = entry.host_slot;
-          h = hash_insert(hash_keys, capacity, key);
-          atomicMin(hash_values + h, kPending | static_cast<uint32_t>(tid));
-          code = static_cast<uint16_t>(h);
+      int32_t key[kPerThread];
+      uint32_t h[kPerThread];
+#pragma unroll
+      for (int x = 0; x < kPerThread; ++x) {
+        const int32_t e = base + local + x;
+        key[x] = -1;
+        h[x] = 0;
+        if (e < entries) {
+          const Entry entry = classify(p, c, source, resident, position[x]);
+          uint16_t code = entry.kind == kResident ? kCodeResident : kCodeInvalid;
+          if (entry.kind == kHot) {
+            key[x] = entry.host_slot;
+            h[x] = hash_insert(hash_keys, capacity, key[x]);
+            atomicMin(hash_values + h[x], kPending | static_cast<uint32_t>(local + x));
+            code = static_cast<uint16_t>(h[x]);
+          }
+          if (e < coded) entry_codes[e] = code;
         }
-        if (e < coded) entry_codes[e] = code;
       }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
-      const bool first_entry = key >= 0 && hash_values[h] == (kPending | static_cast<uint32_t>(tid));
+      bool first_entry[kPerThread];
+      int firsts = 0;
+#pragma unroll
+      for (int x = 0; x < kPerThread; ++x) {
+        first_entry[x] = key[x] >= 0 && hash_values[h[x]] == (kPending | static_cast<uint32_t>(local + x));
+        firsts += first_entry[x];
+      }
       int32_t new_keys;
-      const int32_t rank = union_size + block_flag_rank(first_entry, scratch + kScratchUnionScan, &new_keys);
-      // B2b (inside block_flag_rank); the next chunk's writes of the scan
+      int32_t rank = union_size + block_exclusive_sum(firsts, scratch + kScratchUnionScan, &new_keys);
+      // B2b (inside block_exclusive_sum); the next chunk's writes of the scan
       // buffer come after its own B2a.
-      if (first_entry) {
-        atomicExch(hash_values + h, static_cast<uint32_t>(rank));
+#pragma unroll
+      for (int x = 0; x < kPerThread; ++x) {
+        if (!first_entry[x]) continue;
+        atomicExch(hash_values + h[x], static_cast<uint32_t>(rank));
         if (rank < max_union) {
-          member_keys[rank] = key;
-          member_first[rank] = e;
+          member_keys[rank] = key[x];
+          member_first[rank] = base + local + x;
         }
+        ++rank;
       }
       union_size += new_keys;
-      classified = min(entries, base + kThreads);
+      classified = min(entries, base + kResolverUnionChunk);
     }
   }
   const int32_t members = min(union_size, max_union);
-  wait_async_copies();
+  wait_async_copies<0>();
   __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
   // ---- Phase C1: per slot j, usable (docs step 3) and the member it holds.

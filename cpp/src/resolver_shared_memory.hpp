@@ -14,11 +14,13 @@
 
 namespace hisparse {
 
-// Threads per resolver block; also the number of entries inserted into the
-// union table per step, which bounds how far the table can overshoot
-// max_union_rows before overflow is detected.
+// Threads per resolver block.
 constexpr int32_t kResolverThreads = 1024;
 constexpr int32_t kResolverWarps = kResolverThreads / 32;
+// Entries inserted into the union table per round (two per thread), which
+// bounds how far the table can overshoot max_union_rows before overflow is
+// detected.
+constexpr int32_t kResolverUnionChunk = 2 * kResolverThreads;
 
 // Scratch words (int32), each group owned by one phase of the kernel so that
 // no buffer is rewritten while another warp may still read it. The counters
@@ -62,10 +64,10 @@ HS_HOST_DEVICE inline uint32_t resolver_align16(uint64_t bytes) {
   return static_cast<uint32_t>((bytes + 15) / 16 * 16);
 }
 
-// The union table holds at most max_union_rows + kResolverThreads keys; 1.5x
-// that keeps linear probing short.
+// The union table holds at most max_union_rows + kResolverUnionChunk keys;
+// 1.5x that keeps linear probing short.
 HS_HOST_DEVICE inline int32_t resolver_hash_capacity(int32_t max_union_rows) {
-  const int64_t keys = static_cast<int64_t>(max_union_rows) + kResolverThreads;
+  const int64_t keys = static_cast<int64_t>(max_union_rows) + kResolverUnionChunk;
   return static_cast<int32_t>((keys * 3 / 2 + 31) / 32 * 32);
 }
 

@@ -22,6 +22,18 @@ DEVICES = ["cpu"] + (["cuda"] if cuda_available() else [])
 requires_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and the CUDA backend")
 
 
+def sanitize_subset(values, picked):
+    """Parametrize values, with the `picked` ones also marked for the
+    compute-sanitizer runs of scripts/gpu_check.sh (memcheck and racecheck are
+    10-100x slower, so they see a few small cases of each kernel)."""
+    def param(value):
+        # A tuple holds the values of several argument names.
+        args = value if isinstance(value, tuple) else (value,)
+        return pytest.param(*args, marks=pytest.mark.sanitize)
+
+    return [param(v) if v in picked else v for v in values]
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)

@@ -8,7 +8,7 @@ import pytest
 import hisparse
 from hisparse import ops
 
-from conftest import requires_cuda
+from conftest import requires_cuda, sanitize_subset
 
 torch = pytest.importorskip("torch")
 
@@ -36,9 +36,12 @@ def gather_reference(host, hot_flat, swap_host, swap_dev, counts, hbs, stride):
     """Python model of gather_compact on a flat [span_rows, W] hot slab (in place)."""
     rows, k = swap_host.shape
     span = hot_flat.shape[0]
-    for t in range(rows):
-        for j in range(max(0, min(int(counts[t]), k))):
-            h, d = int(swap_host[t, j]), int(swap_dev[t, j])
+    for t, count in enumerate(counts[:rows].tolist()):  # a list: tens of thousands of rows stay fast
+        used = max(0, min(count, k))
+        if used == 0:
+            continue
+        host_row, dev_row = swap_host[t, :used].tolist(), swap_dev[t, :used].tolist()
+        for h, d in zip(host_row, dev_row):
             if h < 0 or d < 0:
                 continue
             offset = (d // hbs) * stride + d % hbs
@@ -131,10 +134,101 @@ def test_gather_compact_zero_fill_clamp_and_skip_by_hand(device):
     assert torch.equal(hot_d.cpu(), expected)
 
 
+def make_sparse_case(gen, *, rows, k, used, host_rows, physical_rows):
+    """Swap lists of `rows` token rows where only the rows in `used` ({row: count})
+    have a positive count. Every entry a kernel must not touch (columns past a
+    row's clamped count, rows of count <= 0) points at a real host row and a
+    real hot row of the upper half, so copying it would change the hot cache;
+    the used entries have distinct destinations in the lower half, with one of
+    each special kind (zero fill, negative host, negative and out-of-range
+    destination) when there are enough of them."""
+    trap = physical_rows // 2
+    swap_host = torch.randint(0, host_rows, (rows, k), generator=gen, dtype=torch.int32)
+    swap_dev = torch.randint(trap, physical_rows, (rows, k), generator=gen, dtype=torch.int32)
+    counts = torch.zeros(rows, dtype=torch.int32)
+    entries = [(t, j) for t, count in sorted(used.items()) for j in range(max(0, min(count, k)))]
+    assert len(entries) <= trap
+    dest = torch.randperm(trap, generator=gen)[: len(entries)].tolist()
+    for (t, j), d in zip(entries, dest):
+        swap_dev[t, j] = d
+    for t, count in used.items():
+        counts[t] = count
+    specials = [(0, host_rows + 3), (0, -1), (1, -5), (1, physical_rows + 40)]  # (swap_host=0 / swap_dev=1, value)
+    for (t, j), (which, value) in zip(entries[1::3], specials):
+        (swap_host if which == 0 else swap_dev)[t, j] = value
+    return swap_host, swap_dev, counts
+
+
+def run_gather_case(device, host, hot0, swap_host, swap_dev, counts, hbs, stride, variant, max_blocks=None):
+    expected = gather_reference(host, hot0.clone(), swap_host, swap_dev, counts, hbs, stride)
+    hot = hot0.clone().to(device)  # hot0 stays the bytes before the call (.to("cpu") would alias it)
+    ops.gather_compact(host_copy(host, device), hot, swap_host.to(device), swap_dev.to(device), counts.to(device),
+                       hot_block_size=hbs, hot_block_stride=stride, variant=variant, max_blocks=max_blocks)
+    sync(device)
+    return hot.cpu(), expected
+
+
+def sparse_used_rows(rows, k):
+    """A few used rows with full, clamped, short and negative counts, placed at
+    and around the prefix windows of the CUDA schedules (1024 and 4096 token
+    rows), past the 65535 rows of a grid dimension, and at the very end."""
+    picks = {0: k, 1: -4, 2: 1, 1023: k + 9, 1024: 2, 4095: -1, 4096: k, 4097: 1, 65535: k, 65536: k + 1,
+             rows // 2: 2, rows - 2: -(2**31), rows - 1: k + 1}
+    return {t: count for t, count in picks.items() if t < rows}
+
+
+@pytest.mark.parametrize("max_blocks", [None, 1, 7])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("rows, k, row_bytes", [(5000, 3, 16), (5000, 40, 656), (70000, 3, 32)])
+def test_gather_compact_many_rows_few_used(device, rows, k, row_bytes, variant, max_blocks):
+    """Thousands of token rows, nearly all of count 0: only the used entries land."""
+    gen = torch.Generator().manual_seed(rows + k)
+    host_rows, hbs, stride, blocks = 300, 4, 5, 256
+    host = random_bytes((host_rows, row_bytes), gen)
+    hot0 = random_bytes(((blocks - 1) * stride + hbs, row_bytes), gen)
+    swap_host, swap_dev, counts = make_sparse_case(gen, rows=rows, k=k, used=sparse_used_rows(rows, k),
+                                                   host_rows=host_rows, physical_rows=blocks * hbs)
+    hot, expected = run_gather_case(device, host, hot0, swap_host, swap_dev, counts, hbs, stride, variant, max_blocks)
+    assert not torch.equal(expected, hot0)
+    assert torch.equal(hot, expected)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("rows", [1, 5000, 70000])
+def test_gather_compact_all_counts_zero(device, rows, variant):
+    gen = torch.Generator().manual_seed(rows)
+    host_rows, k, width, hot_rows = 64, 4, 32, 128
+    host = random_bytes((host_rows, width), gen)
+    hot0 = random_bytes((hot_rows, width), gen)
+    swap_host = torch.randint(0, host_rows, (rows, k), generator=gen, dtype=torch.int32)
+    swap_dev = torch.randint(0, hot_rows, (rows, k), generator=gen, dtype=torch.int32)
+    counts = torch.randint(-5, 1, (rows,), generator=gen, dtype=torch.int32)  # every count clamps to 0
+    hot, expected = run_gather_case(device, host, hot0, swap_host, swap_dev, counts, 8, 8, variant)
+    assert torch.equal(expected, hot0)
+    assert torch.equal(hot, hot0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(
+    "rows, k, count", sanitize_subset([(3, 200, 200), (3, 200, 37), (5000, 3, 3), (70000, 3, 4), (70000, 64, 64)],
+                                      {(3, 200, 37), (5000, 3, 3)}))
+def test_gather_compact_single_used_row_at_end(device, rows, k, count, variant):
+    """Only the last token row has entries (3 rows: split over several sorting blocks)."""
+    gen = torch.Generator().manual_seed(rows * k + count)
+    host_rows, hbs, stride, blocks, row_bytes = 500, 8, 8, 64, 48
+    host = random_bytes((host_rows, row_bytes), gen)
+    hot0 = random_bytes((blocks * hbs, row_bytes), gen)
+    swap_host, swap_dev, counts = make_sparse_case(gen, rows=rows, k=k, used={rows - 1: count},
+                                                   host_rows=host_rows, physical_rows=blocks * hbs)
+    hot, expected = run_gather_case(device, host, hot0, swap_host, swap_dev, counts, hbs, stride, variant)
+    assert not torch.equal(expected, hot0)
+    assert torch.equal(hot, expected)
+
+
 @requires_cuda
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("max_blocks", [1, 3, None])
-@pytest.mark.parametrize("row_bytes", [16, 656, 4096])
+@pytest.mark.parametrize("row_bytes", sanitize_subset([16, 656, 4096], {656}))
 def test_gather_compact_cuda_equals_cpu_backend(variant, max_blocks, row_bytes):
     gen = torch.Generator().manual_seed(row_bytes + 11)
     host_rows, rows, k, hbs, stride, blocks = 4000, 9, 300, 64, 96, 48
@@ -175,6 +269,7 @@ def test_gather_compact_sorted_capacities(k, max_blocks):
 
 
 @requires_cuda
+@pytest.mark.sanitize
 def test_gather_compact_from_host_pool_in_cuda_graph():
     """A registered HostPool view as the source; capture once, replay with new lists."""
     gen = torch.Generator().manual_seed(5)
@@ -209,6 +304,7 @@ def test_gather_compact_from_host_pool_in_cuda_graph():
 # ---------------------------------------------------------------- gather_plan
 
 
+@pytest.mark.sanitize
 def test_gather_plan_matches_reference(device):
     gen = torch.Generator().manual_seed(3)
     width, n_src, block, n_blocks = 1152, 400, 16, 10  # float16 rows of 576 values
@@ -254,7 +350,7 @@ def invalidate_reference(tables, rsi, req, written):
     return tables
 
 
-@pytest.mark.parametrize("num_tables", [1, 3, 70])
+@pytest.mark.parametrize("num_tables", sanitize_subset([1, 3, 70], {3}))
 @pytest.mark.parametrize("with_pointers", [False, True])
 def test_invalidate_written_slots(device, num_tables, with_pointers):
     gen = torch.Generator().manual_seed(num_tables)
@@ -286,7 +382,7 @@ def test_table_pointers_helper(device):
 # ---------------------------------------------------------------- device -> host
 
 
-@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("index_dtype", sanitize_subset([torch.int32, torch.int64], {torch.int64}))
 def test_mirror_rows_round_trip(device, index_dtype):
     gen = torch.Generator().manual_seed(9)
     n, host_rows, width = 70, 200, 656
@@ -313,6 +409,7 @@ def test_mirror_rows_round_trip(device, index_dtype):
     assert torch.equal(back[valid.to(device)], src[valid.to(device)])
 
 
+@pytest.mark.sanitize
 def test_swap_blocks_batch_round_trip(device):
     gen = torch.Generator().manual_seed(4)
     # (bytes, source offset): 16-, 8-, 4- and 1-byte aligned copies, empty and

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import requires_cuda
+from conftest import requires_cuda, sanitize_subset
 
 torch = pytest.importorskip("torch")
 hisparse = pytest.importorskip("hisparse")
@@ -363,14 +363,14 @@ def random_config(rng: np.random.Generator) -> Config:
     )
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", sanitize_subset(range(40), {0, 1}))
 def test_random_configs_match_cpu(seed):
     rng = np.random.default_rng(1000 + seed)
     cfg = random_config(rng)
     run_scenario(cfg, seed, steps=5, warm=bool(seed % 2))
 
 
-@pytest.mark.parametrize("K", WARP_BOUNDARY_K)
+@pytest.mark.parametrize("K", sanitize_subset(WARP_BOUNDARY_K, {1, 33, 65, 2048}))
 def test_warp_boundary_top_k(K):
     cfg = Config(B=5, S=7, H=min(32767, 2 * K + 5), K=K, q_max=3, hot_block_size=16, block_size=16,
                  resident=True, drift=0.2, corrupt_rate=0.1, pad=3, extra_rows=1)
@@ -386,7 +386,7 @@ def test_warp_boundary_top_k_without_tables(K):
     assert seen["hits"] > 0 and seen["misses"] > 0
 
 
-@pytest.mark.parametrize("union_limit", [1, 2, 31, 33, 700, 1023, 1025, 2047])
+@pytest.mark.parametrize("union_limit", sanitize_subset([1, 2, 31, 33, 700, 1023, 1025, 2047], {33, 1025}))
 def test_union_overflow(union_limit):
     # Far more distinct candidates (up to 4 x 2048) than union rows.
     cfg = Config(B=4, S=4, H=4096, K=2048, q_max=4, max_union_rows=union_limit, working_factor=4.0,
@@ -401,7 +401,7 @@ def test_union_overflow_small_top_k(union_limit):
     run_scenario(cfg, seed=50 + union_limit, steps=4)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", sanitize_subset(range(8), {0}))
 def test_corrupt_state(seed):
     cfg = Config(B=6, S=6, H=int([64, 100, 1000, 4096][seed % 4]), K=int([32, 33, 500, 2048][seed % 4]),
                  q_max=2, max_union_rows=None, hot_block_size=int([1, 4][seed % 2]), block_size=16,
@@ -454,6 +454,7 @@ def test_empty_shapes():
 # ----------------------------------------------------------------- CUDA graphs
 
 
+@pytest.mark.sanitize
 def test_cuda_graph_replay_matches_eager():
     """One captured resolve replayed over new inputs copied into static tensors."""
     cfg = Config(B=8, S=10, H=600, K=256, q_max=3, hot_block_size=16, block_size=16, resident=True,

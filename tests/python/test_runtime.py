@@ -9,7 +9,7 @@ import pytest
 import hisparse
 from hisparse import ops
 from hisparse.runtime import paged_cache_view
-from conftest import requires_cuda
+from conftest import requires_cuda, sanitize_subset
 from runtime_setup import GroupSetup, host_memory, random_bytes
 
 torch = pytest.importorskip("torch")
@@ -133,7 +133,7 @@ def test_bad_constructor_arguments(device):
 # ---------------------------------------------------------------- swap_in semantics
 
 
-@pytest.mark.parametrize("tokens_per_request", [1, 2])
+@pytest.mark.parametrize("tokens_per_request", sanitize_subset([1, 2], {2}))
 def test_swap_in_equals_resolve_and_gather_by_hand(device, tokens_per_request):
     K = 8
     setup = GroupSetup(device, num_layers=3, top_k=K, hot_size=32, max_union_rows=K * tokens_per_request,
@@ -447,6 +447,7 @@ def test_cache_handle_flow(device, eager_host_mirror):
 
 
 @requires_cuda
+@pytest.mark.sanitize
 def test_decode_step_of_a_group_captured_in_a_cuda_graph():
     device = torch.device("cuda")
     kwargs = dict(num_layers=4, top_k=16, hot_size=48, max_num_reqs=4, max_swap_rows=4, host_rows=512, seed=9)
