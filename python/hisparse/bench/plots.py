@@ -5,13 +5,21 @@
 * ``bandwidth_vs_rows.png``: gather GB/s (hisparse and plain torch) against
   rows per step, with the memcpy ceiling;
 * ``layer_time_breakdown.png``: per-layer time of resolve, gather and
-  exposed swap (prefetch off / on), hisparse next to the PyTorch baseline.
+  exposed swap (prefetch off / on; followers too when layers share an
+  indexer), hisparse next to the PyTorch baseline.
+
+A saved result can be drawn again without rerunning it (e.g. after a change
+to this file, or from a ``hisparse plan --out`` JSON)::
+
+    python -m hisparse.bench.plots RESULT.json DIR
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 __all__ = ["write_plots", "MATPLOTLIB_HINT", "matplotlib_available"]
 
@@ -90,45 +98,101 @@ def _bandwidth(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
     sweep = results["gather_sweep"]
     rows = [p["rows"] for p in sweep]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.plot(rows, [p["hisparse_gbps"] for p in sweep], "o-", label="hisparse gather_compact")
+    ours = [p["hisparse_gbps"] for p in sweep]
+    memcpy = results["memcpy"]["gbps"]
+    ax.plot(rows, ours, "o-", label="hisparse gather_compact")
     ax.plot(rows, [p["torch_gbps"] for p in sweep], "s--", label="plain torch (index, copy, index_copy_)")
-    ax.axhline(results["memcpy"]["gbps"], color="gray", linestyle=":", label="contiguous memcpy")
+    ax.axhline(memcpy, color="gray", linestyle=":", label=f"contiguous memcpy ({memcpy:.1f} GB/s)")
+    # The ratio to memcpy is the figure the sweep exists for: print it at each point.
+    for x, y, point in zip(rows, ours, sweep):
+        ax.annotate(f"{point['ratio_to_memcpy']:.2f}x", (x, y), textcoords="offset points", xytext=(0, -13),
+                    ha="center", fontsize=7, color="tab:blue")
     ax.set_xscale("log")
+    ax.set_ylim(0, memcpy * 1.15)
     ax.set_xlabel("rows per step (one layer)")
     ax.set_ylabel("GB/s of row bytes")
-    ax.legend(fontsize=8)
+    # Below the axes, where it cannot cover a point or its ratio label.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
 def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Path:
     per = results["per_layer"]
-    labels = ["resolve", "gather", "exposed\nno prefetch", "exposed\nprefetch"]
-    ours = [per["resolve_us_per_layer"], per["gather_us_per_layer"], per["exposed_us_per_layer_no_prefetch"],
-            per["exposed_us_per_layer_prefetch"]]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    bars = [("resolve", per["resolve_us_per_layer"]), ("gather", per["gather_us_per_layer"]),
+            ("exposed\nno prefetch", per["exposed_us_per_layer_no_prefetch"]),
+            ("exposed\nprefetch", per["exposed_us_per_layer_prefetch"])]
+    # Layers sharing an indexer: the followers are where prefetch pays off, so show them apart.
+    if "exposed_us_per_follower_prefetch" in per:
+        bars += [("follower\nno prefetch", per["exposed_us_per_follower_no_prefetch"]),
+                 ("follower\nprefetch", per["exposed_us_per_follower_prefetch"])]
+    labels = [label for label, _ in bars]
+    ours = [value for _, value in bars]
+    fig, ax = plt.subplots(figsize=(7.5 if len(bars) > 4 else 7, 4.4))
     positions = list(range(len(labels)))
-    width = 0.38
-    ax.bar([x - width / 2 for x in positions], ours, width, label="hisparse")
     baseline = results.get("baseline")
+    width = 0.38 if baseline is not None else 0.6
+    shift = width / 2 if baseline is not None else 0.0
+    drawn = ax.bar([x - shift for x in positions], ours, width, label="hisparse")
+    _label_bars(ax, drawn, ours)
+    every_value = list(ours)
     if baseline is not None:
         layers = results["config"]["layers"]
         groups = results["config"]["index_groups"]
+        # The baseline runs synchronously with no compute to hide behind: its whole step is exposed.
         theirs = [baseline["resolve_us_per_group"] * groups / layers, baseline["gather_us_per_layer"],
                   baseline["step_us"] / layers, baseline["step_us"] / layers]
-        ax.bar([x + width / 2 for x in positions], theirs, width, label="plain PyTorch")
+        drawn = ax.bar([x + shift for x in positions[: len(theirs)]], theirs, width,
+                       label="plain PyTorch (exposed = whole step / layers)")
+        _label_bars(ax, drawn, theirs)
+        every_value += theirs
+    # A log axis keeps microseconds and milliseconds readable side by side; an exposed time
+    # measured as a difference can come out at or below zero (fully hidden), which it cannot show.
+    log = min(every_value) > 0
+    if log:
         ax.set_yscale("log")
     if per.get("compute_us_per_layer"):
-        ax.axhline(per["compute_us_per_layer"], color="gray", linestyle=":", label="stand-in attention")
+        compute = per["compute_us_per_layer"]
+        ax.axhline(compute, color="gray", linestyle=":", label=f"stand-in attention ({compute:.0f} us)")
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high * 2 if log else high * 1.1)  # headroom for the value labels
     ax.set_xticks(positions)
-    ax.set_xticklabels(labels)
+    ax.set_xticklabels(labels, fontsize=8 if len(bars) > 4 else 10)
     ax.set_ylabel("microseconds per layer per step")
-    ax.legend(fontsize=8)
+    # Below the axes: the tall baseline bars leave no free corner inside them.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _label_bars(ax: Any, bars: Any, values: Sequence[float]) -> None:
+    for bar, value in zip(bars, values):
+        text = f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+                    xytext=(0, 2), ha="center", va="bottom", fontsize=7)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m hisparse.bench.plots RESULT.json DIR``: draw a saved result again."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m hisparse.bench.plots RESULT.json DIR", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as handle:
+        results = json.load(handle)
+    written = write_plots(results, args[1])
+    if written is None:
+        print(MATPLOTLIB_HINT, file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
