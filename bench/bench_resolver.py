@@ -7,6 +7,10 @@ random permutation of its context, sliding by m = miss_rate * k each step, so
 every step has exactly m fresh positions (misses, local to the request's own
 host blocks) and k - m positions the hot buffer already holds (hits).
 
+Four timings per point: the resolver alone; the resolver then the plain
+warp-per-row gather; the resolver then the default gather; and the resolver
+with the fused gather (it copies its own swap list's rows, one launch).
+
 Timing: N consecutive steps are captured in one CUDA graph (each step reads
 its own top-k buffer); the state is restored from a snapshot before every
 replay, outside the timed window; per-step time = replay time / N, median of
@@ -113,8 +117,10 @@ class Scenario:
         self.swap_counts = torch.empty(batch, dtype=torch.int32, device=device)
         self.host_cache, self.hot_cache = host_cache, hot_cache
 
-    def resolve(self, step, fn=hisparse.ops.resolve_residency):
+    def resolve(self, step, fn=hisparse.ops.resolve_residency, fused=False):
         a = self.args
+        # The fused gather: the resolver copies its own swap list's rows.
+        gather = dict(gather_host_rows=self.host_cache, gather_hot_cache=self.hot_cache) if fused else {}
         fn(
             self.topk[step], self.req_id, self.state_rows, self.dgi, self.lru, self.hot_block_table,
             hot_block_size=a.block_size, attention_block_stride=a.block_size, host_rows=self.host_rows,
@@ -122,7 +128,7 @@ class Scenario:
             out_resolved=self.out["resolved"], out_miss_mask=self.out["miss_mask"],
             out_valid_counts=self.valid_counts, out_swap_host_rows=self.out["swap_host"],
             out_swap_device_rows=self.out["swap_device"], out_swap_counts=self.swap_counts,
-            source_block_table=self.source_block_table, block_size=a.block_size,
+            source_block_table=self.source_block_table, block_size=a.block_size, **gather,
         )
 
     def gather(self, variant):
@@ -144,7 +150,12 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
         s.lru.copy_(snapshot[1])
 
     results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch}
-    variants = {"resolve": None, "resolve+gather_warp_per_row": "warp_per_row", "resolve+gather_default": "auto"}
+    variants = {
+        "resolve": None,
+        "resolve+gather_warp_per_row": "warp_per_row",
+        "resolve+gather_default": "auto",
+        "resolve_fused_gather": "fused",
+    }
     stream = torch.cuda.Stream()
     for name, variant in variants.items():
         graph = torch.cuda.CUDAGraph()
@@ -152,8 +163,8 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
         torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream):
             for step in range(2, 2 + args.steps):
-                s.resolve(step)
-                if variant is not None:
+                s.resolve(step, fused=variant == "fused")
+                if variant not in (None, "fused"):
                     s.gather(variant)
         results[f"{name}_us"] = time_graph(graph, restore, args.replays) / args.steps * 1e3
         del graph
@@ -182,6 +193,7 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     results["missed_bytes"] = missed_bytes
     results["ideal_transfer_us"] = missed_bytes / (memcpy_gbps * 1e9) * 1e6
     results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / max(results["ideal_transfer_us"], 1e-9)
+    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / max(results["ideal_transfer_us"], 1e-9)
     results["gather_default_gbps"] = missed_bytes / (
         max(results["resolve+gather_default_us"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
     return results
@@ -212,7 +224,7 @@ def main(argv=None):
             print(
                 f"B={batch:<4} miss={miss_rate:<6} misses={r['misses_per_step']:<6} "
                 f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
-                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
+                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
                 f"torch={r['baseline_torch_us']:9.1f}us  x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
                 flush=True,
             )

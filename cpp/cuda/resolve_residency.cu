@@ -24,6 +24,7 @@
 #include "cuda_kernels.hpp"
 #include "error.hpp"
 #include "resolver_shared_memory.hpp"
+#include "row_copy.cuh"
 
 namespace hisparse {
 namespace cuda {
@@ -370,6 +371,34 @@ __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* 
   uint4* vectors = reinterpret_cast<uint4*>(begin);
   const int32_t count = static_cast<int32_t>((end - begin) / 16);
   for (int32_t v = threadIdx.x; v < count; v += kThreads) vectors[v] = make_uint4(word, word, word, word);
+}
+
+// Fused gather: the warp copies the rows of the lanes with `has_row` set
+// (host slot `g`, physical hot row `row`), exactly as gather_compact would
+// copy those swap entries: a destination outside the hot cache is skipped, a
+// source past the host rows zero-fills.
+__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row,
+                                                        int32_t g, int32_t row, int lane) {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  if (has_row) {
+    const int64_t offset = hot_row_offset(row, g_params.hot_block_size, g_params.hot_block_stride);
+    if (offset < g_params.hot_span_rows) {
+      dst = g_params.hot + offset * g_params.row_bytes;
+      if (g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
+    }
+  }
+  const unsigned rows = __ballot_sync(kFullMask, dst != nullptr);
+  if (rows == 0) return;
+  // Lane e takes the row of the e-th lane with one, as warp_copy_rows wants.
+  const int n = __popc(rows);
+  const int from = lane < n ? static_cast<int>(__fns(rows, 0, lane + 1)) : 0;
+  const uint8_t* my_src = reinterpret_cast<const uint8_t*>(
+      __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+  uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
+  // Four loads in flight per lane: the block already holds 64 registers per
+  // thread, and one step's few misses fit one pass.
+  warp_copy_rows<4>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -740,6 +769,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();  // B6: member slots final, new LRU complete
+
+  // ---- Phase E (fused gather only): each warp copies the rows of its own
+  // assigned misses (member_first still holds their first entry), so the
+  // host reads overlap phase F of the other warps.
+  if (p.fused_gather && assigned_total > 0) {
+    for (int32_t i = 0; i < member_run; ++i) {
+      const int32_t r = member_begin + i;
+      const bool assigned = r < member_end && member_first[r] >= 0;
+      int32_t g = -1, row = -1;
+      if (assigned) {
+        const int32_t e = member_first[r];
+        row = member_slots[r];
+        if (e < classified && e < coded) {
+          g = hash_keys[entry_codes[e]];
+        } else {
+          g = classify(p, c, source, resident, entry_position(e)).host_slot;
+        }
+      }
+      warp_copy_assigned_rows(p.gather, assigned, g, row, lane);
+    }
+  }
 
   // ---- Phase F: state out, then per-entry outputs.
   copy_int16_row(lru_row, reinterpret_cast<const int16_t*>(slot_info), H);

@@ -10,6 +10,7 @@
 
 #include "backend.hpp"
 #include "error.hpp"
+#include "gather_caches.hpp"
 #include "tensor.hpp"
 
 namespace hisparse {
@@ -123,60 +124,10 @@ int32_t resolve_variant(int32_t variant) {
 }
 
 GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {
-  const TensorArg hot(a.hot_cache, "hot_cache");
-  const TensorArg host(a.host_rows, "host_rows");
-  const Device device = hot.device();
-  *device_out = device;
-  const Rows host_rows = rows_of(host);
-  same_rows(hot, host, row_bytes_of(hot), host_rows.row_bytes);
-  check_source_device(host, device, "hot_cache");
-
   GatherCompactParams p;
-  p.device = device.index;
-  p.row_bytes = host_rows.row_bytes;
-  p.host = host_rows.base;
-  p.host_rows = host_rows.count;
-  p.host_pitch = host_rows.pitch;
-
-  if (a.hot_block_size < 1) {
-    invalid_argument("hot_block_size: expected a positive number of rows per hot block, got ", a.hot_block_size);
-  }
-  const int64_t stride = a.hot_block_stride == 0 ? a.hot_block_size : a.hot_block_stride;
-  if (stride < a.hot_block_size) {
-    invalid_argument("hot_block_stride: expected 0 (= hot_block_size) or at least hot_block_size (",
-                     a.hot_block_size, ") rows, got ", a.hot_block_stride);
-  }
-  p.hot_block_size = a.hot_block_size;
-  p.hot_block_stride = stride;
-  // Hot rows are contiguous within a block: the attention kernel addresses
-  // them as block base + offset rows of exactly row_bytes.
-  const int row_dim = hot.ndim() - 2;
-  const int64_t width = hot.size(hot.ndim() - 1);
-  if (hot.size(row_dim) > 1 && hot.stride(row_dim) != width) {
-    invalid_argument("hot_cache: expected rows contiguous within a block (stride ", width, " in dimension ", row_dim,
-                     "), got stride ", hot.stride(row_dim), " (shape ", hot.shape_string(), ")");
-  }
-  int64_t span_elements = 0;
-  if (hot.numel() > 0) {
-    span_elements = width;
-    for (int d = 0; d < hot.ndim() - 1; ++d) {
-      if (hot.size(d) > 1 && hot.stride(d) <= 0) {
-        invalid_argument("hot_cache: expected positive strides, got stride ", hot.stride(d), " in dimension ", d);
-      }
-      span_elements += (hot.size(d) - 1) * hot.stride(d);
-    }
-  }
-  if (hot.ndim() == 3) {
-    hot.size_is(1, a.hot_block_size, "hot_block_size rows per block");
-    if (hot.size(0) > 1 && hot.stride(0) != stride * width) {
-      invalid_argument("hot_cache: expected a block stride of hot_block_stride x row width = ", stride * width,
-                       " elements, got ", hot.stride(0), " (shape ", hot.shape_string(), ")");
-    }
-  }
-  const int64_t span_bytes = span_elements * static_cast<int64_t>(dtype_size(hot.dtype()));
-  p.hot = hot.data<uint8_t>();
-  p.hot_span_rows = span_bytes / p.row_bytes;
-  if (span_bytes > 0) hot.aligned(kRowAlignment);
+  const Device device = gather_cache_params(TensorArg(a.host_rows, "host_rows"), TensorArg(a.hot_cache, "hot_cache"),
+                                            a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
+  *device_out = device;
 
   const TensorArg swap_host(a.swap_host_rows, "swap_host_rows");
   swap_host.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "hot_cache");
@@ -197,10 +148,6 @@ GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Dev
   p.variant = resolve_variant(a.variant);
   if (a.max_blocks < 0) invalid_argument("max_blocks: expected 0 (automatic) or a positive count, got ", a.max_blocks);
   p.max_blocks = a.max_blocks;
-
-  Backend& backend = backend_for(device);
-  backend.check_accessible(host_rows.base, static_cast<size_t>(host_rows.extent), device.index, "host_rows");
-  backend.check_accessible(p.hot, static_cast<size_t>(span_bytes), device.index, "hot_cache");
   return p;
 }
 
@@ -287,6 +234,67 @@ MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor
 }
 
 }  // namespace
+
+Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t hot_block_size,
+                           int64_t hot_block_stride, const char* stride_name, GatherCompactParams* params) {
+  GatherCompactParams& p = *params;
+  const Device device = hot.device();
+  const Rows host_rows = rows_of(host);
+  same_rows(hot, host, row_bytes_of(hot), host_rows.row_bytes);
+  check_source_device(host, device, hot.name());
+
+  p.device = device.index;
+  p.row_bytes = host_rows.row_bytes;
+  p.host = host_rows.base;
+  p.host_rows = host_rows.count;
+  p.host_pitch = host_rows.pitch;
+
+  if (hot_block_size < 1) {
+    invalid_argument("hot_block_size: expected a positive number of rows per hot block, got ", hot_block_size);
+  }
+  const int64_t stride = hot_block_stride == 0 ? hot_block_size : hot_block_stride;
+  if (stride < hot_block_size) {
+    invalid_argument(stride_name, ": expected 0 (= hot_block_size) or at least hot_block_size (", hot_block_size,
+                     ") rows, got ", hot_block_stride);
+  }
+  p.hot_block_size = hot_block_size;
+  p.hot_block_stride = stride;
+  // Hot rows are contiguous within a block: the attention kernel addresses
+  // them as block base + offset rows of exactly row_bytes.
+  const int row_dim = hot.ndim() - 2;
+  const int64_t width = hot.size(hot.ndim() - 1);
+  if (hot.size(row_dim) > 1 && hot.stride(row_dim) != width) {
+    invalid_argument(hot.name(), ": expected rows contiguous within a block (stride ", width, " in dimension ",
+                     row_dim, "), got stride ", hot.stride(row_dim), " (shape ", hot.shape_string(), ")");
+  }
+  int64_t span_elements = 0;
+  if (hot.numel() > 0) {
+    span_elements = width;
+    for (int d = 0; d < hot.ndim() - 1; ++d) {
+      if (hot.size(d) > 1 && hot.stride(d) <= 0) {
+        invalid_argument(hot.name(), ": expected positive strides, got stride ", hot.stride(d), " in dimension ", d);
+      }
+      span_elements += (hot.size(d) - 1) * hot.stride(d);
+    }
+  }
+  if (hot.ndim() == 3) {
+    hot.size_is(1, hot_block_size, "hot_block_size rows per block");
+    if (hot.size(0) > 1 && hot.stride(0) != stride * width) {
+      invalid_argument(hot.name(), ": expected a block stride of ", stride_name, " x row width = ", stride * width,
+                       " elements, got ", hot.stride(0), " (shape ", hot.shape_string(), ")");
+    }
+  }
+  const int64_t span_bytes = span_elements * static_cast<int64_t>(dtype_size(hot.dtype()));
+  p.hot = hot.data<uint8_t>();
+  p.hot_span_rows = span_bytes / p.row_bytes;
+  if (span_bytes > 0) hot.aligned(kRowAlignment);
+
+  Backend& backend = backend_for(device);
+  backend.check_accessible(host_rows.base, static_cast<size_t>(host_rows.extent), device.index, host.name());
+  backend.check_accessible(p.hot, static_cast<size_t>(span_bytes), device.index, hot.name());
+  return device;
+}
+
 }  // namespace hisparse
 
 using namespace hisparse;

@@ -1,12 +1,15 @@
 // C ABI of residency resolution: validate every argument on the host (shapes,
 // dtypes, devices, strides, scalars), then hand raw pointers to the backend
 // of the tensors' device. Device data is never inspected here.
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 
 #include "backend.hpp"
 #include "config.hpp"
 #include "error.hpp"
+#include "gather_caches.hpp"
 #include "tensor.hpp"
 
 namespace hisparse {
@@ -160,6 +163,55 @@ ResolveResidencyParams build_params(const hs_resolve_residency_args_t& a, Device
   return p;
 }
 
+// The fused gather: gather_compact's validation of the two caches, with the
+// swap list being this call's own out_swap_* outputs (already validated as
+// [>= T, K]; only their first T rows are read).
+void add_fused_gather(const hs_resolve_residency_args_t& a, const Device& device, ResolveResidencyParams* p) {
+  const TensorArg host(a.gather_host_rows, "gather_host_rows", true);
+  const TensorArg hot(a.gather_hot_cache, "gather_hot_cache", true);
+  if (!host.present() && !hot.present()) {
+    if (a.gather_hot_block_stride != 0) {
+      invalid_argument("gather_hot_block_stride: expected 0 without a fused gather (gather_host_rows and "
+                       "gather_hot_cache are NULL), got ",
+                       a.gather_hot_block_stride);
+    }
+    return;
+  }
+  if (!hot.present()) {
+    invalid_argument("gather_hot_cache: expected a tensor, got NULL (a fused gather needs gather_host_rows and "
+                     "gather_hot_cache together)");
+  }
+  if (!host.present()) {
+    invalid_argument("gather_host_rows: expected a tensor, got NULL (a fused gather needs gather_host_rows and "
+                     "gather_hot_cache together)");
+  }
+  hot.on(device, "topk_indices");
+  GatherCompactParams& g = p->gather;
+  gather_cache_params(host, hot, p->hot_block_size, a.gather_hot_block_stride, "gather_hot_block_stride", &g);
+  g.swap_host_rows = p->out_swap_host_rows;
+  g.swap_device_rows = p->out_swap_device_rows;
+  g.swap_host_row_stride = p->out_swap_host_rows_row_stride;
+  g.swap_device_row_stride = p->out_swap_device_rows_row_stride;
+  g.swap_counts = p->out_swap_counts;
+  g.num_token_rows = p->num_tokens;
+  g.top_k = p->top_k;
+  // Not read by the fused copy; set to what hs_gather_compact would run.
+  g.variant = hs_gather_default_variant();
+  g.max_blocks = 0;
+  p->fused_gather = true;
+}
+
+// The caller's args with every field past its struct_size read as absent
+// (zero): an older caller's struct simply ends before them.
+hs_resolve_residency_args_t read_args(const hs_resolve_residency_args_t* args) {
+  const hs_resolve_residency_args_t& caller =
+      require_struct(args, "args", offsetof(hs_resolve_residency_args_t, stats) + sizeof(args->stats));
+  hs_resolve_residency_args_t a;
+  std::memset(&a, 0, sizeof(a));
+  std::memcpy(&a, &caller, std::min(caller.struct_size, sizeof(a)));
+  return a;
+}
+
 }  // namespace
 }  // namespace hisparse
 
@@ -169,10 +221,10 @@ extern "C" {
 
 HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args, hs_stream_t stream) {
   return api_guard([&] {
-    const hs_resolve_residency_args_t& a =
-        require_struct(args, "args", offsetof(hs_resolve_residency_args_t, stats) + sizeof(args->stats));
+    const hs_resolve_residency_args_t a = read_args(args);
     Device device;
-    const ResolveResidencyParams params = build_params(a, &device);
+    ResolveResidencyParams params = build_params(a, &device);
+    add_fused_gather(a, device, &params);
     Backend& backend = backend_for(device);
     if (device.is_cuda()) check_resolver_shared_memory(params.hot_size, params.max_union_rows, device.index);
     backend.resolve_residency(params, stream);

@@ -65,6 +65,9 @@ class CpuBackend final : public Backend {
   }
   void resolve_residency(const ResolveResidencyParams& params, hs_stream_t) override {
     resolve_residency_reference(params);
+    // The fused gather's contract is gather_compact run right after the
+    // resolve; on a synchronous backend that is literally what it is.
+    if (params.fused_gather) gather_compact_reference(params.gather);
   }
 
   void reset_hot_state(const ResetHotStateParams& params, hs_stream_t) override {

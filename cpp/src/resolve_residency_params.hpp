@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "data_movement_params.hpp"
+
 namespace hisparse {
 
 struct ResolveResidencyParams {
@@ -62,6 +64,14 @@ struct ResolveResidencyParams {
   int64_t* stats = nullptr;  // [5] or null, accumulated
 
   int device = 0;  // CUDA device index (ignored by the CPU backend)
+
+  // Fused gather: when true, the rows of the emitted swap list are also
+  // copied host -> hot cache, byte-identical to gather_compact(gather) run
+  // after the resolve. `gather` is filled completely by the host glue: its
+  // swap_* fields point at the out_swap_* outputs above, num_token_rows = T,
+  // top_k = K, hot_block_size = this hot_block_size, variant unused.
+  bool fused_gather = false;
+  GatherCompactParams gather;
 };
 
 }  // namespace hisparse

@@ -65,6 +65,9 @@ def resolve_residency(
     resident_block_size: int = 0,
     num_valid_rows: Optional[Any] = None,
     stats: Optional[Any] = None,
+    gather_host_rows: Optional[Any] = None,
+    gather_hot_cache: Optional[Any] = None,
+    gather_hot_block_stride: int = 0,
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -74,6 +77,17 @@ def resolve_residency(
     and ``stats`` (int64, >= 5 entries: lookups, hits, misses, resident,
     invalid; accumulated). ``device_global_indices`` and ``lru_slots`` are
     updated in place.
+
+    Fused gather: with ``gather_host_rows`` and ``gather_hot_cache`` (both or
+    neither) the call also copies the rows of the swap list it emits into the
+    hot cache, leaving the bytes :func:`gather_compact` would leave if run
+    right after it on ``out_swap_host_rows``, ``out_swap_device_rows`` and
+    ``out_swap_counts`` with this ``hot_block_size`` and
+    ``hot_block_stride=gather_hot_block_stride`` (0 = ``hot_block_size``);
+    one launch per layer instead of two, which pays off when few rows miss
+    (steady-state decode; see docs/residency.md). The two tensors follow
+    :func:`gather_compact`'s rules for ``host_rows`` and ``hot_cache``; the
+    hot cache is on the device of ``topk_indices``.
     """
     _C.resolve_residency(
         export(topk_indices, "topk_indices"),
@@ -100,6 +114,9 @@ def resolve_residency(
         resident_block_size,
         export_optional(num_valid_rows, "num_valid_rows"),
         export_optional(stats, "stats"),
+        export_optional(gather_host_rows, "gather_host_rows"),
+        export_optional(gather_hot_cache, "gather_hot_cache"),
+        gather_hot_block_stride,
         stream_handle(stream, topk_indices),
     )
 

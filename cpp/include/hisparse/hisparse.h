@@ -316,7 +316,13 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
 
 /* Residency resolution: see docs/residency.md for the exact contract. The
  * backend is chosen by the device of `topk_indices` (every tensor must be on
- * it). Stream-ordered, no host sync, no allocation, capturable. */
+ * it). Stream-ordered, no host sync, no allocation, capturable.
+ *
+ * Fused gather (optional, struct version 2): with gather_host_rows and
+ * gather_hot_cache set, the call also copies the rows of the swap list it
+ * emits from the host cache into the hot cache, with the bytes
+ * hs_gather_compact would write if run right after it on out_swap_*. One
+ * launch and no dependent round trip per layer instead of two. */
 typedef struct hs_resolve_residency_args {
   size_t struct_size;
   uint32_t struct_version;
@@ -347,8 +353,20 @@ typedef struct hs_resolve_residency_args {
   int64_t resident_block_size;
   const hs_tensor_t* num_valid_rows;        /* int32 [1] */
   const hs_tensor_t* stats;                 /* int64 [>= 5], accumulated */
+  /* Fused gather (version 2; optional, both NULL = off, both or neither).
+   * The same rules as hs_gather_compact's host_rows, hot_cache and
+   * hot_block_stride, with the swap list being out_swap_host_rows,
+   * out_swap_device_rows and out_swap_counts (the first T rows) and
+   * hot_block_size this call's hot_block_size. gather_hot_cache must be on
+   * the device of topk_indices; on CUDA gather_host_rows is registered or
+   * pinned host memory (or memory of that device). A caller whose
+   * struct_size ends before these fields gets no fused gather. */
+  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
+  int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
+                                               (must be 0 without a fused gather) */
 } hs_resolve_residency_args_t;
-#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 1
+#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 2
 
 static inline void hs_resolve_residency_args_init(hs_resolve_residency_args_t* args) {
   memset(args, 0, sizeof(*args));

@@ -1,0 +1,341 @@
+"""The fused gather of hisparse.ops.resolve_residency (docs/residency.md,
+"Fused gather").
+
+Every scenario runs step by step on two copies of the same state and hot
+cache: one resolves with the fused gather, the other resolves and then runs
+gather_compact (default variant) on the swap list it emitted. Every output
+buffer (padding included), the state, the counters and every byte of the hot
+cache's memory must be identical after every step; on CUDA the fused run
+must also equal a fused run of the CPU backend bit for bit. Bad inputs fail
+naming the argument and leave everything untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pytest
+
+from conftest import cuda_available, requires_cuda, sanitize_subset
+
+torch = pytest.importorskip("torch")
+hisparse = pytest.importorskip("hisparse")
+from hisparse import ops  # noqa: E402
+
+SENTINEL = -77
+MATRICES = ("attention", "hot_rows", "resolved", "miss_mask", "swap_host_rows", "swap_device_rows")
+VECTORS = ("valid_counts", "swap_counts")
+CPU = torch.device("cpu")
+# Row bytes -> the dtype the caches are viewed as (the gather only moves bytes).
+ROW_DTYPES = {16: torch.uint8, 32: torch.uint8, 656: torch.bfloat16, 1152: torch.int16}
+
+
+def host_copy(tensor, device):
+    """`tensor` in host memory a kernel of `device` can read (pinned on CUDA)."""
+    return tensor.pin_memory() if device.type == "cuda" else tensor.clone()
+
+
+# ----------------------------------------------------------------- scenario
+
+
+@dataclass(frozen=True)
+class Shape:
+    row_bytes: int
+    hot_block_size: int
+    hot_block_stride: int
+    K: int = 20
+    H: int = 48
+    max_union_rows: int = 40  # < 3 * K: the speculative request overflows
+    block_size: int = 16
+    source_width: int = 10
+    resolver_host_rows: int = 740  # slots 740..767 of the source blocks are invalid
+    gather_host_rows: int = 700  # slots 700..739 are valid but zero-fill their hot rows
+    steps: int = 5
+
+
+# Batch rows: a plain request, a speculative one (q = 3), a padding row and
+# a request with q = 2, on state rows out of order.
+STATE_ROWS = [2, 0, -1, 5]
+ROWS_PER_BATCH_ROW = [1, 3, 1, 2]
+S = 6
+
+
+class World:
+    """Tables, host rows and per-request working sets that persist across steps."""
+
+    def __init__(self, shape: Shape, seed: int):
+        self.shape = shape
+        self.rng = np.random.default_rng(seed)
+        rng, s = self.rng, shape
+        self.B = len(STATE_ROWS)
+        self.req_id_per_token = np.repeat(np.arange(self.B), ROWS_PER_BATCH_ROW).astype(np.int32)
+        self.T = len(self.req_id_per_token)
+        self.context = s.source_width * s.block_size
+
+        # Distinct host blocks per batch row; the speculative request owns
+        # blocks 44 (zero fill) and 46 (half past the resolver's host_rows).
+        blocks = rng.permutation(np.arange(1, 44))[: self.B * s.source_width].reshape(self.B, s.source_width)
+        blocks[1, 2], blocks[1, 5] = 44, 46
+        blocks[3, 7] = 0  # a null block: invalid entries
+        self.source = blocks.astype(np.int32)
+
+        self.hot_blocks = -(-s.H // s.hot_block_size)
+        self.physical_blocks = self.B * self.hot_blocks + 2
+        hot = rng.permutation(self.physical_blocks)[: self.B * self.hot_blocks].reshape(self.B, self.hot_blocks)
+        hot[3, 1] = -1  # unusable slots: their misses are dropped
+        self.hot_table = hot.astype(np.int32)
+
+        pages = -(-self.context // s.hot_block_size)
+        resident = np.zeros((self.B, pages), dtype=np.int32)
+        resident[:, -2:] = rng.integers(1, 50, (self.B, 2))  # the newest tokens stay on the GPU
+        self.resident = resident
+
+        self.host = torch.from_numpy(rng.integers(0, 256, (s.gather_host_rows, s.row_bytes), dtype=np.uint8))
+        slab_rows = self.physical_blocks * s.hot_block_stride
+        self.slab = torch.from_numpy(rng.integers(0, 256, (slab_rows, s.row_bytes), dtype=np.uint8))
+        self.working = [rng.choice(self.context + 8, size=int(1.6 * s.K), replace=False) for _ in range(self.B)]
+
+    def next_topk(self) -> np.ndarray:
+        """One step's positions: drawn from drifting working sets (positions
+        past the source table and -1 included)."""
+        rng, s = self.rng, self.shape
+        topk = np.empty((self.T, s.K), dtype=np.int32)
+        for b in range(self.B):
+            keep = rng.random(len(self.working[b])) > 0.3
+            fresh = rng.choice(self.context + 8, size=int((~keep).sum()))
+            self.working[b] = np.concatenate([self.working[b][keep], fresh])
+        for t, b in enumerate(self.req_id_per_token):
+            wide = b == 1 and rng.random() < 0.7  # the speculative request overflows its union
+            pool = np.arange(self.context) if wide else self.working[b]
+            topk[t] = rng.choice(pool, size=s.K, replace=len(pool) < s.K)
+            topk[t, rng.random(s.K) < 0.05] = -1
+        return topk
+
+    def num_valid_rows(self, step: int) -> Optional[int]:
+        return [None, self.T, self.T - 1, self.T - 3, 0][step % 5]
+
+    def candidate_union(self, topk: np.ndarray, b: int, valid_rows: int) -> int:
+        """Distinct hot candidates of batch row b (docs/residency.md step 1)."""
+        s, slots = self.shape, set()
+        for t in range(min(valid_rows, self.T)):
+            if self.req_id_per_token[t] != b:
+                continue
+            for p in topk[t]:
+                if p < 0 or p // s.block_size >= s.source_width:
+                    continue
+                h = self.source[b, p // s.block_size]
+                g = int(h) * s.block_size + p % s.block_size
+                if h <= 0 or g >= s.resolver_host_rows or self.resident[b, p // s.hot_block_size] > 0:
+                    continue
+                slots.add(g)
+        return len(slots)
+
+
+class Lane:
+    """One copy of the mutable state (hot-region state, counters, hot cache)
+    on one device, advanced either with the fused gather or with
+    resolve + gather_compact."""
+
+    def __init__(self, world: World, device, fused: bool):
+        s, self.world, self.device, self.fused = world.shape, world, device, fused
+        self.dgi = torch.full((S, s.H), -1, dtype=torch.int32, device=device)
+        self.lru = torch.arange(s.H, dtype=torch.int16).repeat(S, 1).to(device)
+        self.stats = torch.zeros(5, dtype=torch.int64, device=device)
+        dtype = ROW_DTYPES[s.row_bytes]
+        self.host = host_copy(world.host, device).view(dtype)
+        self.slab = world.slab.to(device, copy=True)  # each lane owns its hot cache
+        hot = self.slab.view(dtype)
+        if s.hot_block_stride > s.hot_block_size:
+            # A [blocks, hot_block_size, W] view into a slab with gaps between blocks.
+            width = hot.shape[1]
+            hot = hot.as_strided((world.physical_blocks, s.hot_block_size, width),
+                                 (s.hot_block_stride * width, width, 1))
+        self.hot = hot
+        # 0 = hot_block_size: the default path of both calls.
+        self.stride_arg = 0 if s.hot_block_stride == s.hot_block_size else s.hot_block_stride
+
+    def tensor(self, array):
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
+
+    def step(self, topk: np.ndarray, num_valid_rows: Optional[int]) -> dict:
+        w, s = self.world, self.world.shape
+        T, K = w.T, s.K
+        # Outputs with a row stride wider than K and rows past T.
+        buffers = {n: torch.full((T + 2, K + 3), SENTINEL, dtype=torch.int32, device=self.device) for n in MATRICES}
+        buffers.update({n: torch.full((T + 2,), SENTINEL, dtype=torch.int32, device=self.device) for n in VECTORS})
+        outputs = {f"out_{n}": buffers[n][:, :K] for n in MATRICES}
+        outputs.update({f"out_{n}": buffers[n] for n in VECTORS})
+        kwargs = dict(
+            hot_block_size=s.hot_block_size,
+            attention_block_stride=s.hot_block_stride,
+            host_rows=s.resolver_host_rows,
+            max_union_rows=s.max_union_rows,
+            source_block_table=self.tensor(w.source),
+            block_size=s.block_size,
+            resident_block_table=self.tensor(w.resident),
+            resident_block_size=s.hot_block_size,
+            num_valid_rows=None if num_valid_rows is None else self.tensor(np.array([num_valid_rows], np.int32)),
+            stats=self.stats,
+            **outputs,
+        )
+        args = (self.tensor(topk), self.tensor(w.req_id_per_token), self.tensor(np.array(STATE_ROWS, np.int32)),
+                self.dgi, self.lru, self.tensor(w.hot_table))
+        if self.fused:
+            ops.resolve_residency(*args, **kwargs, gather_host_rows=self.host, gather_hot_cache=self.hot,
+                                  gather_hot_block_stride=self.stride_arg)
+        else:
+            ops.resolve_residency(*args, **kwargs)
+            ops.gather_compact(self.host, self.hot, outputs["out_swap_host_rows"], outputs["out_swap_device_rows"],
+                               outputs["out_swap_counts"], hot_block_size=s.hot_block_size,
+                               hot_block_stride=self.stride_arg)
+        snapshot = {n: b.cpu().numpy() for n, b in buffers.items()}
+        snapshot.update(dgi=self.dgi.cpu().numpy(), lru=self.lru.cpu().numpy(), stats=self.stats.cpu().numpy(),
+                        hot_bytes=self.slab.cpu().numpy())
+        return snapshot
+
+
+def assert_same(got: dict, want: dict, context: str) -> None:
+    for name in want:
+        if not np.array_equal(got[name], want[name]):
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{context}: {name}")
+
+
+SHAPES = [
+    Shape(row_bytes=16, hot_block_size=4, hot_block_stride=4, steps=3),
+    Shape(row_bytes=16, hot_block_size=4, hot_block_stride=7, steps=3),
+    Shape(row_bytes=656, hot_block_size=16, hot_block_stride=16),
+    Shape(row_bytes=656, hot_block_size=4, hot_block_stride=9),
+    Shape(row_bytes=1152, hot_block_size=8, hot_block_stride=8),
+    Shape(row_bytes=1152, hot_block_size=8, hot_block_stride=11),
+    Shape(row_bytes=656, hot_block_size=1, hot_block_stride=3, K=33, H=96, max_union_rows=60),
+]
+
+
+def shape_id(shape: Shape) -> str:
+    return f"rb{shape.row_bytes}-hbs{shape.hot_block_size}-stride{shape.hot_block_stride}-k{shape.K}"
+
+
+@pytest.mark.parametrize("shape", sanitize_subset(SHAPES, set(SHAPES[:2])), ids=shape_id)
+def test_fused_gather_matches_resolve_then_gather(device, shape):
+    world = World(shape, seed=shape.row_bytes * 100 + shape.hot_block_stride)
+    fused, separate = Lane(world, device, fused=True), Lane(world, device, fused=False)
+    reference = Lane(world, CPU, fused=True) if device.type == "cuda" else None
+    moved = zero_filled = overflowed = 0
+    for step in range(shape.steps):
+        topk, valid = world.next_topk(), world.num_valid_rows(step)
+        got = fused.step(topk, valid)
+        assert_same(got, separate.step(topk, valid), f"step {step}: fused vs resolve + gather_compact")
+        if reference is not None:
+            assert_same(got, reference.step(topk, valid), f"step {step}: cuda vs cpu")
+        counts = np.clip(got["swap_counts"][: world.T], 0, shape.K)
+        moved += int(counts.sum())
+        for t, count in enumerate(counts):
+            zero_filled += int((got["swap_host_rows"][t, :count] >= shape.gather_host_rows).sum())
+        overflowed += world.candidate_union(topk, 1, world.T if valid is None else valid) > shape.max_union_rows
+    # The scenario exercised what it claims to: misses moved rows, some of
+    # them zero-filled, resident pages, invalid entries and union overflow.
+    stats = got["stats"]
+    assert moved == stats[2] > 0
+    assert zero_filled > 0
+    assert stats[3] > 0 and stats[4] > 0
+    assert overflowed > 0
+
+
+def test_fused_gather_copies_the_swap_list_by_hand(device):
+    """Independent of gather_compact: every swap entry's hot row holds its
+    host row (zeros past the host cache); every other byte is unchanged."""
+    shape = Shape(row_bytes=16, hot_block_size=4, hot_block_stride=6, steps=1)
+    world = World(shape, seed=11)
+    lane = Lane(world, device, fused=True)
+    before = world.slab.numpy().copy()
+    got = lane.step(world.next_topk(), None)
+    expected = before.copy()
+    host = world.host.numpy()
+    for t in range(world.T):
+        for k in range(max(0, min(int(got["swap_counts"][t]), shape.K))):
+            h, d = int(got["swap_host_rows"][t, k]), int(got["swap_device_rows"][t, k])
+            offset = (d // shape.hot_block_size) * shape.hot_block_stride + d % shape.hot_block_size
+            expected[offset] = host[h] if h < shape.gather_host_rows else 0
+    assert got["stats"][2] > 0
+    assert_same({"hot_bytes": got["hot_bytes"]}, {"hot_bytes": expected}, "hand model")
+
+
+# ----------------------------------------------------------------- bad inputs
+
+
+def snapshot(lane: Lane, kwargs: dict) -> list:
+    outputs = [v for v in kwargs.values() if isinstance(v, torch.Tensor)]
+    return [t.cpu().clone() for t in (lane.dgi, lane.lru, lane.stats, lane.slab, *outputs)]
+
+
+def small_call(device):
+    """A lane and the arguments of one resolve on it (outputs included)."""
+    shape = Shape(row_bytes=32, hot_block_size=4, hot_block_stride=4, steps=1)
+    world = World(shape, seed=5)
+    lane = Lane(world, device, fused=True)
+    T, K = world.T, shape.K
+    outputs = {f"out_{n}": torch.full((T, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+    outputs.update({f"out_{n}": torch.full((T,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    args = (lane.tensor(world.next_topk()), lane.tensor(world.req_id_per_token),
+            lane.tensor(np.array(STATE_ROWS, np.int32)), lane.dgi, lane.lru, lane.tensor(world.hot_table))
+    kwargs = dict(hot_block_size=4, attention_block_stride=4, host_rows=shape.resolver_host_rows,
+                  max_union_rows=shape.max_union_rows, source_block_table=lane.tensor(world.source),
+                  block_size=shape.block_size, stats=lane.stats, **outputs)
+    return lane, args, kwargs
+
+
+def expect_failure(lane, args, kwargs, exc, match, **gather):
+    before = snapshot(lane, kwargs)
+    with pytest.raises(exc, match=match):
+        ops.resolve_residency(*args, **kwargs, **gather)
+    after = snapshot(lane, kwargs)
+    for was, now in zip(before, after):
+        assert torch.equal(was, now), f"a failed call ({match}) changed state, outputs or the hot cache"
+
+
+def test_fused_gather_bad_inputs(device):
+    lane, args, kwargs = small_call(device)
+    host, hot = lane.host, lane.hot
+
+    def fail(exc, match, **gather):
+        expect_failure(lane, args, kwargs, exc, match, **gather)
+
+    fail(ValueError, r"gather_hot_cache: expected a tensor, got NULL \(a fused gather needs", gather_host_rows=host)
+    fail(ValueError, r"gather_host_rows: expected a tensor, got NULL \(a fused gather needs", gather_hot_cache=hot)
+    fail(ValueError, "gather_hot_block_stride: expected 0 without a fused gather", gather_hot_block_stride=8)
+    fail(ValueError, r"gather_hot_block_stride: expected 0 \(= hot_block_size\) or at least hot_block_size \(4\)",
+         gather_host_rows=host, gather_hot_cache=hot, gather_hot_block_stride=3)
+    fail(TypeError, r"gather_hot_cache: expected dtype uint8 \(the dtype of gather_host_rows\), got int16",
+         gather_host_rows=host, gather_hot_cache=hot.view(torch.int16))
+    fail(ValueError, "gather_hot_cache: expected rows of 32 bytes",
+         gather_host_rows=host, gather_hot_cache=lane.slab.view(-1, 64))
+    fail(ValueError, "gather_host_rows: expected rows of a positive multiple of 16 bytes",
+         gather_host_rows=host_copy(torch.zeros((8, 20), dtype=torch.uint8), device), gather_hot_cache=hot)
+    misaligned = host_copy(torch.zeros(8 * 32 + 1, dtype=torch.uint8), device)[1:].view(8, 32)
+    fail(ValueError, "gather_host_rows: expected a data pointer aligned to 16 bytes",
+         gather_host_rows=misaligned, gather_hot_cache=hot)
+    fail(ValueError, "gather_hot_cache: expected size 4 in dimension 1",
+         gather_host_rows=host, gather_hot_cache=lane.slab[:64].view(32, 2, 32))
+    fail(ValueError, "gather_hot_cache: expected a block stride of gather_hot_block_stride x row width",
+         gather_host_rows=host, gather_hot_cache=lane.slab[:64].view(16, 4, 32), gather_hot_block_stride=5)
+    other = "cuda" if device.type == "cpu" and cuda_available() else ("cpu" if device.type == "cuda" else None)
+    if other is not None:
+        fail(ValueError, rf"gather_hot_cache: expected a tensor on {device.type}.* \(the device of topk_indices\)",
+             gather_host_rows=host, gather_hot_cache=hot.to(other))
+
+
+@requires_cuda
+def test_fused_gather_bad_inputs_cuda():
+    device = torch.device("cuda")
+    lane, args, kwargs = small_call(device)
+
+    def fail(match, **gather):
+        expect_failure(lane, args, kwargs, ValueError, match, **gather)
+
+    unpinned = torch.zeros(tuple(lane.host.shape), dtype=lane.host.dtype)
+    fail("gather_host_rows: host memory that is not pinned or registered",
+         gather_host_rows=unpinned, gather_hot_cache=lane.hot)
+    if torch.cuda.device_count() > 1:
+        fail("gather_host_rows", gather_host_rows=lane.host.to("cuda:1"), gather_hot_cache=lane.hot)
