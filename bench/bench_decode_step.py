@@ -7,8 +7,9 @@ Presets (--presets):
   glm5   GLM-5-like shared index: index groups of 4 layers (one leader, three followers)
 
 Each layer: the runtime's swap_in (the group leader resolves the step's top-k
-once and gathers its rows; followers gather theirs, prefetched by the leader
-or staged on their own), then a stand-in attention kernel of fixed duration
+once and gathers its rows, in a second launch or, in the "prefetch_fused"
+mode, inside the resolve launch; followers gather theirs, prefetched by the
+leader or staged on their own), then a stand-in attention kernel of fixed duration
 (--compute-us, torch.cuda._sleep) on the compute stream.
 
 Trace: per request, step i selects the window [i*m, i*m + k) of a random
@@ -156,14 +157,16 @@ class Model:
         self.snapshot = None
 
     def step(self, index, mode, cycles):
-        """One decode step. mode: prefetch | no_prefetch | leaders_only | compute."""
+        """One decode step. mode: prefetch | prefetch_fused (leaders copy their
+        own rows in the resolve launch) | no_prefetch | leaders_only | compute."""
         for runtime in self.runtimes:
             runtime.begin_forward()
         for runtime in self.runtimes:
             if mode != "compute":
                 if runtime.is_group_leader:
                     runtime.swap_in(self.topk[index], self.req_id, block_table=self.source_table,
-                                    block_size=self.args.block_size, prefetch=mode == "prefetch")
+                                    block_size=self.args.block_size, prefetch=mode.startswith("prefetch"),
+                                    fused_gather=mode == "prefetch_fused")
                 elif mode != "leaders_only":
                     runtime.swap_in(num_tokens=self.args.batch)
             torch.cuda._sleep(cycles)
@@ -195,7 +198,8 @@ def run_preset(args, name, preset, host_caches, cycles, memcpy_gbps):
 
     results = {"preset": name, **preset, "layers": args.layers, "index_groups": len(model.leaders),
                "misses_per_request_step": model.misses_per_request}
-    modes = ["compute", "no_prefetch", "prefetch"] + (["leaders_only"] if model.group_size > 1 else [])
+    modes = ["compute", "no_prefetch", "prefetch", "prefetch_fused"] + (
+        ["leaders_only"] if model.group_size > 1 else [])
     stream = torch.cuda.Stream()
     for mode in modes:
         model.restore()
@@ -219,7 +223,7 @@ def run_preset(args, name, preset, host_caches, cycles, memcpy_gbps):
 
     layers = args.layers
     compute = results["step_ms_compute"]
-    for mode in ("no_prefetch", "prefetch"):
+    for mode in ("no_prefetch", "prefetch", "prefetch_fused"):
         results[f"exposed_swap_us_per_layer_{mode}"] = (results[f"step_ms_{mode}"] - compute) * 1e3 / layers
     if "step_ms_leaders_only" in results:
         followers = layers - len(model.leaders)
@@ -263,7 +267,8 @@ def main(argv=None):
         line = (f"{name:6} groups={r['index_groups']:<3} step: compute {r['step_ms_compute']:.3f} ms, "
                 f"no prefetch {r['step_ms_no_prefetch']:.3f} ms, prefetch {r['step_ms_prefetch']:.3f} ms | "
                 f"exposed/layer: {r['exposed_swap_us_per_layer_no_prefetch']:.1f} us -> "
-                f"{r['exposed_swap_us_per_layer_prefetch']:.1f} us")
+                f"{r['exposed_swap_us_per_layer_prefetch']:.1f} us, fused leaders "
+                f"{r['exposed_swap_us_per_layer_prefetch_fused']:.1f} us")
         if "exposed_swap_us_per_follower_prefetch" in r:
             line += (f" (leader {r['exposed_swap_us_per_leader']:.1f} us, follower "
                      f"{r['exposed_swap_us_per_follower_prefetch']:.1f} us prefetched / "

@@ -1,5 +1,5 @@
 // gather_compact: swap list -> hot cache, reading registered host memory
-// zero-copy. Four schedules of the same copy (hs_gather_variant_t), all
+// zero-copy. Five schedules of the same copy (hs_gather_variant_t), all
 // writing exactly the bytes of the CPU reference:
 //
 //   warp_per_row  one warp per swap entry, a load then a store per chunk:
@@ -7,9 +7,14 @@
 //   unrolled      a warp takes a group of rows of one token row and issues
 //                 all of the group's loads before its stores.
 //   persistent    unrolled on a fixed grid (max_blocks, else half the SMs)
-//                 that strides over the groups. The default: bounding the
-//                 rows in flight bounds the host pages being translated at
-//                 once, which is what scattered rows are limited by.
+//                 that strides over the groups: bounding the rows in flight
+//                 bounds the host pages being translated at once, which is
+//                 what rows scattered over the whole pool are limited by.
+//   row_persistent  persistent with one row per warp on one block per SM:
+//                 the default. For misses local to each request (the decode
+//                 case) it was the best schedule or within 0.01 of it in
+//                 bench/lab/gather_schedules.cu (656-byte rows 0.79-0.86 of
+//                 memcpy, 1152-byte rows 0.90-0.92).
 //   sorted        per token row, a block sorts the entries by host slot in
 //                 shared memory (bitonic, no allocation) and copies them in
 //                 address order as one flat stream of chunks: adjacent host
@@ -428,12 +433,16 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
       break;
     }
     default: {
-      const int64_t groups_per_row = (params.top_k + rows_per_group - 1) / rows_per_group;
+      // persistent, or row_persistent: one row per warp on one block per SM.
+      const bool one_row = variant == HS_GATHER_ROW_PERSISTENT;
+      const int group_rows = one_row ? 1 : rows_per_group;
+      const int64_t default_blocks = one_row ? multiprocessor_count() : automatic_blocks();
+      const int64_t groups_per_row = (params.top_k + group_rows - 1) / group_rows;
       const int64_t needed = (groups_per_row * params.num_token_rows + warps_per_block - 1) / warps_per_block;
       const int64_t blocks =
-          std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : automatic_blocks());
+          std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : default_blocks);
       gather_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          params, rows_per_group, window_rows(groups_per_row, kPersistentWindow));
+          params, group_rows, window_rows(groups_per_row, kPersistentWindow));
       break;
     }
   }

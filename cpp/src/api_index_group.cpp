@@ -3,6 +3,7 @@
 // hs_last_error() text and the group stays valid after a failed call.
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "backend.hpp"
 #include "config.hpp"
@@ -47,6 +48,17 @@ IndexGroupOptions to_options(const hs_index_group_options_t& o) {
 }
 
 IndexGroup& require_group(hs_index_group_t group) { return require_pointer(group, "group")->group; }
+
+// The caller's args with every field past its struct_size read as absent
+// (zero): a version-1 caller's struct simply ends before the fused gather.
+hs_index_group_resolve_args_t read_resolve_args(const hs_index_group_resolve_args_t* args) {
+  const hs_index_group_resolve_args_t& caller = require_struct(
+      args, "args", offsetof(hs_index_group_resolve_args_t, out_valid_counts) + sizeof(args->out_valid_counts));
+  hs_index_group_resolve_args_t a;
+  std::memset(&a, 0, sizeof(a));
+  std::memcpy(&a, &caller, std::min(caller.struct_size, sizeof(a)));
+  return a;
+}
 
 }  // namespace
 }  // namespace hisparse
@@ -133,9 +145,7 @@ HS_API hs_status_t hs_index_group_resolve(hs_index_group_t group, const hs_index
                                           hs_stream_t stream) {
   return api_guard([&] {
     IndexGroup& g = require_group(group);
-    const hs_index_group_resolve_args_t& a = require_struct(
-        args, "args", offsetof(hs_index_group_resolve_args_t, out_valid_counts) + sizeof(args->out_valid_counts));
-    g.resolve(a, stream);
+    g.resolve(read_resolve_args(args), stream);
   });
 }
 

@@ -2,7 +2,9 @@
 // defaults, then the Runtime / SlotInvalidator cores. Each entry point is one
 // api_guard, so errors become a status and hs_last_error() text, and a
 // runtime stays valid (and keeps its earlier binding) after a failed call.
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -53,6 +55,17 @@ Device to_device(int32_t device_type, int32_t device_index, const Device* fallba
 
 Runtime& require_runtime(hs_runtime_t runtime, const char* name = "runtime") {
   return *require_pointer(runtime, name)->runtime;
+}
+
+// The caller's args with every field past its struct_size read as absent
+// (zero): a version-1 caller's struct simply ends before fused_gather.
+hs_runtime_swap_in_args_t read_swap_in_args(const hs_runtime_swap_in_args_t* args) {
+  const hs_runtime_swap_in_args_t& caller =
+      require_struct(args, "args", offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
+  hs_runtime_swap_in_args_t a;
+  std::memset(&a, 0, sizeof(a));
+  std::memcpy(&a, &caller, std::min(caller.struct_size, sizeof(a)));
+  return a;
 }
 
 SlotInvalidator& require_invalidator(hs_slot_invalidator_t invalidator) {
@@ -198,8 +211,7 @@ HS_API hs_status_t hs_runtime_swap_in(hs_runtime_t runtime, const hs_runtime_swa
                                       hs_runtime_swap_in_result_t* result, hs_stream_t stream) {
   return api_guard([&] {
     Runtime& r = require_runtime(runtime);
-    const hs_runtime_swap_in_args_t& a =
-        require_struct(args, "args", offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
+    const hs_runtime_swap_in_args_t a = read_swap_in_args(args);
     if (result != nullptr) {
       require_struct(result, "result", offsetof(hs_runtime_swap_in_result_t, prefetched) + sizeof(int32_t));
     }

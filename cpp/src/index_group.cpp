@@ -301,6 +301,9 @@ void IndexGroup::resolve(const hs_index_group_resolve_args_t& a, hs_stream_t str
   r.resident_block_size = a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size;
   r.num_valid_rows = a.num_valid_rows;
   r.stats = &stats;
+  r.gather_host_rows = a.gather_host_rows;
+  r.gather_hot_cache = a.gather_hot_cache;
+  r.gather_hot_block_stride = a.gather_hot_block_stride;
   // The resolver's own glue validates every remaining argument and picks
   // the backend; its error already names the argument.
   const hs_status_t status = hs_resolve_residency(&r, stream);

@@ -428,6 +428,13 @@ void Runtime::resolve(const hs_runtime_swap_in_args_t& a, int64_t first_row, int
   r.num_valid_rows = a.num_valid_rows;
   r.out_attention = a.out_attention;
   r.out_valid_counts = a.out_valid_counts;
+  if (a.fused_gather != 0) {
+    // The resolve launch copies this layer's rows itself, with the caches
+    // and stride stage() would give gather_compact.
+    r.gather_host_rows = host_cache_.get();
+    r.gather_hot_cache = &hot_view_;
+    r.gather_hot_block_stride = attention_block_stride_;
+  }
   check_status(hs_index_group_resolve(group_->index_group(), &r, group_->copy_stream()));
 }
 
@@ -445,6 +452,10 @@ void Runtime::stage(int64_t first_row, int64_t num_rows) {
   g.hot_block_size = hot_block_size_;
   g.hot_block_stride = attention_block_stride_;
   check_status(hs_gather_compact(&g, group_->copy_stream()));
+  mark_staged(first_row, num_rows);
+}
+
+void Runtime::mark_staged(int64_t first_row, int64_t num_rows) {
   backend_->record_event(ready_event_, group_->copy_stream());
   staged_ = Staged{true, first_row, num_rows};
 }
@@ -461,6 +472,9 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
                      "forward; call begin_forward at the start of each forward)");
   }
   if (a.prefetch != 0 && a.prefetch != 1) invalid_argument("prefetch: expected 0 or 1, got ", a.prefetch);
+  if (a.fused_gather != 0 && a.fused_gather != 1) {
+    invalid_argument("fused_gather: expected 0 or 1, got ", a.fused_gather);
+  }
   check_hot_layout_in_group();
 
   if (is_leader()) {
@@ -476,7 +490,11 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
     group_->copy_waits_for_topk(stream, a.ignore_topk_ready != 0);
     resolve(a, first_row, num_rows);
     group_->set_resolved_rows(stop);
-    stage(first_row, num_rows);
+    if (a.fused_gather != 0) {
+      mark_staged(first_row, num_rows);  // the resolve launch already copied this layer's rows
+    } else {
+      stage(first_row, num_rows);
+    }
     if (prefetch) {
       for (Runtime* follower : followers) follower->stage(first_row, num_rows);
     }

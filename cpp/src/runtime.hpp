@@ -123,10 +123,17 @@ class Runtime {
   void check_hot_layout_in_group() const;
   void require_bound(const char* operation) const;
   int64_t token_rows(const hs_runtime_swap_in_args_t& args) const;
+  // The group's resolve on the copy stream; with args.fused_gather the same
+  // launch also copies this layer's missed rows (the leader's own stage()).
   void resolve(const hs_runtime_swap_in_args_t& args, int64_t first_row, int64_t num_rows);
   // Gathers this layer's missed rows of [first_row, first_row + num_rows) on
   // the copy stream and records the layer's ready event after them.
   void stage(int64_t first_row, int64_t num_rows);
+  // Records the layer's ready event on the copy stream after everything
+  // enqueued there so far and marks rows [first_row, first_row + num_rows)
+  // staged: the end of stage(), and all a fused-gather leader has left to do
+  // after its resolve.
+  void mark_staged(int64_t first_row, int64_t num_rows);
   // The gather on the copy stream with zero rows: every host-side check of
   // the data-movement op on the bound caches, nothing enqueued.
   void dry_run_gather() const;

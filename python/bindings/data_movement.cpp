@@ -88,6 +88,7 @@ void register_data_movement(nb::module_& m) {
   m.attr("GATHER_UNROLLED") = static_cast<int>(HS_GATHER_UNROLLED);
   m.attr("GATHER_PERSISTENT") = static_cast<int>(HS_GATHER_PERSISTENT);
   m.attr("GATHER_SORTED") = static_cast<int>(HS_GATHER_SORTED);
+  m.attr("GATHER_ROW_PERSISTENT") = static_cast<int>(HS_GATHER_ROW_PERSISTENT);
   m.attr("NUM_GATHER_VARIANTS") = static_cast<int>(HS_NUM_GATHER_VARIANTS);
   m.def("gather_variant_name", [](int32_t variant) { return std::string(hs_gather_variant_name(variant)); });
   m.def("gather_default_variant", [] { return hs_gather_default_variant(); });

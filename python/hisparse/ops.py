@@ -156,10 +156,12 @@ def gather_compact(
     ``[>= R]``, clamped to ``[0, K]``. Per used entry: a negative slot or a
     destination outside the hot cache is skipped, a host slot at or past the
     host row count zero-fills the destination. ``variant`` picks the CUDA
-    schedule (:data:`GATHER_VARIANTS`; "auto" = "persistent"); ``max_blocks`` sets
-    the thread blocks of the "persistent" and "sorted" schedules (None: half
-    the SMs, which measured as fast as all of them for local rows and faster
-    for scattered ones, and leaves the other half to compute).
+    schedule (:data:`GATHER_VARIANTS`; "auto" = "row_persistent", one warp per
+    row on one block per SM, the fastest for misses local to each request);
+    ``max_blocks`` sets the thread blocks of the "row_persistent",
+    "persistent" and "sorted" schedules (None: one per SM for
+    "row_persistent", half the SMs for the others, which is faster for rows
+    scattered over the whole pool).
     """
     _C.gather_compact(
         export(host_rows, "host_rows"),

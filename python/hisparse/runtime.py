@@ -9,6 +9,7 @@ prefetch batch, loads every follower's rows on the group's copy stream.
 
 from __future__ import annotations
 
+import numbers
 import weakref
 from typing import Any, List, Optional, Sequence
 
@@ -34,6 +35,16 @@ def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    return value
+
+
+def _flag(name: str, value: Any) -> int:
+    """A bool (or int) flag for the C core, which refuses anything but 0 or 1 naming ``name``."""
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    value = int(value)
+    if not -(2**31) <= value < 2**31:  # past int32 the core never sees it
+        raise ValueError(f"{name}: expected 0 or 1, got {value}")
     return value
 
 
@@ -391,6 +402,7 @@ class Runtime:
         valid_counts_out: Any = None,
         num_tokens: Optional[int] = None,
         ignore_topk_ready: bool = False,
+        fused_gather: bool = False,
         stream: Any = None,
     ) -> Any:
         """Resolve once per group and make this layer's rows available.
@@ -405,6 +417,14 @@ class Runtime:
         ``num_tokens``). Returns the attention indices of this call's rows
         (``attention_indices_out`` when given), with the valid counts when
         ``return_valid_counts``.
+
+        ``fused_gather`` (leader only; followers ignore it): the resolve
+        launch itself copies the leader's own missed rows into its hot cache
+        instead of a separate gather after it. Bytes, indices, state and
+        counters are the same either way; followers still gather on the
+        leader's swap list. It pays off when few rows miss (steady-state
+        decode) and loses when few requests miss many rows (warm-up, bulk
+        loads): see docs/residency.md, "Fused gather".
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
@@ -412,6 +432,7 @@ class Runtime:
             num_tokens = 0
         _require_int("num_tokens", num_tokens, 0)
         block_size = 0 if block_size is None else _require_int("block_size", block_size)
+        fused = _flag("fused_gather", fused_gather)
         if resident_block_size is None:
             resident_block_size = 0
         _require_int("resident_block_size", resident_block_size)
@@ -431,6 +452,7 @@ class Runtime:
             bool(prefetch),
             bool(ignore_topk_ready),
             num_tokens,
+            fused,
             self._stream(stream, topk_indices),
         )
         rows = slice(first, first + count)

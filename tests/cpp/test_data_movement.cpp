@@ -122,6 +122,7 @@ TEST(GatherCompact, ErrorsNameTheArgument) {
 TEST(GatherCompact, VariantNames) {
   EXPECT_STREQ(hs_gather_variant_name(HS_GATHER_WARP_PER_ROW), "warp_per_row");
   EXPECT_STREQ(hs_gather_variant_name(HS_GATHER_SORTED), "sorted");
+  EXPECT_STREQ(hs_gather_variant_name(HS_GATHER_ROW_PERSISTENT), "row_persistent");
   EXPECT_STREQ(hs_gather_variant_name(HS_NUM_GATHER_VARIANTS), "unknown");
   const int32_t variant = hs_gather_default_variant();
   EXPECT_GT(variant, HS_GATHER_AUTO);

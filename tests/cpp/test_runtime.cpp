@@ -1,10 +1,12 @@
 // The runtime on the CPU backend through its C ABI (and the RAII layer of
 // hisparse.hpp): a leader and a follower sharing one slab, binding checks
 // that name the argument, swap_in with and without prefetch against the
-// host rows, the misuse statuses, step-row capacity, stats, mirror and the
-// slot invalidator.
+// host rows, the misuse statuses, step-row capacity, stats, mirror, the
+// slot invalidator, and the leader's fused gather (with the version-1 layouts
+// of the swap_in and index-group resolve args).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -457,6 +459,184 @@ TEST(Runtime, SlotInvalidatorClearsEveryGroup) {
   expect_error(hs_slot_invalidator_run(invalidate.get(), with_null, 1, &s.state_tensor, &req_tensor, &written_tensor,
                                        nullptr),
                HS_ERROR_INVALID_ARGUMENT, {"runtimes[0]"});
+}
+
+// The bytes of a group tensor (contiguous, owned by the group).
+std::vector<uint8_t> group_bytes(const hs::Runtime& runtime, hs_index_group_tensor_t which) {
+  const hs_tensor_t t = runtime.group_tensor(which);
+  size_t bytes = t.dtype == HS_DTYPE_INT16 ? 2 : t.dtype == HS_DTYPE_INT64 ? 8 : 4;
+  for (int d = 0; d < t.ndim; ++d) bytes *= static_cast<size_t>(t.shape[d]);
+  const auto* data = static_cast<const uint8_t*>(t.data);
+  return std::vector<uint8_t>(data, data + bytes);
+}
+
+TEST(Runtime, FusedGatherOnTheLeaderMovesTheSameBytes) {
+  for (const bool prefetch : {false, true}) {
+    Fixture fused_f, plain_f;
+    hs::Runtime fused(fused_f.options()), plain(plain_f.options());
+    hs::Runtime fused_follower = hs::Runtime::follower(fused, fused_f.options());
+    hs::Runtime plain_follower = hs::Runtime::follower(plain, plain_f.options());
+    fused_f.bind(fused, 0);
+    fused_f.bind(fused_follower, 1);
+    plain_f.bind(plain, 0);
+    plain_f.bind(plain_follower, 1);
+    for (int step = 0; step < 4; ++step) {
+      Step s({1 + step, 5, 9, 13, 2, 6 + 2 * step, 10, 63 - step});
+      for (hs::Runtime* leader : {&fused, &plain}) {
+        const bool fuse = leader == &fused;
+        hs::Runtime& follower = fuse ? fused_follower : plain_follower;
+        leader->begin_forward();
+        follower.begin_forward();
+        hs_runtime_swap_in_args_t a = s.args(prefetch);
+        a.fused_gather = fuse ? 1 : 0;
+        const hs_runtime_swap_in_result_t lr = leader->swap_in(a);
+        EXPECT_EQ(lr.prefetched, 0);
+        EXPECT_EQ(leader->info().staged, 0);
+        EXPECT_EQ(follower.info().staged, prefetch ? 1 : 0);
+        hs_runtime_swap_in_args_t fa;
+        hs_runtime_swap_in_args_init(&fa);
+        fa.num_tokens = kReqs;
+        fa.fused_gather = fuse ? 1 : 0;  // ignored by a follower
+        EXPECT_EQ(follower.swap_in(fa).prefetched, prefetch ? 1 : 0);
+      }
+      expect_rows_match(fused_f, fused, 0, 0, kReqs);
+      expect_rows_match(fused_f, fused_follower, 1, 0, kReqs);
+      EXPECT_EQ(fused_f.slab, plain_f.slab) << "step " << step;
+      for (int which = HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES; which <= HS_INDEX_GROUP_STATS; ++which) {
+        const auto t = static_cast<hs_index_group_tensor_t>(which);
+        EXPECT_EQ(group_bytes(fused, t), group_bytes(plain, t)) << "step " << step << " tensor " << which;
+      }
+    }
+    fused.copy_stats_async();
+    plain.copy_stats_async();
+    EXPECT_EQ(fused.stats().misses, plain.stats().misses);
+    EXPECT_EQ(fused.stats().hits, plain.stats().hits);
+    EXPECT_GT(fused.stats().misses, 0);
+  }
+}
+
+TEST(Runtime, SwapInArgsOfVersionOneAreStillAccepted) {
+  EXPECT_EQ(HS_RUNTIME_SWAP_IN_ARGS_VERSION, 2);
+  Fixture f;
+  hs::Runtime leader(f.options());
+  f.bind(leader, 0);
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+
+  // A version-2 struct with a bad flag is refused, naming it, and takes no rows.
+  hs_runtime_swap_in_args_t a = s.args(false);
+  a.fused_gather = 2;
+  leader.begin_forward();
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"fused_gather", "0 or 1", "2"});
+  EXPECT_EQ(leader.info().next_row, 0);
+  EXPECT_EQ(leader.info().staged, 0);
+
+  // The same bytes from a version-1 caller: its struct ends at num_tokens, so
+  // the stale flag past it is never read.
+  a.struct_version = 1;
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, fused_gather);
+  EXPECT_EQ(a.struct_size, offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
+  hs_runtime_swap_in_result_t r;
+  std::memset(&r, 0, sizeof(r));
+  r.struct_size = sizeof(r);
+  ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(r.num_rows, kReqs);
+  expect_rows_match(f, leader, 0, 0, kReqs);
+
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);  // too small even for version 1
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"args", "struct_size"});
+}
+
+// hs_index_group_resolve's fused gather: version 2 equals resolve + gather_compact,
+// version 1 never reads the new fields.
+TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
+  EXPECT_EQ(HS_INDEX_GROUP_RESOLVE_ARGS_VERSION, 2);
+  hs_index_group_options_t options;
+  hs_index_group_options_init(&options);
+  options.max_num_reqs = kReqs;
+  options.device_buffer_size = kHot;
+  options.top_k = kTopK;
+  options.max_swap_rows = kSwapRows;
+  Fixture fused_f, plain_f, old_f;
+  hs::IndexGroup fused(options), plain(options), old(options);
+  const int64_t stride_rows = kBlockStride / kRowBytes;
+  std::vector<int64_t> view_shape{kSlabBlocks, kBlock, kRowBytes};
+  std::vector<int64_t> view_strides{kBlockStride, kRowBytes, 1};
+  auto hot_view = [&](Fixture& f) {
+    return hs_tensor_t{f.slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, view_shape.data(), view_strides.data()};
+  };
+  const hs_tensor_t fused_hot = hot_view(fused_f), plain_hot = hot_view(plain_f), old_hot = hot_view(old_f);
+  auto args = [&](const Step& s, Fixture& f) {
+    hs_index_group_resolve_args_t a;
+    hs_index_group_resolve_args_init(&a);
+    a.topk_indices = &s.topk_tensor;
+    a.req_id_per_token = &s.req_tensor;
+    a.request_state_indices = &s.state_tensor;
+    a.hot_block_table = &f.table_tensor;
+    a.hot_block_size = kBlock;
+    a.attention_block_stride = stride_rows;
+    a.host_rows = kHostRows;
+    return a;
+  };
+  std::vector<int64_t> swap_shape{kReqs, kTopK}, count_shape{kReqs};
+  for (int step = 0; step < 3; ++step) {
+    Step s({1 + step, 5, 9, 13, 2, 6 + step, 10, 63});
+    hs_index_group_resolve_args_t a = args(s, fused_f);
+    a.gather_host_rows = &fused_f.host_tensors[0];
+    a.gather_hot_cache = &fused_hot;
+    a.gather_hot_block_stride = stride_rows;
+    fused.resolve(a);
+
+    plain.resolve(args(s, plain_f));
+    hs_tensor_t host_rows = plain.tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS);
+    hs_tensor_t device_rows = plain.tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
+    hs_tensor_t counts = plain.tensor(HS_INDEX_GROUP_SWAP_COUNTS);
+    host_rows.shape = swap_shape.data();
+    device_rows.shape = swap_shape.data();
+    counts.shape = count_shape.data();
+    hs_gather_compact_args_t g;
+    hs_gather_compact_args_init(&g);
+    g.host_rows = &plain_f.host_tensors[0];
+    g.hot_cache = &plain_hot;
+    g.swap_host_rows = &host_rows;
+    g.swap_device_rows = &device_rows;
+    g.swap_counts = &counts;
+    g.hot_block_size = kBlock;
+    g.hot_block_stride = stride_rows;
+    ASSERT_EQ(hs_gather_compact(&g, nullptr), HS_SUCCESS) << hs_last_error();
+    EXPECT_EQ(fused_f.slab, plain_f.slab) << "step " << step;
+    EXPECT_NE(fused_f.slab, old_f.slab) << "step " << step << ": the fused gather moved rows";
+
+    // A version-1 caller with stale bytes where the new fields would be: it
+    // resolves the same and gathers nothing.
+    hs_index_group_resolve_args_t v1 = args(s, old_f);
+    v1.gather_host_rows = &old_f.host_tensors[0];
+    v1.gather_hot_cache = &old_hot;
+    v1.gather_hot_block_stride = -5;  // would be refused if read
+    v1.struct_version = 1;
+    v1.struct_size = offsetof(hs_index_group_resolve_args_t, gather_host_rows);
+    ASSERT_EQ(hs_index_group_resolve(old.get(), &v1, nullptr), HS_SUCCESS) << hs_last_error();
+    EXPECT_EQ(old_f.slab, std::vector<uint8_t>(old_f.slab.size(), 0)) << "step " << step;
+    for (auto which : {HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, HS_INDEX_GROUP_ATTENTION_INDICES,
+                       HS_INDEX_GROUP_SWAP_HOST_ROWS, HS_INDEX_GROUP_SWAP_COUNTS}) {
+      const hs_tensor_t x = fused.tensor(which), y = old.tensor(which);
+      const size_t n = static_cast<size_t>(x.shape[0] * (x.ndim == 2 ? x.shape[1] : 1));
+      EXPECT_EQ(0, std::memcmp(x.data, y.data, n * sizeof(int32_t))) << "step " << step << " tensor " << which;
+    }
+  }
+
+  // The resolver's own checks apply, naming the field.
+  Step s({1, 2, 3, 4, 5, 6, 7, 8});
+  hs_index_group_resolve_args_t a = args(s, fused_f);
+  a.gather_hot_block_stride = 4;
+  expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"gather_hot_block_stride"});
+  a.gather_hot_block_stride = 0;
+  a.gather_host_rows = &fused_f.host_tensors[0];
+  expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache"});
+  a.struct_size = offsetof(hs_index_group_resolve_args_t, out_valid_counts);
+  expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});
 }
 
 }  // namespace

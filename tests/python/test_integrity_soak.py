@@ -4,8 +4,9 @@ decode steps: random top-k with locality, 1-3 speculative rows per request,
 padding rows and orphan rows, new tokens written to the host pool (and to the
 resident page) every step followed by invalidate_written_slots, random
 invalidate_sorted_slots, restarts of requests, occasional resets, prefetch on
-or off, and sometimes two swap_in per forward. After every swap_in of every
-layer, every attention-visible entry must show the host row it stands for."""
+or off, the leader's fused gather on or off, and sometimes two swap_in per
+forward. After every swap_in of every layer, every attention-visible entry
+must show the host row it stands for."""
 
 import os
 import random
@@ -67,6 +68,8 @@ class Request:
 
 def run_soak(device, steps, seed):
     rng = random.Random(seed)
+    # A stream of its own, so the fused gather changes nothing else the soak draws.
+    fuse_rng = random.Random(seed + 7919)
     setup = GroupSetup(device, num_layers=4, top_k=K, hot_size=H, max_union_rows=K * MAX_Q, row_bytes=ROW_BYTES,
                        block_size=BLOCK, hot_block_size=HOT_BLOCK, max_num_reqs=S, max_swap_rows=2 * S * MAX_Q,
                        host_rows=(1 + S * HOST_BLOCKS_PER_REQ) * BLOCK, resident_blocks_per_req=1, seed=seed)
@@ -80,6 +83,7 @@ def run_soak(device, steps, seed):
     generator = torch.Generator().manual_seed(seed)
     checked = 0
     calls = 0
+    fused_steps = 0
     totals = []
 
     for step in range(steps):
@@ -131,6 +135,8 @@ def run_soak(device, steps, seed):
             leader.reset_hot_state()
 
         setup.begin_forward()
+        fused_gather = fuse_rng.random() < 0.5  # half the steps copy the leader's rows in its resolve
+        fused_steps += fused_gather
         for _ in range(2 if rng.random() < 0.1 else 1):
             topk, req_ids = [], []
             for b, request in enumerate(rows):
@@ -144,9 +150,9 @@ def run_soak(device, steps, seed):
                 req_ids.append(rng.randrange(S))
             topk_t = torch.tensor(topk, **i32)
             attention = setup.swap_all(
-                topk_t, torch.tensor(req_ids, **i32), prefetch=rng.random() < 0.7, block_table=source_table,
-                block_size=BLOCK, resident_block_table=resident_table, resident_block_size=HOT_BLOCK,
-                num_valid_rows=torch.tensor([valid], **i32))
+                topk_t, torch.tensor(req_ids, **i32), prefetch=rng.random() < 0.7, fused_gather=fused_gather,
+                block_table=source_table, block_size=BLOCK, resident_block_table=resident_table,
+                resident_block_size=HOT_BLOCK, num_valid_rows=torch.tensor([valid], **i32))
             first = setup.leader.info()["next_row"] - len(topk)
             assert setup.visible_rows_match(first, len(topk)), f"step {step}"
             visible = attention[:valid] >= 0
@@ -159,7 +165,7 @@ def run_soak(device, steps, seed):
                     request.previous = sorted(set(positions))[-3 * K:]
     totals.append(leader.stats())
     stats = {name: sum(t[name] for t in totals) for name in hisparse.STAT_NAMES + ("bytes_moved",)}
-    return stats, checked, calls
+    return stats, checked, calls, fused_steps
 
 
 @pytest.fixture
@@ -175,9 +181,10 @@ def one_cpu_thread():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_integrity_soak(device, seed, one_cpu_thread):
     steps = STEPS[device.type] // 2
-    stats, checked, calls = run_soak(device, steps, seed)
+    stats, checked, calls, fused_steps = run_soak(device, steps, seed)
     hit_rate = stats["hits"] / (stats["hits"] + stats["misses"])
     assert calls >= steps
+    assert 0.4 * steps < fused_steps < 0.6 * steps
     assert checked > steps * S * K // 2, "most entries must be attention-visible"
     assert stats["misses"] > 0 and stats["hits"] > stats["misses"], stats
     assert 0.3 < hit_rate < 1.0, stats

@@ -225,6 +225,96 @@ def test_prefetch_stages_followers_before_their_call(device):
     assert [r.info()["staged"] for r in setup.runtimes] == [False, False, False]
 
 
+SHARED_TENSORS = ("attention_indices", "valid_counts", "hot_rows", "resolved_slots", "miss_mask", "swap_host_rows",
+                  "swap_device_rows", "swap_counts", "device_global_indices", "lru_slots", "counters")
+
+
+def assert_same_group(a, b, where):
+    """Every shared tensor, the counters and every byte of every layer's hot cache agree (synchronises)."""
+    sync(a.device)
+    for name in SHARED_TENSORS:
+        assert torch.equal(getattr(a.leader, name), getattr(b.leader, name)), (where, name)
+    assert torch.equal(a.slab, b.slab), where
+    assert a.leader.stats() == b.leader.stats(), where
+
+
+@pytest.mark.parametrize("prefetch", sanitize_subset([False, True], {True}))
+def test_fused_gather_on_the_leader_equals_a_separate_gather(device, prefetch):
+    kwargs = dict(num_layers=3, top_k=8, hot_size=24, max_union_rows=16, max_num_reqs=4, max_swap_rows=16,
+                  resident_blocks_per_req=1, seed=11)
+    fused, plain = GroupSetup(device, **kwargs), GroupSetup(device, **kwargs)
+    batches = [[0, 1, 2, 3], [3, 1], [2, -1, 0, 1], [1, 3, 0], [0, 1, 2, 3], [3, 2, 1, 0]]
+    staged_after_leader = [False] + [prefetch] * (fused.num_layers - 1)
+    for index, state_rows in enumerate(batches):
+        tokens = 1 + index % 2
+        outputs = {}
+        for setup, fuse in ((fused, True), (plain, False)):
+            resident = index % 3 == 1  # resident rows are not host rows: visible_rows_match skips those steps
+            step = make_step(setup, state_rows=state_rows, tokens_per_request=tokens, seed=20 + index % 3,
+                             resident_pages=1 if resident else None)
+            T = step["topk"].shape[0]
+            num_valid = torch.tensor([T - (index == 2)], dtype=torch.int32, device=device)
+            setup.begin_forward()
+            results = []
+            for _ in range(2 if index == 3 else 1):  # two swap_in per forward take consecutive rows
+                attention, counts = setup.leader.swap_in(
+                    step["topk"], step["req_ids"], prefetch=prefetch, fused_gather=fuse, num_valid_rows=num_valid,
+                    return_valid_counts=True, **swap_kwargs(step))
+                assert [r.info()["staged"] for r in setup.runtimes] == staged_after_leader, index
+                for i, follower in enumerate(setup.runtimes[1:]):
+                    # Followers never resolve: the flag changes nothing for them.
+                    follower.swap_in(num_tokens=T, fused_gather=fuse and i % 2 == 0)
+                assert not any(r.info()["staged"] for r in setup.runtimes), index
+                results.append((attention.clone(), counts.clone()))
+            outputs[fuse] = results
+            assert resident or setup.visible_rows_match(0, len(results) * T), (fuse, index)
+        for (fa, fc), (pa, pc) in zip(outputs[True], outputs[False]):
+            assert torch.equal(fa, pa) and torch.equal(fc, pc), index
+        assert_same_group(fused, plain, index)
+    stats = fused.leader.stats()
+    assert stats["hits"] > 0 and stats["misses"] > 0 and stats["resident"] > 0
+
+
+def test_fused_gather_with_a_bad_value_is_refused_and_changes_nothing(device):
+    setup = GroupSetup(device, num_layers=2, seed=4)
+    leader, follower = setup.runtimes
+    step = make_step(setup, state_rows=[0, 1])
+    setup.begin_forward()
+    setup.swap_all(step["topk"], step["req_ids"], prefetch=True, fused_gather=True, **swap_kwargs(step))
+    sync(device)
+    before = {name: getattr(leader, name).clone() for name in SHARED_TENSORS}
+    slab = setup.slab.clone()
+    stats = leader.stats()
+
+    setup.begin_forward()
+    for value in (2, -1):
+        with pytest.raises(ValueError, match=f"fused_gather: expected 0 or 1, got {value}"):
+            leader.swap_in(step["topk"], step["req_ids"], prefetch=True, fused_gather=value, **swap_kwargs(step))
+    with pytest.raises(ValueError, match="fused_gather"):
+        leader.swap_in(step["topk"], step["req_ids"], fused_gather=2**40, **swap_kwargs(step))
+    with pytest.raises(TypeError, match="fused_gather"):
+        leader.swap_in(step["topk"], step["req_ids"], fused_gather="yes", **swap_kwargs(step))
+    sync(device)
+    assert [r.info()["next_row"] for r in setup.runtimes] == [0, 0], "a refused call takes no rows"
+    assert not any(r.info()["staged"] for r in setup.runtimes), "a refused call stages nothing"
+    for name, value in before.items():
+        assert torch.equal(getattr(leader, name), value), name
+    assert torch.equal(setup.slab, slab)
+    assert leader.stats() == stats
+
+    # The group keeps working (a new step with new misses, fused), and a
+    # follower checks the value too (like prefetch) before taking rows.
+    step = make_step(setup, state_rows=[1, 0], seed=7)
+    leader.swap_in(step["topk"], step["req_ids"], fused_gather=True, **swap_kwargs(step))
+    with pytest.raises(ValueError, match="fused_gather: expected 0 or 1, got 2"):
+        follower.swap_in(num_tokens=2, fused_gather=2)
+    assert follower.info()["next_row"] == 0
+    follower.swap_in(num_tokens=2)
+    assert setup.visible_rows_match(0, 2)
+    after = leader.stats()
+    assert after["misses"] > stats["misses"] and after["hits"] > stats["hits"]
+
+
 def test_step_rows_capacity_and_misuse(device):
     setup = GroupSetup(device, num_layers=2, max_swap_rows=4)
     leader, follower = setup.runtimes
@@ -490,4 +580,49 @@ def test_decode_step_of_a_group_captured_in_a_cuda_graph():
         assert torch.equal(graphed.slab, eager.slab), index
         assert torch.equal(graphed.leader.device_global_indices, eager.leader.device_global_indices), index
         assert torch.equal(graphed.leader.lru_slots, eager.leader.lru_slots), index
+        assert graphed.visible_rows_match(0, 4), index
+
+
+@requires_cuda
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_fused_gather_in_a_cuda_graph_equals_an_eager_separate_gather(prefetch):
+    device = torch.device("cuda")
+    kwargs = dict(num_layers=3, top_k=16, hot_size=48, max_num_reqs=4, max_swap_rows=4, host_rows=512,
+                  seed=13)
+    graphed, eager = GroupSetup(device, **kwargs), GroupSetup(device, **kwargs)
+    state_rows = [1, 3, 0, 2]
+    max_position = 96
+    static = make_step(graphed, state_rows=state_rows, max_position=max_position, seed=0)
+    make_step(eager, state_rows=state_rows, max_position=max_position, seed=0)
+    num_valid = torch.tensor([3], dtype=torch.int32, device=device)  # one orphan row
+
+    def step(setup, inputs, fused_gather):
+        setup.begin_forward()
+        return setup.swap_all(inputs["topk"], inputs["req_ids"], prefetch=prefetch, fused_gather=fused_gather,
+                              block_table=inputs["block_table"], num_valid_rows=num_valid)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(graphed, static, True)
+        graphed.leader.reset_hot_state()
+        graphed.slab.zero_()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed_attention = step(graphed, static, True)
+    torch.cuda.synchronize()
+
+    for index in range(6):
+        # Half the replays repeat the previous top-k: few or no misses.
+        new = make_step(eager, state_rows=state_rows, max_position=max_position, seed=100 + index // 2)
+        for name in ("topk", "req_ids", "block_table"):
+            static[name].copy_(new[name])
+        graph.replay()
+        eager_attention = step(eager, new, False)
+        torch.cuda.synchronize()
+        assert torch.equal(graphed_attention, eager_attention), index
+        assert_same_group(graphed, eager, index)
         assert graphed.visible_rows_match(0, 4), index

@@ -36,14 +36,19 @@ typedef enum hs_gather_variant {
   HS_GATHER_WARP_PER_ROW = 1, /* one warp per swap entry: the plain baseline */
   HS_GATHER_UNROLLED = 2,     /* a warp copies several rows, issuing all loads before the stores */
   HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a fixed grid (max_blocks, else half the SMs) that
-                                 strides over the rows. The default (HS_GATHER_AUTO). */
+                                 strides over the used rows */
   HS_GATHER_SORTED = 4,       /* per token row, entries sorted by host slot in shared memory, then
                                  copied in address order by whole blocks: runs of adjacent host rows
                                  become contiguous reads; max_blocks (else half the SMs) blocks in
                                  all. A block's share of a token row of more than 2048 columns
                                  opts in to more than 48 KiB of shared memory; past the device's
                                  limit (8192 columns on an H200) the call runs PERSISTENT. */
-  HS_NUM_GATHER_VARIANTS = 5
+  HS_GATHER_ROW_PERSISTENT = 5, /* one warp per row, all of a row's loads before its stores, on a
+                                   fixed grid (max_blocks, else one block per SM) that strides over
+                                   the used rows. The default (HS_GATHER_AUTO): best or within 0.01
+                                   of the best schedule for misses local to each request
+                                   (bench/lab/gather_schedules.cu) */
+  HS_NUM_GATHER_VARIANTS = 6
 } hs_gather_variant_t;
 
 /* Static name of a variant ("auto", "warp_per_row", ...); "unknown" otherwise. */

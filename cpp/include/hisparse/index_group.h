@@ -150,7 +150,14 @@ HS_API hs_status_t hs_index_group_read_stats(hs_index_group_t group, int64_t* va
 /* Residency resolution through the group: hs_resolve_residency with the
  * group's device_global_indices, lru_slots, max_union_rows and counters, and
  * the outputs written to the shared top-k rows [row_offset, row_offset + T)
- * (T = rows of topk_indices). Leave a field 0/NULL for its default. */
+ * (T = rows of topk_indices). Leave a field 0/NULL for its default.
+ *
+ * Fused gather (struct version 2): gather_host_rows, gather_hot_cache and
+ * gather_hot_block_stride go to hs_resolve_residency unchanged (same rules,
+ * same messages; see its "Fused gather" and docs/residency.md), so the
+ * resolve also copies the rows of the swap list it writes into the shared
+ * rows into that hot cache. A caller whose struct_size ends before these
+ * fields (version 1) gets no fused gather. */
 typedef struct hs_index_group_resolve_args {
   size_t struct_size;
   uint32_t struct_version;
@@ -170,8 +177,13 @@ typedef struct hs_index_group_resolve_args {
   const hs_tensor_t* num_valid_rows;        /* int32 [1] */
   const hs_tensor_t* out_attention;         /* int32 [>= T, K]: write here instead of the shared rows */
   const hs_tensor_t* out_valid_counts;      /* int32 [>= T]: write here instead of the shared rows */
+  /* fused gather (version 2; both NULL = off, both or neither) */
+  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W, on the group's device */
+  int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
+                                               (must be 0 without a fused gather) */
 } hs_index_group_resolve_args_t;
-#define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 1
+#define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 2
 
 static inline void hs_index_group_resolve_args_init(hs_index_group_resolve_args_t* args) {
   memset(args, 0, sizeof(*args));

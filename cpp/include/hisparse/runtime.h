@@ -12,8 +12,9 @@
  *   - the leader makes the copy stream wait for the producer of the top-k
  *     (the top-k-ready event, or the compute stream), resolves residency once
  *     for the whole group into the shared top-k rows of this step, gathers
- *     its own missed rows and, for a prefetch batch, every follower's missed
- *     rows on the copy stream, recording one ready event per layer;
+ *     its own missed rows (in the resolve launch itself with fused_gather)
+ *     and, for a prefetch batch, every follower's missed rows on the copy
+ *     stream, recording one ready event per layer;
  *   - a layer that was not prefetched stages its own rows (the copy stream
  *     waits for the compute stream, gathers, records the layer's event);
  *   - every layer's compute stream then waits for its own ready event, so
@@ -231,8 +232,10 @@ typedef struct hs_runtime_swap_in_args {
   int32_t ignore_topk_ready;                /* 1 = wait for the compute stream even with a top-k-ready event */
   /* read by every runtime */
   int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
+  /* version 2; 0 or 1 on every runtime, acted on by the leader only */
+  int32_t fused_gather;                     /* 1 = the resolve launch also copies the leader's own rows */
 } hs_runtime_swap_in_args_t;
-#define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
+#define HS_RUNTIME_SWAP_IN_ARGS_VERSION 2
 
 static inline void hs_runtime_swap_in_args_init(hs_runtime_swap_in_args_t* args) {
   memset(args, 0, sizeof(*args));
@@ -262,6 +265,19 @@ typedef struct hs_runtime_swap_in_result {
  * HS_ERROR_INVALID_ARGUMENT for rows past max_swap_rows, a follower whose
  * block size or attention_block_stride differs from its leader's, and bad
  * tensors (named). A failed call takes no rows.
+ *
+ * fused_gather = 1 on the leader: the resolve launch itself copies the
+ * leader's own missed rows into its hot cache (hs_resolve_residency's fused
+ * gather with the bound host cache, hot view and attention_block_stride), so
+ * the leader enqueues no gather of its own; its ready event is recorded on
+ * the copy stream right after the resolve. Bytes, outputs, state and
+ * counters are those of fused_gather = 0; followers (prefetched or not) still
+ * gather on the leader's swap list. It pays off when few rows miss
+ * (steady-state decode: one launch and one dependent wait fewer per step)
+ * and loses when few requests miss many rows (warm-up, bulk loads): see
+ * docs/residency.md, "Fused gather". Followers ignore the flag (they never
+ * resolve), but it must still be 0 or 1. A caller whose struct_size ends
+ * before fused_gather (version 1) gets 0.
  * Stream-ordered, no host sync, no allocation, capturable. */
 HS_API hs_status_t hs_runtime_swap_in(hs_runtime_t runtime, const hs_runtime_swap_in_args_t* args,
                                       hs_runtime_swap_in_result_t* result, hs_stream_t stream);
