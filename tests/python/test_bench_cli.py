@@ -56,8 +56,9 @@ def run_main(argv, capsys):
 def test_bench_prints_the_table(tiny):
     _, stdout, _ = tiny
     for label in ("hisparse bench: preset tiny", "hit rate", "bytes moved", "link ceiling (memcpy)", "resolve",
-                  "gather", "exposed, no prefetch", "exposed, prefetch", "plain PyTorch step", "PyTorch agrees",
-                  "hit rate vs hot-buffer size", "gather bandwidth vs rows per step"):
+                  "gather", "exposed, no prefetch", "exposed, prefetch", "exposed, prefetch + fused leaders",
+                  "plain PyTorch step", "PyTorch agrees", "after fused steps", "hit rate vs hot-buffer size",
+                  "gather bandwidth vs rows per step"):
         assert label in stdout, label
 
 
@@ -90,9 +91,16 @@ def test_bench_figures_are_sane(tiny):
     for name, timing in r["timing"].items():
         assert timing["median_s"] > 0 and timing["per_step_s"] > 0, name
     per = r["per_layer"]
+    assert {"swap", "swap_prefetch", "swap_prefetch_fused"} <= set(r["timing"])
     for key in ("resolve_us_per_group", "gather_us_per_layer", "data_plane_us_per_step",
-                "exposed_us_per_layer_no_prefetch", "exposed_us_per_layer_prefetch"):
+                "data_plane_us_per_step_prefetch", "data_plane_us_per_step_prefetch_fused",
+                "exposed_us_per_layer_no_prefetch", "exposed_us_per_layer_prefetch",
+                "exposed_us_per_layer_prefetch_fused"):
         assert per[key] > 0, key
+    # The CPU backend has nothing to overlap: exposed time is the data plane's own time.
+    assert per["exposed_us_per_layer_prefetch_fused"] == pytest.approx(
+        per["data_plane_us_per_step_prefetch_fused"] / r["config"]["layers"])
+    assert r["summary"]["exposed_us_per_layer_prefetch_fused"] == per["exposed_us_per_layer_prefetch_fused"]
     assert per["gather_gbps"] > 0 and per["gather_ratio_to_memcpy"] > 0
     assert r["memcpy"]["gbps"] > 0
     for point in r["gather_sweep"]:
@@ -102,6 +110,9 @@ def test_bench_figures_are_sane(tiny):
         assert 0.0 <= point["hit_rate"] <= 1.0
         assert point["bytes_per_step_per_layer"] == pytest.approx(point["misses_per_step"] * row_bytes)
     assert r["data_check"] is True
+    fused = r["data_check_fused"]
+    assert fused["matches"] is True and fused["steps"] == [3, 4]
+    assert fused["rows_loaded"] > 0  # not vacuous: the fused steps loaded the rows checked
 
 
 def test_bench_baseline_agrees_and_curve_matches(tiny):
@@ -109,6 +120,7 @@ def test_bench_baseline_agrees_and_curve_matches(tiny):
     agreement = r["agreement"]
     assert agreement["all_agree"] and agreement["attention_indices_agree"] and agreement["miss_counts_agree"]
     assert agreement["resolutions_compared"] == r["config"]["baseline_steps"] * r["config"]["index_groups"]
+    assert agreement["fused_steps_compared"] == r["config"]["baseline_steps"] // 2 >= 1
     assert r["baseline"]["speedup_step"] > 0 and r["baseline"]["step_us"] > 0
     assert r["curve_matches_measured"]["matches"] is True
     assert r["summary"]["baseline_agrees"] is True
@@ -168,7 +180,48 @@ def test_bench_runs_on_every_device_with_the_same_counters(device, tmp_path, cap
     assert other["config"]["spec_tokens"] == 1 and other["config"]["token_rows"] == 4
     assert other["accounting"] == cpu["accounting"]
     assert other["agreement"]["all_agree"] and other["data_check"]
+    assert other["data_check_fused"]["matches"] and other["data_check_fused"]["rows_loaded"] > 0
     assert other["curve_matches_measured"]["matches"]
+    if device.type == "cuda":
+        # Exposure is a difference against the compute-only step: it may be at or below zero, never absent.
+        assert {"step_prefetch", "step_prefetch_fused"} <= set(other["timing"])
+        assert other["per_layer"]["exposed_us_per_layer_prefetch_fused"] is not None
+
+
+# ------------------------------------------------------------------------- fused leader gathers
+
+
+def test_fused_steps_reach_the_leaders_and_leave_host_rows(device):
+    """plane.step(fused=True) asks each leader for fused_gather; the fused check catches a wrong byte."""
+    from hisparse.bench.runner import _fused_data_check
+
+    settings = make_settings("tiny", {})
+    trace = generate_locality(batch=settings.batch, rows_per_request=1, context=settings.context,
+                              top_k=settings.top_k, steps=4, seed=5)
+    fill = [0, 1, 2, 3]
+    plane = DataPlane(settings, trace, device, fill_layers=fill)
+    calls = []
+    for runtime in plane.runtimes:
+        def spy(*args, _inner=runtime.swap_in, _leader=runtime.is_group_leader, **kwargs):
+            calls.append((_leader, kwargs.get("fused_gather"), kwargs.get("prefetch")))
+            return _inner(*args, **kwargs)
+
+        runtime.swap_in = spy
+    try:
+        check = _fused_data_check(plane, [1, 2], [0, 1])
+        assert check["matches"] and check["rows_loaded"] > 0
+        assert calls and {c for c in calls if c[0]} == {(True, True, True)}
+        assert {c for c in calls if not c[0]} == {(False, None, None)}  # followers: no flag
+        calls.clear()
+        plane.step(3)
+        assert {c for c in calls if c[0]} == {(True, False, False)}
+        # The check reads every layer: one flipped byte in a follower's hot rows fails it.
+        attention = plane.leaders[0].attention_indices[: plane.token_rows]
+        row = int(attention[attention >= 0][0])
+        plane.layer_rows(1)[row, 0] ^= 0xFF
+        assert not plane.data_matches(0) and plane.data_matches(1)
+    finally:
+        plane.close()
 
 
 # ------------------------------------------------------------------------- the baseline, directly
@@ -300,6 +353,11 @@ def test_plots_are_written(tiny, tmp_path):
     for path in written:
         with open(path, "rb") as handle:
             assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    # A result saved before fused leader gathers were measured still draws.
+    older = dict(r, per_layer={k: v for k, v in r["per_layer"].items() if "fused" not in k},
+                 hit_rate_curve=[], gather_sweep=[])
+    assert [os.path.basename(p) for p in plots.write_plots(older, str(tmp_path / "older"))] == [
+        "layer_time_breakdown.png"]
 
 
 def test_missing_matplotlib_gives_a_hint_and_the_rest_works(tiny, tmp_path, monkeypatch, capsys):

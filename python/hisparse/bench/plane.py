@@ -124,14 +124,16 @@ class DataPlane:
         return self.slabs[group].view(-1, self.row_bytes)[(layer - first) * self.hot_block_size:]
 
     # ------------------------------------------------------------------ a decode step
-    def step(self, step: int, *, swap: bool = True, prefetch: bool = False, followers: bool = True,
-             compute: Optional[Callable[[], None]] = None) -> None:
+    def step(self, step: int, *, swap: bool = True, prefetch: bool = False, fused: bool = False,
+             followers: bool = True, compute: Optional[Callable[[], None]] = None) -> None:
         """One decode step over every layer, as an engine's forward runs it.
 
         ``swap``: run the data plane (leaders resolve and gather, followers
         gather); ``followers``: False leaves followers idle (isolates the
         leaders' share); ``prefetch``: the leader stages its followers on the
-        group's copy stream; ``compute``: the stand-in attention per layer.
+        group's copy stream; ``fused``: each leader copies its own rows inside
+        its resolve launch (``fused_gather``) instead of a separate gather;
+        ``compute``: the stand-in attention per layer.
         """
         for runtime in self.runtimes:
             runtime.begin_forward()
@@ -139,7 +141,8 @@ class DataPlane:
             if swap:
                 if runtime.is_group_leader:
                     runtime.swap_in(self.group_topk(step, self.layer_group[layer]), self.req_id,
-                                    block_table=self.source_table, block_size=self.block_size, prefetch=prefetch)
+                                    block_table=self.source_table, block_size=self.block_size, prefetch=prefetch,
+                                    fused_gather=fused)
                 elif followers:
                     runtime.swap_in(num_tokens=self.token_rows)
             if compute is not None:

@@ -5,8 +5,8 @@
 * ``bandwidth_vs_rows.png``: gather GB/s (hisparse and plain torch) against
   rows per step, with the memcpy ceiling;
 * ``layer_time_breakdown.png``: per-layer time of resolve, gather and
-  exposed swap (prefetch off / on; followers too when layers share an
-  indexer), hisparse next to the PyTorch baseline.
+  exposed swap (prefetch off / on / on with fused leader gathers; followers
+  too when layers share an indexer), hisparse next to the PyTorch baseline.
 
 A saved result can be drawn again without rerunning it (e.g. after a change
 to this file, or from a ``hisparse plan --out`` JSON)::
@@ -125,13 +125,17 @@ def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
     bars = [("resolve", per["resolve_us_per_layer"]), ("gather", per["gather_us_per_layer"]),
             ("exposed\nno prefetch", per["exposed_us_per_layer_no_prefetch"]),
             ("exposed\nprefetch", per["exposed_us_per_layer_prefetch"])]
+    # Results written before fused leader gathers were measured lack the key; they still draw.
+    if "exposed_us_per_layer_prefetch_fused" in per:
+        bars.append(("exposed\nprefetch, fused", per["exposed_us_per_layer_prefetch_fused"]))
+    exposed_bars = len(bars) - 2
     # Layers sharing an indexer: the followers are where prefetch pays off, so show them apart.
     if "exposed_us_per_follower_prefetch" in per:
         bars += [("follower\nno prefetch", per["exposed_us_per_follower_no_prefetch"]),
                  ("follower\nprefetch", per["exposed_us_per_follower_prefetch"])]
     labels = [label for label, _ in bars]
     ours = [value for _, value in bars]
-    fig, ax = plt.subplots(figsize=(7.5 if len(bars) > 4 else 7, 4.4))
+    fig, ax = plt.subplots(figsize=(7 if len(bars) <= 4 else 7.5 if len(bars) <= 6 else 8.5, 4.4))
     positions = list(range(len(labels)))
     baseline = results.get("baseline")
     width = 0.38 if baseline is not None else 0.6
@@ -143,8 +147,8 @@ def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
         layers = results["config"]["layers"]
         groups = results["config"]["index_groups"]
         # The baseline runs synchronously with no compute to hide behind: its whole step is exposed.
-        theirs = [baseline["resolve_us_per_group"] * groups / layers, baseline["gather_us_per_layer"],
-                  baseline["step_us"] / layers, baseline["step_us"] / layers]
+        theirs = [baseline["resolve_us_per_group"] * groups / layers, baseline["gather_us_per_layer"]]
+        theirs += [baseline["step_us"] / layers] * exposed_bars
         drawn = ax.bar([x + shift for x in positions[: len(theirs)]], theirs, width,
                        label="plain PyTorch (exposed = whole step / layers)")
         _label_bars(ax, drawn, theirs)

@@ -93,6 +93,8 @@ def format_bench(r: Dict[str, Any]) -> str:
         rows.append(["stand-in attention", "", fmt_time_us(per["compute_us_per_layer"])])
     rows.append(["exposed, no prefetch", "", fmt_time_us(per["exposed_us_per_layer_no_prefetch"])])
     rows.append(["exposed, prefetch", "", fmt_time_us(per["exposed_us_per_layer_prefetch"])])
+    if "exposed_us_per_layer_prefetch_fused" in per:
+        rows.append(["exposed, prefetch + fused leaders", "", fmt_time_us(per["exposed_us_per_layer_prefetch_fused"])])
     if "exposed_us_per_follower_prefetch" in per:
         rows.append(["  follower, prefetch", "", fmt_time_us(per["exposed_us_per_follower_prefetch"])])
         rows.append(["  follower, no prefetch", "", fmt_time_us(per["exposed_us_per_follower_no_prefetch"])])
@@ -101,9 +103,15 @@ def format_bench(r: Dict[str, Any]) -> str:
         rows.append(["plain PyTorch step", fmt_time_us(b["step_us"]) + " / step",
                      f"speedup {_fmt(b['speedup_step'], '.1f')}x (resolve {_fmt(b['speedup_resolve'], '.1f')}x)"])
         agree = r["agreement"]
-        rows.append(["PyTorch agrees", "yes" if agree["all_agree"] else "NO",
-                     f"{agree['resolutions_compared']} resolutions, state, counters"])
+        # Results saved before fused steps were compared lack the count.
+        fused = agree.get("fused_steps_compared", 0) * c["index_groups"]
+        compared = f"{agree['resolutions_compared']} resolutions" + (f" ({fused} fused)" if fused else "")
+        rows.append(["PyTorch agrees", "yes" if agree["all_agree"] else "NO", f"{compared}, state, counters"])
     rows.append(["hot rows hold host rows", "yes" if r["data_check"] else "NO", ""])
+    fused_check = r.get("data_check_fused")
+    if fused_check is not None:
+        rows.append(["  after fused steps", "yes" if fused_check["matches"] else "NO",
+                     f"{fused_check['rows_loaded']} rows loaded"])
     lines += _table(["", "per step", "per layer"], rows)
     lines.append("")
     lines.append("gather bandwidth vs rows per step (one layer)")

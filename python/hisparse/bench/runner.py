@@ -7,16 +7,21 @@ Phases, all on one device and one trace:
 2. accounting: every step from cold buffers, eagerly, recording each index
    group's counters and each request's swap rows per step on the device (one
    host sync at the end); then a byte-for-byte check that the hot rows of the
-   first and last groups hold the host rows their attention indices stand for;
+   first and last groups hold the host rows their attention indices stand for,
+   and the same check after two steps from cold buffers with fused leader
+   gathers and prefetch;
 3. timing of the steady-state steps (after ``warmup_steps``) from a snapshot
    of the hot-region state, restored before every repetition: resolution
    alone, the gathers alone (every layer replaying the swap lists recorded
    in the accounting pass), the full data plane through the runtimes
-   (resolve + gather, prefetch off and on) and, on
-   CUDA, the decode step with a stand-in attention kernel of ``compute_us``
-   per layer on the compute stream, alone and with the data plane;
+   (resolve + gather: prefetch off, on, and on with fused leader gathers)
+   and, on CUDA, the decode step with a stand-in attention kernel of
+   ``compute_us`` per layer on the compute stream, alone and with the data
+   plane (the same three ways);
 4. the plain PyTorch baseline on the first ``baseline_steps`` steady steps,
-   in lockstep with hisparse from the same state, with its outputs compared;
+   in lockstep with hisparse from the same state, with its outputs compared
+   (hisparse runs every second of these steps with prefetch and fused leader
+   gathers, which must change none of the compared outputs);
 5. gather bandwidth against rows per step (swap lists of a fraction of k
    rows per request, from the trace), hisparse and plain torch;
 6. the hit-rate curve over ``hot_sizes`` (see :mod:`hisparse.bench.planner`).
@@ -51,9 +56,9 @@ _STAT_NAMES = ("lookups", "hits", "misses", "resident", "invalid")
 
 def progress_units(settings: Any, steps: int, device: Any) -> int:
     """Units of work :func:`run_bench` reports to its progress bar."""
-    modes = 4  # resolve, gather, swap, swap_prefetch
+    modes = 5  # resolve, gather, swap, swap_prefetch, swap_prefetch_fused
     if device.type == "cuda" and settings.compute_us > 0:
-        modes += 4 if settings.group_size > 1 and settings.layers > settings.index_groups else 3
+        modes += 5 if settings.group_size > 1 and settings.layers > settings.index_groups else 4
     baseline = min(settings.baseline_steps, steps - settings.warmup_steps)
     return steps + modes + baseline + len(settings.gather_fractions) + len(set(settings.hot_sizes)) * steps
 
@@ -112,9 +117,11 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
             plane.record(step - warm)
         advance()
     synchronize(device)
-    data_check = all(plane.data_matches(g) for g in sorted({0, plane.index_groups - 1}))
+    checked_groups = sorted({0, plane.index_groups - 1})
+    data_check = all(plane.data_matches(g) for g in checked_groups)
     deltas = (counters[1:] - counters[:-1]).cpu()  # [steps, groups, 5]
     accounting = _accounting(deltas, request_rows.cpu(), settings, warm)
+    data_check_fused = _fused_data_check(plane, timed[:2], checked_groups)
 
     # ---------------------------------------------------------------- timing
     timer = Timer(device)
@@ -131,11 +138,14 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
         "gather": lambda: [plane.gather_recorded(i) for i in range(plane.recorded_steps)],
         "swap": lambda: [plane.step(s) for s in timed],
         "swap_prefetch": lambda: [plane.step(s, prefetch=True) for s in timed],
+        "swap_prefetch_fused": lambda: [plane.step(s, prefetch=True, fused=True) for s in timed],
     }
     if compute is not None:
         modes["compute"] = lambda: [plane.step(s, swap=False, compute=compute) for s in timed]
         modes["step_no_prefetch"] = lambda: [plane.step(s, compute=compute) for s in timed]
         modes["step_prefetch"] = lambda: [plane.step(s, prefetch=True, compute=compute) for s in timed]
+        modes["step_prefetch_fused"] = lambda: [plane.step(s, prefetch=True, fused=True, compute=compute)
+                                                for s in timed]
         if plane.index_groups < layers:
             modes["leaders_only"] = lambda: [plane.step(s, followers=False, compute=compute) for s in timed]
     for name, work in modes.items():
@@ -196,6 +206,7 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
         "memcpy": memcpy,
         "accounting": accounting,
         "data_check": data_check,
+        "data_check_fused": data_check_fused,
         "timing": timings,
         "per_layer": per_layer,
         "baseline": baseline,
@@ -206,6 +217,21 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
         "summary": summary,
         "notes": notes,
     }
+
+
+def _fused_data_check(plane: DataPlane, steps: List[int], groups: List[int]) -> Dict[str, Any]:
+    """The byte check on ``groups`` after ``steps`` run from cold buffers with fused leader gathers.
+
+    Cold, the first step misses every row and the next mixes hits with
+    misses, so every row the check reads was loaded by a fused leader or by
+    a follower prefetched from its swap list.
+    """
+    plane.reset()
+    loaded = 0
+    for step in steps:
+        plane.step(step, prefetch=True, fused=True)
+        loaded += int(plane.request_misses()[groups].sum())
+    return {"steps": list(steps), "rows_loaded": loaded, "matches": all(plane.data_matches(g) for g in groups)}
 
 
 def _stand_in_attention(torch: Any, cycles: int) -> Any:
@@ -271,6 +297,7 @@ def _per_layer(timings: Dict[str, Any], plane: DataPlane, settings: Any, account
         "gather_us_per_layer": gather_step / layers * 1e6,
         "data_plane_us_per_step": swap_step * 1e6,
         "data_plane_us_per_step_prefetch": timings["swap_prefetch"]["per_step_s"] * 1e6,
+        "data_plane_us_per_step_prefetch_fused": timings["swap_prefetch_fused"]["per_step_s"] * 1e6,
         "bytes_per_layer_step": steady["bytes_per_layer_step"],
         "rows_per_layer_step": steady["rows_per_layer_step"],
     }
@@ -288,6 +315,8 @@ def _per_layer(timings: Dict[str, Any], plane: DataPlane, settings: Any, account
         out["compute_us_per_layer"] = compute / layers * 1e6
         out["exposed_us_per_layer_no_prefetch"] = (timings["step_no_prefetch"]["per_step_s"] - compute) / layers * 1e6
         out["exposed_us_per_layer_prefetch"] = (timings["step_prefetch"]["per_step_s"] - compute) / layers * 1e6
+        out["exposed_us_per_layer_prefetch_fused"] = (
+            (timings["step_prefetch_fused"]["per_step_s"] - compute) / layers * 1e6)
         if "leaders_only" in timings:
             leaders = timings["leaders_only"]["per_step_s"]
             followers = layers - groups
@@ -300,6 +329,7 @@ def _per_layer(timings: Dict[str, Any], plane: DataPlane, settings: Any, account
         out["compute_us_per_layer"] = 0.0
         out["exposed_us_per_layer_no_prefetch"] = swap_step / layers * 1e6
         out["exposed_us_per_layer_prefetch"] = timings["swap_prefetch"]["per_step_s"] / layers * 1e6
+        out["exposed_us_per_layer_prefetch_fused"] = timings["swap_prefetch_fused"]["per_step_s"] / layers * 1e6
         out["exposure_method"] = "cpu: no overlap exists, exposed = data-plane time / layers"
     return out
 
@@ -312,8 +342,10 @@ def _baseline(plane: DataPlane, steps: List[int], per_layer: Dict[str, Any], adv
     before = plane.counters().clone()
     mismatches: Dict[str, int] = {}
     resolve_s, gather_s = [], []
-    for step in steps:
-        plane.step(step)
+    for i, step in enumerate(steps):
+        # Fused leader gathers move the same bytes and must leave every compared output unchanged.
+        fused = i % 2 == 1
+        plane.step(step, prefetch=fused, fused=fused)
         synchronize(plane.device)
         result = baseline.timed_step(step, compare=True)
         resolve_s.append(result["resolve_s"])
@@ -334,6 +366,7 @@ def _baseline(plane: DataPlane, steps: List[int], per_layer: Dict[str, Any], adv
     baseline_resolve_group = statistics.median(resolve_s) / groups
     agreement = {
         "steps_compared": len(steps),
+        "fused_steps_compared": len(steps) // 2,
         "resolutions_compared": compared,
         "mismatching_resolutions": mismatches,
         "attention_indices_agree": mismatches.get("attention", 0) == 0,
@@ -463,6 +496,7 @@ def _summary(accounting: Dict[str, Any], per_layer: Dict[str, Any], memcpy: Dict
         "gather_ratio_to_memcpy": per_layer["gather_ratio_to_memcpy"],
         "exposed_us_per_layer_no_prefetch": per_layer["exposed_us_per_layer_no_prefetch"],
         "exposed_us_per_layer_prefetch": per_layer["exposed_us_per_layer_prefetch"],
+        "exposed_us_per_layer_prefetch_fused": per_layer["exposed_us_per_layer_prefetch_fused"],
         "data_plane_us_per_step": per_layer["data_plane_us_per_step"],
     }
     if baseline is not None:
