@@ -1,5 +1,5 @@
 // gather_compact: swap list -> hot cache, reading registered host memory
-// zero-copy. Five schedules of the same copy (hs_gather_variant_t), all
+// zero-copy. Several schedules of the same copy (hs_gather_variant_t), all
 // writing exactly the bytes of the CPU reference:
 //
 //   warp_per_row  one warp per swap entry, a load then a store per chunk:
@@ -15,6 +15,9 @@
 //                 case) it was the best schedule or within 0.01 of it in
 //                 bench/lab/gather_schedules.cu (656-byte rows 0.79-0.86 of
 //                 memcpy, 1152-byte rows 0.90-0.92).
+//   group         (hs_gather_compact_group) row_persistent for a slot of
+//                 several layers' rows side by side: one contiguous read of
+//                 all pieces, each piece written to its own hot cache.
 //   sorted        per token row, a block sorts the entries by host slot in
 //                 shared memory (bitonic, no allocation) and copies them in
 //                 address order as one flat stream of chunks: adjacent host
@@ -190,29 +193,79 @@ __device__ __forceinline__ int64_t first_unit(int64_t worker, int64_t workers, i
   return ((worker - before % workers) % workers + workers) % workers;
 }
 
+// Every warp of a persistent grid visits its share of the used work units
+// of all token rows: units(t) per token row t, dealt round-robin over the
+// grid's warps, window by window; body(t, unit index within row t).
 // window_rows (<= kPersistentWindow) keeps a window's unit count in int32.
-__global__ void __launch_bounds__(kThreads) gather_persistent_kernel(GatherCompactParams p, int rows_per_group,
-                                                                     int window_rows) {
+template <typename Units, typename Body>
+__device__ void for_each_used_unit(int32_t num_token_rows, int window_rows, Units units, Body body) {
   __shared__ int32_t prefix[kPersistentWindow + 1];
   __shared__ int32_t warp_sums[kThreads / kWarpSize];
-  const int lane = threadIdx.x % kWarpSize;
-  const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarpSize);
   const int64_t worker = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
-  const auto groups = [&](int32_t t) { return ceil_div(clamped_count(p, t), rows_per_group); };
   int64_t before = 0;
   // 64-bit so that the last window's step cannot overflow for R near 2^31.
-  for (int64_t window = 0; window < p.num_token_rows; window += window_rows) {
+  for (int64_t window = 0; window < num_token_rows; window += window_rows) {
     const int32_t t0 = static_cast<int32_t>(window);
-    const int n = static_cast<int>(min(static_cast<int64_t>(window_rows), p.num_token_rows - window));
+    const int n = static_cast<int>(min(static_cast<int64_t>(window_rows), num_token_rows - window));
     __syncthreads();  // the previous window's prefix is still being searched
-    const int32_t units = window_prefix<kThreads, kPersistentRowsPerThread>(t0, n, prefix, warp_sums, groups);
-    for (int64_t u = first_unit(worker, warps, before); u < units; u += warps) {
+    const int32_t window_units = window_prefix<kThreads, kPersistentRowsPerThread>(t0, n, prefix, warp_sums, units);
+    for (int64_t u = first_unit(worker, warps, before); u < window_units; u += warps) {
       const int r = find_row(prefix, n, static_cast<int32_t>(u));
-      copy_group(p, t0 + r, static_cast<int>(u - prefix[r]), rows_per_group, chunks, lane);
+      body(t0 + r, static_cast<int>(u - prefix[r]));
     }
-    before += units;
+    before += window_units;
   }
+}
+
+__global__ void __launch_bounds__(kThreads) gather_persistent_kernel(GatherCompactParams p, int rows_per_group,
+                                                                     int window_rows) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
+  const auto groups = [&](int32_t t) { return ceil_div(clamped_count(p, t), rows_per_group); };
+  for_each_used_unit(p.num_token_rows, window_rows, groups,
+                     [&](int32_t t, int g) { copy_group(p, t, g, rows_per_group, chunks, lane); });
+}
+
+// Group gather (p.pieces > 1): one warp per used entry reads the slot's
+// pieces as one contiguous span, kWarpUnroll chunks per lane in flight
+// before any store; chunk c of the span belongs to piece c / piece_chunks.
+// The params live in constant space (__grid_constant__), so indexing
+// piece_hot by a computed piece needs no local copy of the array.
+__global__ void __launch_bounds__(kThreads) gather_group_kernel(const __grid_constant__ GatherCompactParams p,
+                                                                int window_rows) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int piece_chunks = static_cast<int>(p.row_bytes / kChunkBytes);
+  const int total = p.pieces * piece_chunks;
+  const auto entries = [&](int32_t t) { return clamped_count(p, t); };
+  for_each_used_unit(p.num_token_rows, window_rows, entries, [&](int32_t t, int k) {
+    const int64_t h = p.swap_host_rows[t * p.swap_host_row_stride + k];
+    const int64_t d = p.swap_device_rows[t * p.swap_device_row_stride + k];
+    if (h < 0 || d < 0) return;
+    const int64_t offset = hot_row_offset(d, p.hot_block_size, p.hot_block_stride);
+    if (offset >= p.hot_span_rows) return;
+    const uint8_t* const src = h < p.host_rows ? p.host + h * p.host_pitch : nullptr;
+    const int64_t dst_offset = offset * p.row_bytes;
+    for (int base = 0; base < total; base += kWarpUnroll * kWarpSize) {
+      uint4 value[kWarpUnroll];
+      uint8_t* target[kWarpUnroll];
+#pragma unroll
+      for (int u = 0; u < kWarpUnroll; ++u) {
+        const int c = base + u * kWarpSize + lane;
+        target[u] = nullptr;
+        value[u] = make_uint4(0, 0, 0, 0);
+        if (c < total) {
+          const int piece = c / piece_chunks;
+          target[u] = p.piece_hot[piece] + dst_offset + static_cast<int64_t>(c - piece * piece_chunks) * kChunkBytes;
+          if (src != nullptr) value[u] = load_chunk(src + static_cast<int64_t>(c) * kChunkBytes);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kWarpUnroll; ++u) {
+        if (target[u] != nullptr) store_chunk(target[u], value[u]);
+      }
+    }
+  });
 }
 
 // Ascending bitonic sort of keys[0, n), n a power of two, by the whole block.
@@ -397,6 +450,16 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
   if (chunks * params.top_k > INT32_MAX) {
     invalid_argument("gather_compact: rows of ", params.row_bytes, " bytes times ", params.top_k,
                      " swap columns exceed the CUDA kernel's 2^31 chunk index range");
+  }
+  if (params.pieces > 1) {
+    const int64_t blocks_needed = (static_cast<int64_t>(params.top_k) * params.num_token_rows + (kThreads / kWarpSize) - 1) /
+                                  (kThreads / kWarpSize);
+    const int64_t blocks = std::min(
+        blocks_needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count());
+    gather_group_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        params, window_rows(params.top_k, kPersistentWindow));
+    cuda_check(cudaGetLastError(), "gather_compact_group kernel launch");
+    return;
   }
   const int rows_per_group = rows_per_warp_group(static_cast<int>(chunks), kWarpUnroll);
   const int warps_per_block = kThreads / kWarpSize;

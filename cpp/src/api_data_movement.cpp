@@ -3,6 +3,7 @@
 // memory), then hand raw pointers to the backend of the destination's device.
 // Device data (the indices inside the tensors) is never inspected here.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -123,20 +124,19 @@ int32_t resolve_variant(int32_t variant) {
   return variant == HS_GATHER_AUTO ? hs_gather_default_variant() : variant;
 }
 
-GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {
-  GatherCompactParams p;
-  const Device device = gather_cache_params(TensorArg(a.host_rows, "host_rows"), TensorArg(a.hot_cache, "hot_cache"),
-                                            a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
-  *device_out = device;
-
-  const TensorArg swap_host(a.swap_host_rows, "swap_host_rows");
-  swap_host.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "hot_cache");
-  const TensorArg swap_device(a.swap_device_rows, "swap_device_rows");
-  swap_device.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "hot_cache");
+// The swap list of a gather (shared by gather_compact and its group form).
+void swap_list_params(const hs_tensor_t* swap_host_rows, const hs_tensor_t* swap_device_rows,
+                      const hs_tensor_t* swap_counts, const Device& device, const char* reference,
+                      GatherCompactParams* params) {
+  GatherCompactParams& p = *params;
+  const TensorArg swap_host(swap_host_rows, "swap_host_rows");
+  swap_host.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, reference);
+  const TensorArg swap_device(swap_device_rows, "swap_device_rows");
+  swap_device.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, reference);
   swap_device.size_is(0, swap_host.size(0), "the token rows of swap_host_rows");
   swap_device.size_is(1, swap_host.size(1), "the columns of swap_host_rows");
-  const TensorArg counts(a.swap_counts, "swap_counts");
-  int_vector(counts, device, "hot_cache").size_at_least(0, swap_host.size(0), "one count per row of swap_host_rows");
+  const TensorArg counts(swap_counts, "swap_counts");
+  int_vector(counts, device, reference).size_at_least(0, swap_host.size(0), "one count per row of swap_host_rows");
   p.swap_host_rows = swap_host.data<int32_t>();
   p.swap_device_rows = swap_device.data<int32_t>();
   p.swap_host_row_stride = swap_host.stride(0);
@@ -144,10 +144,105 @@ GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Dev
   p.swap_counts = counts.data<int32_t>();
   p.num_token_rows = checked_int32(swap_host.size(0), "swap_host_rows rows");
   p.top_k = checked_int32(swap_host.size(1), "swap_host_rows columns");
+}
 
+int32_t checked_max_blocks(int32_t max_blocks) {
+  if (max_blocks < 0) invalid_argument("max_blocks: expected 0 (automatic) or a positive count, got ", max_blocks);
+  return max_blocks;
+}
+
+GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {
+  GatherCompactParams p;
+  const Device device = gather_cache_params(TensorArg(a.host_rows, "host_rows"), TensorArg(a.hot_cache, "hot_cache"),
+                                            a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
+  *device_out = device;
+  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_cache", &p);
   p.variant = resolve_variant(a.variant);
-  if (a.max_blocks < 0) invalid_argument("max_blocks: expected 0 (automatic) or a positive count, got ", a.max_blocks);
-  p.max_blocks = a.max_blocks;
+  p.max_blocks = checked_max_blocks(a.max_blocks);
+  return p;
+}
+
+// host_rows [..., P, W] seen as its piece 0: [..., W] at the slot pitch.
+struct FirstPieceView {
+  std::array<int64_t, HS_MAX_DIMS> shape{};
+  std::array<int64_t, HS_MAX_DIMS> strides{};
+  hs_tensor_t tensor{};
+};
+
+GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_args_t& a, Device* device_out) {
+  const int32_t pieces = a.num_hot_caches;
+  if (pieces < 1 || pieces > HS_MAX_GATHER_GROUP_PIECES) {
+    invalid_argument("num_hot_caches: expected 1 to ", HS_MAX_GATHER_GROUP_PIECES, " hot caches (one per piece), got ",
+                     pieces);
+  }
+  require_pointer(a.hot_caches, "hot_caches");
+  const TensorArg host(a.host_rows, "host_rows");
+  if (host.ndim() < 3) {
+    invalid_argument("host_rows: expected [..., P, W] (slots of P = num_hot_caches rows side by side) with at least "
+                     "3 dimensions, got shape ", host.shape_string());
+  }
+  const int piece_dim = host.ndim() - 2;
+  host.size_is(piece_dim, pieces, "num_hot_caches pieces per slot");
+  const int64_t width = host.size(host.ndim() - 1);
+  if (pieces > 1 && host.stride(piece_dim) != width) {
+    invalid_argument("host_rows: expected the ", pieces, " pieces of a slot back to back (stride ", width,
+                     " in dimension ", piece_dim, "), got stride ", host.stride(piece_dim), " (shape ",
+                     host.shape_string(), ")");
+  }
+  FirstPieceView first;
+  for (int d = 0; d < piece_dim; ++d) {
+    first.shape[d] = host.size(d);
+    first.strides[d] = host.stride(d);
+  }
+  first.shape[piece_dim] = width;
+  first.strides[piece_dim] = 1;
+  first.tensor = host.raw();
+  first.tensor.ndim = host.ndim() - 1;
+  first.tensor.shape = first.shape.data();
+  first.tensor.strides = first.strides.data();
+
+  GatherCompactParams p;
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(pieces));
+  for (int32_t i = 0; i < pieces; ++i) names.push_back(str("hot_caches[", i, "]"));
+  const TensorArg first_hot(a.hot_caches[0], names[0].c_str());
+  const Device device = gather_cache_params(TensorArg(&first.tensor, "host_rows"), first_hot, a.hot_block_size,
+                                            a.hot_block_stride, "hot_block_stride", &p);
+  *device_out = device;
+  p.pieces = pieces;
+  p.piece_hot[0] = p.hot;
+  for (int32_t i = 1; i < pieces; ++i) {
+    const TensorArg hot(a.hot_caches[i], names[static_cast<size_t>(i)].c_str());
+    hot.on(device, names[0].c_str());
+    bool same_layout = hot.dtype() == first_hot.dtype() && hot.ndim() == first_hot.ndim();
+    for (int d = 0; same_layout && d < hot.ndim(); ++d) {
+      same_layout = hot.size(d) == first_hot.size(d) && (hot.size(d) <= 1 || hot.stride(d) == first_hot.stride(d));
+    }
+    if (!same_layout) {
+      invalid_argument(hot.name(), ": expected the dtype, shape and strides of hot_caches[0] (", 
+                       dtype_name(first_hot.dtype()), " ", first_hot.shape_string(),
+                       "; the layers of one group share a hot layout), got ", dtype_name(hot.dtype()), " ",
+                       hot.shape_string());
+    }
+    GatherCompactParams piece;
+    gather_cache_params(TensorArg(&first.tensor, "host_rows"), hot, a.hot_block_size, a.hot_block_stride,
+                        "hot_block_stride", &piece);
+    p.piece_hot[i] = piece.hot;
+  }
+  // The whole span of P pieces must lie inside each slot's pitch and be
+  // reachable, not only piece 0.
+  const int64_t span = pieces * p.row_bytes;
+  if (p.host_rows > 1 && p.host_pitch < span) {
+    invalid_argument("host_rows: expected a slot pitch of at least P x row bytes = ", span, " bytes, got ",
+                     p.host_pitch, " bytes (shape ", host.shape_string(), ")");
+  }
+  if (p.host_rows > 0) {
+    const int64_t extent = (p.host_rows - 1) * p.host_pitch + span;
+    backend_for(device).check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_rows");
+  }
+  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p);
+  p.max_blocks = checked_max_blocks(a.max_blocks);
+  p.variant = HS_GATHER_ROW_PERSISTENT;
   return p;
 }
 
@@ -324,6 +419,17 @@ HS_API hs_status_t hs_gather_compact(const hs_gather_compact_args_t* args, hs_st
         require_struct(args, "args", offsetof(hs_gather_compact_args_t, max_blocks) + sizeof(args->max_blocks));
     Device device;
     const GatherCompactParams params = gather_compact_params(a, &device);
+    if (params.num_token_rows == 0 || params.top_k == 0) return;
+    backend_for(device).gather_compact(params, stream);
+  });
+}
+
+HS_API hs_status_t hs_gather_compact_group(const hs_gather_compact_group_args_t* args, hs_stream_t stream) {
+  return api_guard([&] {
+    const hs_gather_compact_group_args_t& a = require_struct(
+        args, "args", offsetof(hs_gather_compact_group_args_t, reserved0) + sizeof(args->reserved0));
+    Device device;
+    const GatherCompactParams params = gather_compact_group_params(a, &device);
     if (params.num_token_rows == 0 || params.top_k == 0) return;
     backend_for(device).gather_compact(params, stream);
   });

@@ -6,7 +6,11 @@
 
 #include <cstdint>
 
+#include "hisparse/data_movement.h"
+
 namespace hisparse {
+
+constexpr int kMaxGatherPieces = HS_MAX_GATHER_GROUP_PIECES;
 
 struct GatherCompactParams {
   int device = 0;
@@ -27,6 +31,12 @@ struct GatherCompactParams {
   int32_t top_k = 0;           // K
   int32_t variant = 0;         // hs_gather_variant_t, resolved (never AUTO)
   int32_t max_blocks = 0;
+  // A group gather (hs_gather_compact_group) when pieces > 1: host row h
+  // holds `pieces` rows of row_bytes back to back, and piece i lands in the
+  // hot cache at piece_hot[i] (piece_hot[0] == hot); every piece's hot cache
+  // has the layout of `hot`. `variant` is then unused.
+  int32_t pieces = 1;
+  uint8_t* piece_hot[kMaxGatherPieces] = {};
 };
 
 // Row offset (in rows from the hot cache's base) of physical hot row `row`:

@@ -1,5 +1,6 @@
-// gather_compact on the CPU: the swap list walked in (token row, column)
-// order. Every CUDA variant must produce these bytes.
+// gather_compact (and its group form) on the CPU: the swap list walked in
+// (token row, column) order, a group entry piece by piece. Every CUDA
+// schedule must produce these bytes.
 #include <algorithm>
 #include <cstring>
 
@@ -18,11 +19,14 @@ void gather_compact_reference(const GatherCompactParams& p) {
       if (h < 0 || d < 0) continue;
       const int64_t offset = hot_row_offset(d, p.hot_block_size, p.hot_block_stride);
       if (offset >= p.hot_span_rows) continue;
-      uint8_t* dst = p.hot + offset * p.row_bytes;
-      if (h >= p.host_rows) {
-        std::memset(dst, 0, static_cast<size_t>(p.row_bytes));
-      } else {
-        std::memmove(dst, p.host + h * p.host_pitch, static_cast<size_t>(p.row_bytes));
+      for (int32_t piece = 0; piece < p.pieces; ++piece) {
+        uint8_t* const hot = p.pieces > 1 ? p.piece_hot[piece] : p.hot;
+        uint8_t* dst = hot + offset * p.row_bytes;
+        if (h >= p.host_rows) {
+          std::memset(dst, 0, static_cast<size_t>(p.row_bytes));
+        } else {
+          std::memmove(dst, p.host + h * p.host_pitch + piece * p.row_bytes, static_cast<size_t>(p.row_bytes));
+        }
       }
     }
   }

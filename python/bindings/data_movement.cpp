@@ -36,6 +36,35 @@ void gather_compact(const Array& host_rows, const Array& hot_cache, const Array&
   check(hs_gather_compact(&args, as_stream(stream)));
 }
 
+void gather_compact_group(const Array& host_rows, const std::vector<Array>& hot_caches, const Array& swap_host_rows,
+                          const Array& swap_device_rows, const Array& swap_counts, int64_t hot_block_size,
+                          int64_t hot_block_stride, int32_t max_blocks, uintptr_t stream) {
+  std::vector<std::string> names;
+  names.reserve(hot_caches.size());
+  std::vector<TensorDesc> descs;
+  descs.reserve(hot_caches.size());
+  std::vector<const hs_tensor_t*> pointers;
+  for (size_t i = 0; i < hot_caches.size(); ++i) {
+    names.push_back("hot_caches[" + std::to_string(i) + "]");
+    descs.emplace_back(hot_caches[i], names.back().c_str());
+    pointers.push_back(descs.back().get());
+  }
+  const TensorDesc host(host_rows, "host_rows"), swap_host(swap_host_rows, "swap_host_rows"),
+      swap_device(swap_device_rows, "swap_device_rows"), counts(swap_counts, "swap_counts");
+  hs_gather_compact_group_args_t args;
+  hs_gather_compact_group_args_init(&args);
+  args.num_hot_caches = static_cast<int32_t>(std::min<size_t>(hot_caches.size(), INT32_MAX));
+  args.host_rows = host.get();
+  args.hot_caches = pointers.data();
+  args.swap_host_rows = swap_host.get();
+  args.swap_device_rows = swap_device.get();
+  args.swap_counts = counts.get();
+  args.hot_block_size = hot_block_size;
+  args.hot_block_stride = hot_block_stride;
+  args.max_blocks = max_blocks;
+  check(hs_gather_compact_group(&args, as_stream(stream)));
+}
+
 void gather_plan(const Array& src_rows, const Array& staged, const Array& row_ids, const Array& dst_rows,
                  const Array& miss_mask, uintptr_t stream) {
   const TensorDesc src(src_rows, "src_rows"), dst(staged, "staged"), ids(row_ids, "row_ids"),
@@ -96,6 +125,11 @@ void register_data_movement(nb::module_& m) {
         nb::arg("swap_host_rows").noconvert(), nb::arg("swap_device_rows").noconvert(),
         nb::arg("swap_counts").noconvert(), nb::arg("hot_block_size"), nb::arg("hot_block_stride") = 0,
         nb::arg("variant") = 0, nb::arg("max_blocks") = 0, nb::arg("stream") = 0);
+  m.attr("MAX_GATHER_GROUP_PIECES") = static_cast<int>(HS_MAX_GATHER_GROUP_PIECES);
+  m.def("gather_compact_group", &gather_compact_group, nb::arg("host_rows").noconvert(), nb::arg("hot_caches"),
+        nb::arg("swap_host_rows").noconvert(), nb::arg("swap_device_rows").noconvert(),
+        nb::arg("swap_counts").noconvert(), nb::arg("hot_block_size"), nb::arg("hot_block_stride") = 0,
+        nb::arg("max_blocks") = 0, nb::arg("stream") = 0);
   m.def("gather_plan", &gather_plan, nb::arg("src_rows").noconvert(), nb::arg("staged").noconvert(),
         nb::arg("row_ids").noconvert(), nb::arg("dst_rows").noconvert(), nb::arg("miss_mask").noconvert(),
         nb::arg("stream") = 0);

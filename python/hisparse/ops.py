@@ -17,6 +17,8 @@ __all__ = [
     "GATHER_VARIANTS",
     "copy_bytes",
     "gather_compact",
+    "gather_compact_group",
+    "MAX_GATHER_GROUP_PIECES",
     "gather_plan",
     "invalidate_written_slots",
     "mirror_rows",
@@ -28,6 +30,9 @@ __all__ = [
 # Schedules of the CUDA gather (hs_gather_variant_t), all byte-identical;
 # "auto" is the one measured fastest. The CPU backend runs one reference loop.
 GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_VARIANTS))
+
+# Most hot caches (pieces) one gather_compact_group call fills.
+MAX_GATHER_GROUP_PIECES: int = _C.MAX_GATHER_GROUP_PIECES
 
 
 def copy_bytes(dst: Any, src: Any, *, stream: Any = None) -> None:
@@ -174,6 +179,50 @@ def gather_compact(
         _gather_variant(variant),
         0 if max_blocks is None else max_blocks,
         stream_handle(stream, hot_cache, swap_host_rows),
+    )
+
+
+def gather_compact_group(
+    host_rows: Any,
+    hot_caches: Sequence[Any],
+    swap_host_rows: Any,
+    swap_device_rows: Any,
+    swap_counts: Any,
+    *,
+    hot_block_size: int,
+    hot_block_stride: Optional[int] = None,
+    max_blocks: Optional[int] = None,
+    stream: Any = None,
+) -> None:
+    """:func:`gather_compact` for P layers whose rows of one token lie side by side.
+
+    ``host_rows``: ``[..., P, W]``, the P rows of a host slot back to back
+    (for example ``host[:, l0:l0 + P, :]`` of a token-major ``[slots, layers,
+    W]`` cache); the leading dimensions flatten to slots at one pitch.
+    ``hot_caches``: P hot caches of one shape, strides, dtype and device, as
+    ``hot_cache`` of :func:`gather_compact`. Each used swap entry ``(h, d)``
+    reads slot ``h``'s P rows as one contiguous span and writes row ``i`` to
+    hot row ``d`` of ``hot_caches[i]``; the bytes equal P
+    :func:`gather_compact` calls, one per piece. Why: the GPU reads host
+    memory in 128-byte lines, so one 656-byte row costs six lines for 5.1 of
+    data, while P adjacent rows read together waste at most one line.
+    ``max_blocks``: CUDA thread blocks (None: one per SM).
+    """
+    if isinstance(hot_caches, (str, bytes)) or hasattr(hot_caches, "__dlpack__") or not hasattr(
+        hot_caches, "__iter__"
+    ):
+        raise TypeError(f"hot_caches: expected a sequence of tensors, got {type(hot_caches).__name__}")
+    hot_caches = list(hot_caches)
+    _C.gather_compact_group(
+        export(host_rows, "host_rows"),
+        [export(h, f"hot_caches[{i}]") for i, h in enumerate(hot_caches)],
+        export(swap_host_rows, "swap_host_rows"),
+        export(swap_device_rows, "swap_device_rows"),
+        export(swap_counts, "swap_counts"),
+        hot_block_size,
+        0 if hot_block_stride is None else hot_block_stride,
+        0 if max_blocks is None else max_blocks,
+        stream_handle(stream, *hot_caches[:1], swap_host_rows),
     )
 
 

@@ -3,6 +3,9 @@
  * pool and the GPU (DESIGN.md "Data movement").
  *
  *   hs_gather_compact         swap list -> hot cache (zero-copy host reads)
+ *   hs_gather_compact_group   the same for several layers whose host rows of
+ *                             one token lie side by side: one contiguous read
+ *                             per entry, one piece to each layer's hot cache
  *   hs_gather_plan            prefill staging: host rows -> staged rows
  *   hs_invalidate_written_slots  drop hot copies of rewritten host slots,
  *                             for many index-group tables in one launch
@@ -104,6 +107,60 @@ static inline void hs_gather_compact_args_init(hs_gather_compact_args_t* args) {
   args->variant = HS_GATHER_AUTO;
 }
 HS_API hs_status_t hs_gather_compact(const hs_gather_compact_args_t* args, hs_stream_t stream);
+
+/* ------------------------------------------------------------------ gather_compact_group */
+
+/* Most hot caches (pieces) one hs_gather_compact_group call fills. */
+#define HS_MAX_GATHER_GROUP_PIECES 16
+
+/* hs_gather_compact for P layers at once, for a host layout that keeps one
+ * token's rows of those layers side by side (token-major: host slot h holds
+ * P consecutive rows of W, one per layer). Each used swap entry (h, d) reads
+ * the P * row_bytes contiguous bytes of host slot h in one piece and writes
+ * its piece i to hot row d of hot_caches[i]. Why: an SM reads host memory
+ * in 128-byte lines, so an isolated 656-byte row costs six lines for 5.1 of
+ * data; P adjacent rows read together waste at most one line in total.
+ *
+ * host_rows: [..., P, W] of any dtype: the last two dimensions are P rows of
+ *   W elements back to back (stride of dimension -2 == W, unit stride in the
+ *   last), the leading dimensions flatten to host slots at one uniform pitch
+ *   (a multiple of 16 bytes, at least P * row_bytes); e.g. host[:, l0:l0+P, :]
+ *   of a token-major [slots, layers, W] cache. Memory rules as host_rows of
+ *   hs_gather_compact.
+ * hot_caches: num_hot_caches == P descriptors (1..HS_MAX_GATHER_GROUP_PIECES),
+ *   each a hot cache as in hs_gather_compact (same dtype and W as host_rows);
+ *   all P on one device with identical shapes and strides (the layers of one
+ *   index group share their hot layout), at any base addresses.
+ * swap_host_rows, swap_device_rows, swap_counts, hot_block_size,
+ *   hot_block_stride: as in hs_gather_compact; one swap list serves all P.
+ *
+ * Per used entry: h < 0 or d < 0 or d outside the hot caches -> skipped;
+ * h >= host slot count -> every piece's hot row is zero-filled; otherwise
+ * piece i of slot h lands in hot row d of hot_caches[i]. The bytes equal P
+ * calls of hs_gather_compact, one per piece. CUDA runs one warp per entry
+ * on a persistent grid (max_blocks, else one block per SM). */
+typedef struct hs_gather_compact_group_args {
+  size_t struct_size;
+  uint32_t struct_version;
+  int32_t num_hot_caches;              /* P */
+  const hs_tensor_t* host_rows;        /* [..., P, W] */
+  const hs_tensor_t* const* hot_caches; /* P hot caches */
+  const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
+  const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
+  const hs_tensor_t* swap_counts;      /* int32 [>= R] */
+  int64_t hot_block_size;              /* rows per hot block, > 0 */
+  int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
+  int32_t max_blocks;                  /* CUDA thread blocks; 0 = one per SM */
+  int32_t reserved0;
+} hs_gather_compact_group_args_t;
+#define HS_GATHER_COMPACT_GROUP_ARGS_VERSION 1
+
+static inline void hs_gather_compact_group_args_init(hs_gather_compact_group_args_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->struct_version = HS_GATHER_COMPACT_GROUP_ARGS_VERSION;
+}
+HS_API hs_status_t hs_gather_compact_group(const hs_gather_compact_group_args_t* args, hs_stream_t stream);
 
 /* ------------------------------------------------------------------ gather_plan */
 
