@@ -101,6 +101,8 @@ struct ResolverConstants {
   int32_t safe_hot_block;
   // The row stride shared by the four per-entry outputs, or -1.
   int64_t entry_output_stride;
+  // The fused gather's early staging area (rows = 0: none).
+  ResolverMissStage miss_stage;
 };
 
 enum EntryKind : int32_t { kInvalid = 0, kResident = 1, kHot = 2 };
@@ -115,7 +117,8 @@ struct Entry {
 // Step 1 of docs/residency.md. Rows are block * size + offset with
 // 0 <= offset < size, so row / size and row % size are block and offset:
 // the attention index needs no 64-bit division.
-// `source` and `resident` are the batch row's table rows (null when absent).
+// `source` and `resident` are the batch row's table rows (null when absent),
+// in shared memory when staged, else in global memory.
 __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const ResolverConstants& c,
                                           const int32_t* source, const int32_t* resident, int32_t position) {
   Entry entry{kInvalid, -1, -1, -1};
@@ -124,7 +127,7 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
   if (source != nullptr) {
     const int32_t block = c.block_size.quotient(position);
     if (block >= p.source_table_width) return entry;
-    const int32_t host_block = __ldg(source + block);
+    const int32_t host_block = source[block];
     if (host_block <= 0) return entry;
     g = static_cast<int64_t>(host_block) * p.block_size + c.block_size.remainder(position, block);
   }
@@ -134,7 +137,7 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
     // resident_block_size == hot_block_size (checked on the host).
     const int32_t page = c.hot_block_size.quotient(position);
     if (page < p.resident_table_width) {
-      const int32_t resident_block = __ldg(resident + page);
+      const int32_t resident_block = resident[page];
       if (resident_block > 0) {
         const int32_t offset = c.hot_block_size.remainder(position, page);
         const int64_t address = static_cast<int64_t>(resident_block) * p.attention_block_stride + offset;
@@ -308,14 +311,14 @@ __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src,
   }
 }
 
-// Starts copying n int32 from global to shared memory (16-byte aligned)
-// without holding registers, as one commit group; wait_async_copies()
-// completes them. Ampere and later copy asynchronously, older devices
-// synchronously.
-__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
+// Issues the copy of n int32 from global to shared memory (4-byte aligned)
+// without holding registers; commit_async_copies() closes the group and
+// wait_async_copies() completes it. Ampere and later copy asynchronously,
+// older devices synchronously.
+__device__ __forceinline__ void issue_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
 #if __CUDA_ARCH__ >= 800
   const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && shared % 16 == 0) {
     for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 4 * v));
     }
@@ -324,10 +327,21 @@ __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared + 4 * i), "l"(src + i));
     }
   }
-  asm volatile("cp.async.commit_group;\n" ::);
 #else
   for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
 #endif
+}
+
+__device__ __forceinline__ void commit_async_copies() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// One commit group of n int32 (see issue_int32_row_copy).
+__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
+  issue_int32_row_copy(dst, src, n);
+  commit_async_copies();
 }
 
 // The same for n int16 (cp.async moves 4, 8 or 16 bytes, so rows that are
@@ -415,6 +429,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   int16_t* const lru_copy = reinterpret_cast<int16_t*>(smem + layout.lru_copy);
   int32_t* const evictable = reinterpret_cast<int32_t*>(smem + layout.evictable);
   uint16_t* const entry_codes = reinterpret_cast<uint16_t*>(smem + layout.entry_codes);
+  uint8_t* const member_held = smem + layout.member_held;
+  int32_t* const table_stage = reinterpret_cast<int32_t*>(smem + layout.table_stage);
+  // The request's first top-k entries are staged in member_slots, which
+  // phase C is the first to need.
+  int32_t* const topk_stage = member_slots;
   const int32_t capacity = layout.hash_capacity;
 
   const int tid = threadIdx.x;
@@ -444,26 +463,53 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
   const int32_t* const resident =
       p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
-  // Two commit groups: the lru row (needed at B1), then the dgi row (needed
-  // in phase C1) into the evictable words, which are free until phase C2.
+  // Three commit groups. First every row that depends on b alone, into
+  // shared memory, while the state index is still in flight: the hot,
+  // source and resident table rows (read in every phase) and the top-k
+  // entries of the rows the request has in the usual batch (T / B
+  // consecutive rows; a wrong guess is detected after B1 and costs only
+  // bandwidth). A table row that does not fit is prefetched into L1 instead.
+  // Then the lru row (needed at B1), then the dgi row (needed in phase C1)
+  // into the evictable words, which are free until phase C2.
+  const int32_t* hot_read = hot_table;
+  const int32_t* source_read = source;
+  const int32_t* resident_read = resident;
+  {
+    int32_t staged_words = 0;
+    const auto stage_table_row = [&](const int32_t*& row, int32_t width) {
+      if (row == nullptr) return;
+      if (width > kResolverTableStageWords - staged_words) {
+        prefetch_int32_row(row, width);
+        return;
+      }
+      issue_int32_row_copy(table_stage + staged_words, row, width);
+      row = table_stage + staged_words;
+      staged_words += (width + 3) / 4 * 4;  // keeps the next row 16-byte aligned
+    };
+    stage_table_row(hot_read, (H + p.hot_block_size - 1) / p.hot_block_size);
+    stage_table_row(source_read, p.source_table_width);
+    stage_table_row(resident_read, p.resident_table_width);
+  }
+  int32_t guessed_first_row = -1;
+  int32_t guessed_entries = 0;
+  if (T % B == 0) {
+    const int32_t rows = T / B;
+    guessed_first_row = b * rows;
+    guessed_entries = min(rows * K, min(kResolverUnionChunk, max_union));
+    for (int32_t r = 0; r * K < guessed_entries; ++r) {
+      issue_int32_row_copy(topk_stage + r * K,
+                           p.topk_indices + static_cast<int64_t>(guessed_first_row + r) * p.topk_row_stride,
+                           min(K, guessed_entries - r * K));
+    }
+  }
+  commit_async_copies();
   int32_t* const held_copy = evictable;
   if (state_in_range) {
     start_int16_row_copy(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
     start_int32_row_copy(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
-    prefetch_int32_row(hot_table, (H + p.hot_block_size - 1) / p.hot_block_size);
-    // The request's top-k rows are only known after the row scan (B1); in
-    // the usual batch every request has T / B consecutive rows, so fetch
-    // those now (a wrong guess costs bandwidth, never correctness).
-    if (T % B == 0) {
-      const int32_t rows = T / B;
-      for (int32_t r = 0; r < min(rows, 4); ++r) {
-        prefetch_int32_row(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
-      }
-    }
-    if (source != nullptr) prefetch_int32_row(source, p.source_table_width);
-    if (resident != nullptr) prefetch_int32_row(resident, p.resident_table_width);
   }
-  fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
+  // member_slots holds the staged top-k entries: it is filled after the union.
+  fill_words(smem + layout.hash_keys, smem + layout.member_slots, 0xFFFFFFFFu);
   fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
@@ -492,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       reduce[3 * kWarps + warp] = duplicate;
     }
   }
-  wait_async_copies<1>();  // the lru row (the dgi row may still be in flight)
+  wait_async_copies<1>();  // the staged rows and the lru row (the dgi row may still be in flight)
   __syncthreads();  // B1
   write_orphan_rows(p, valid_rows, orphan_owner);
   const int32_t* reduce = scratch + kScratchRequestReduce;
@@ -516,8 +562,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const dgi_row = p.device_global_indices + static_cast<int64_t>(s) * H;
   int16_t* const lru_row = p.lru_slots + static_cast<int64_t>(s) * H;
   const int32_t* const topk = p.topk_indices + t0 * p.topk_row_stride;
-  // Entry e of the request is topk[e / K][e % K].
+  // Entry e of the request is topk[e / K][e % K]; the first ones are in
+  // shared memory when the guess of phase A was right.
+  const int32_t staged_entries = t0 == guessed_first_row ? guessed_entries : 0;
   const auto entry_position = [&](int32_t e) {
+    if (e < staged_entries) return topk_stage[e];
     const int32_t r = c.top_k.quotient(e);
     return topk[r * p.topk_row_stride + c.top_k.remainder(e, r)];
   };
@@ -574,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         key[x] = -1;
         h[x] = 0;
         if (e < entries) {
-          const Entry entry = classify(p, c, source, resident, position[x]);
+          const Entry entry = classify(p, c, source_read, resident_read, position[x]);
           uint16_t code = entry.kind == kResident ? kCodeResident : kCodeInvalid;
           if (entry.kind == kHot) {
             key[x] = entry.host_slot;
@@ -612,6 +661,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const int32_t members = min(union_size, max_union);
+  // Every thread read its staged top-k entries before the first B2a, so
+  // member_slots can take its starting value now.
+  fill_words(smem + layout.member_slots, smem + layout.slot_info, 0xFFFFFFFFu);
   wait_async_copies<0>();
   __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
@@ -626,7 +678,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       block[x] = -1;
       if (j < H) {
         held[x] = held_copy[j];
-        block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
+        block[x] = hot_read[c.hot_block_size.quotient(j)];
       }
     }
 #pragma unroll
@@ -642,7 +694,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           info = kSlotUsable;
           if (held[x] >= 0) {
             const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, held[x]);
-            if (rank < static_cast<uint32_t>(max_union)) info |= rank + 1;
+            if (rank < static_cast<uint32_t>(max_union)) {
+              info |= rank + 1;
+              member_held[rank] = 1;
+            }
           }
         }
         slot_info[j] = static_cast<uint16_t>(info);
@@ -650,6 +705,58 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();  // B3
+
+  // Members, a contiguous run of ranks per thread (<= 32), for phases D-G.
+  const int32_t member_run = (members + kThreads - 1) / kThreads;
+  const int32_t member_begin = min(tid * member_run, members);
+  const int32_t member_end = min(member_begin + member_run, members);
+
+  // ---- Fused gather, early: a member that no usable slot holds misses
+  // this step (phase D may still find no slot for it). The warp starts
+  // reading the host rows of its misses into the miss stage right away, so
+  // the round trip to host memory (a page walk and a PCIe read, several
+  // microseconds) overlaps phases C2, D and F instead of following them.
+  const ResolverMissStage& stage = c.miss_stage;
+  int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
+  if (p.fused_gather && stage.rows > 0) {
+    const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
+    const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
+    for (int32_t i = 0; i < member_run; ++i) {
+      const int32_t r = member_begin + i;
+      int32_t g = -1;
+      // A source past the host rows zero-fills: phase E does that directly.
+      if (r < member_end && member_held[r] == 0 && member_keys[r] < p.gather.host_rows) g = member_keys[r];
+      const unsigned wanted = __ballot_sync(kFullMask, g >= 0);
+      if (wanted == 0) continue;
+      int32_t first = 0;
+      if (lane == 0) first = atomicAdd(scratch + kScratchStagedRows, __popc(wanted));
+      first = __shfl_sync(kFullMask, first, 0);
+      const int32_t index = first + __popc(wanted & ((1u << lane) - 1u));
+      if (g >= 0 && index < stage.rows) {
+        stage_members[index] = r;
+        member_held[r] = 2;
+      }
+      // Indices grow with the lane, so the first one past the stage ends it.
+      for (unsigned left = wanted; left != 0; left &= left - 1u) {
+        const int from = __ffs(left) - 1;
+        const int32_t row_index = __shfl_sync(kFullMask, index, from);
+        if (row_index >= stage.rows) break;
+        const uint8_t* const src =
+            p.gather.host + static_cast<int64_t>(__shfl_sync(kFullMask, g, from)) * p.gather.host_pitch;
+        const uint32_t dst = stage_base + static_cast<uint32_t>(row_index) * static_cast<uint32_t>(p.gather.row_bytes);
+        for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+#if __CUDA_ARCH__ >= 800
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + kChunkBytes * chunk),
+                       "l"(src + kChunkBytes * chunk));
+#else
+          reinterpret_cast<uint4*>(smem + stage.stage)[(dst - stage_base) / kChunkBytes + chunk] =
+              load_chunk(src + kChunkBytes * chunk);
+#endif
+        }
+      }
+    }
+    commit_async_copies();
+  }
 
   // ---- Phase C2: LRU positions, a contiguous run per thread (<= 32). A
   // hit position offers itself to its member (the largest position wins);
@@ -693,11 +800,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // ---- Phase D: members, a contiguous run of ranks per thread (<= 32).
-  // Misses are numbered in rank order by a scan; miss m takes E[m].
-  const int32_t member_run = (members + kThreads - 1) / kThreads;
-  const int32_t member_begin = min(tid * member_run, members);
-  const int32_t member_end = min(member_begin + member_run, members);
+  // ---- Phase D: members. Misses are numbered in rank order by a scan;
+  // miss m takes E[m].
   uint32_t miss_bits = 0;
   int32_t misses_here = 0;
   for (int32_t r = member_begin; r < member_end; ++r) {
@@ -734,7 +838,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j < 0) continue;
     // Physical row and attention index of the slot (usable: both fit int32).
     const int32_t hot_block = c.hot_block_size.quotient(j);
-    const int32_t block = __ldg(hot_table + hot_block);
+    const int32_t block = hot_read[hot_block];
     const int32_t offset = c.hot_block_size.remainder(j, hot_block);
     const int32_t row = static_cast<int32_t>(static_cast<int64_t>(block) * p.hot_block_size + offset);
     const int32_t key = member_keys[r];
@@ -771,12 +875,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // B6: member slots final, new LRU complete
 
   // ---- Phase E (fused gather only): each warp copies the rows of its own
-  // assigned misses (member_first still holds their first entry), so the
-  // host reads overlap phase F of the other warps.
+  // assigned misses that were not staged (member_first still holds their
+  // first entry), so the host reads overlap phase F of the other warps.
   if (p.fused_gather && assigned_total > 0) {
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
-      const bool assigned = r < member_end && member_first[r] >= 0;
+      const bool assigned = r < member_end && member_first[r] >= 0 && member_held[r] != 2;
       int32_t g = -1, row = -1;
       if (assigned) {
         const int32_t e = member_first[r];
@@ -784,7 +888,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (e < classified && e < coded) {
           g = hash_keys[entry_codes[e]];
         } else {
-          g = classify(p, c, source, resident, entry_position(e)).host_slot;
+          g = classify(p, c, source_read, resident_read, entry_position(e)).host_slot;
         }
       }
       warp_copy_assigned_rows(p.gather, assigned, g, row, lane);
@@ -823,7 +927,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           entry.host_slot = hash_keys[code];
           rank = hash_values[code];
         } else if (code == kCodeResident) {
-          entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
+          entry = classify(p, c, source_read, resident_read, topk[r * p.topk_row_stride + k]);
           if (entry.kind == kHot) rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
         }
         int32_t row = -1, address = -1;
@@ -895,6 +999,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     add_stat(p, HS_STAT_RESIDENT, totals[1]);
     add_stat(p, HS_STAT_INVALID, lookups - totals[0]);
   }
+
+  // ---- Phase G (fused gather, staged misses): every thread waits for its
+  // own async copies and the barrier publishes all of them; then the warps
+  // move the staged rows of the misses that got a slot to their hot rows.
+  if (p.fused_gather && stage.rows > 0) {
+    const int32_t staged = min(scratch[kScratchStagedRows], stage.rows);  // final since B4
+    if (staged > 0) {
+      wait_async_copies<0>();
+      __syncthreads();  // B8
+      const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
+      for (int32_t index = warp; index < staged; index += kWarps) {
+        const int32_t r = stage_members[index];
+        if (member_first[r] < 0) continue;  // no slot was left for it
+        const int64_t offset =
+            hot_row_offset(member_slots[r], p.gather.hot_block_size, p.gather.hot_block_stride);
+        if (offset >= p.gather.hot_span_rows) continue;
+        uint8_t* const dst = p.gather.hot + offset * p.gather.row_bytes;
+        const uint8_t* const src = smem + stage.stage + static_cast<int64_t>(index) * p.gather.row_bytes;
+        for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+          store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
+        }
+      }
+    }
+  }
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device and
@@ -916,6 +1044,18 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached) g_configured_shared_bytes[device].store(bytes, std::memory_order_release);
 }
 
+// Rows the fused gather stages early, at most: every miss of a decode step
+// at low miss rates (0.1% of k = 2048 is 2 per request), a useful share at
+// high ones; fewer when shared memory is short (resolver_miss_stage).
+constexpr int32_t kMissStageRows = 128;
+
+uint64_t shared_memory_limit(int device) {
+  int limit = 0;
+  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  return static_cast<uint64_t>(limit);
+}
+
 }  // namespace
 
 void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t stream) {
@@ -929,8 +1069,15 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const ResolverSharedLayout layout = resolver_shared_layout(params.hot_size, params.max_union_rows);
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  ensure_dynamic_shared_memory(device, layout.total_bytes);
   ResolverConstants constants;
+  if (params.fused_gather) {
+    constants.miss_stage =
+        resolver_miss_stage(layout, params.gather.row_bytes, kMissStageRows, shared_memory_limit(device));
+  } else {
+    constants.miss_stage.total_bytes = layout.total_bytes;
+  }
+  const uint32_t shared_bytes = constants.miss_stage.total_bytes;
+  ensure_dynamic_shared_memory(device, shared_bytes);
   constants.top_k = FastDivisor::make(params.top_k);
   constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
@@ -943,7 +1090,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
-  resolve_residency_kernel<<<blocks, kThreads, layout.total_bytes, stream>>>(params, constants, layout);
+  resolve_residency_kernel<<<blocks, kThreads, shared_bytes, stream>>>(params, constants, layout);
   cuda_check(cudaGetLastError(), "resolve_residency kernel launch");
 }
 

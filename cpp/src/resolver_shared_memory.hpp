@@ -28,12 +28,18 @@ constexpr int32_t kResolverUnionChunk = 2 * kResolverThreads;
 // the zero fill stays 16-byte granular and never touches the rest).
 constexpr int32_t kScratchRowCounts = 0;                                           // 2 x 32 (double buffer)
 constexpr int32_t kScratchTotals = kScratchRowCounts + 2 * 32;                     // valid, resident
-constexpr int32_t kScratchZeroedWords = (kScratchTotals + 2 + 3) / 4 * 4;
+constexpr int32_t kScratchStagedRows = kScratchTotals + 2;                         // fused gather: rows staged
+constexpr int32_t kScratchZeroedWords = (kScratchStagedRows + 1 + 3) / 4 * 4;
 constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;                     // 4 x kResolverWarps
 constexpr int32_t kScratchUnionScan = kScratchRequestReduce + 4 * kResolverWarps;  // kResolverWarps
 constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;       // kResolverWarps
 constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
 constexpr int32_t kResolverScratchWords = kScratchMemberScan + kResolverWarps;
+
+// Words of the per-request table rows (hot block table, then the source and
+// resident block tables when they fit) copied into shared memory at the
+// start, so that no phase waits on a global load for them.
+constexpr int32_t kResolverTableStageWords = 4096;
 
 // Layout in three groups: words that start as all-ones (empty hash keys,
 // unranked hash values, members without a slot), words that start as zero
@@ -44,10 +50,14 @@ struct ResolverSharedLayout {
   // all-ones
   uint32_t hash_keys = 0;     // int32 [hash_capacity]: host slot, -1 = empty
   uint32_t hash_values = 0;   // uint32 [hash_capacity]: union rank (pending marker while ranking)
-  uint32_t member_slots = 0;  // int32 [max_union_rows]: last hit position, then hot slot (+ assigned flag)
+  uint32_t member_slots = 0;  // int32 [max_union_rows]: first the request's first top-k entries (staged
+                              // before the union is built; filled with ones after it), then the last
+                              // hit position, then the hot slot
   // zero
   uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
                               // then the new LRU order (int16)
+  uint32_t member_held = 0;   // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
+                              // 2 when r missed and its host row was staged early (fused gather)
   uint32_t scratch = 0;       // int32 [kResolverScratchWords]
   // uninitialised
   uint32_t member_keys = 0;   // int32 [max_union_rows]: host slot of each union member
@@ -57,7 +67,19 @@ struct ResolverSharedLayout {
                               // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
   uint32_t entry_codes = 0;   // uint16 [max_union_rows]: per entry (first ones of the request), its hash
                               // slot, or resident / invalid, so the output pass need not classify again
+  uint32_t table_stage = 0;   // int32 [kResolverTableStageWords]: the request's table rows
   uint32_t total_bytes = 0;
+};
+
+// The fused gather's early staging area, appended to the layout at launch
+// when it fits: the host rows of up to `rows` misses are read into shared
+// memory as soon as the misses are known, so the host round trip overlaps
+// the rest of the kernel. stage_members: int32 [rows]; stage: rows x row_bytes.
+struct ResolverMissStage {
+  int32_t rows = 0;
+  uint32_t stage_members = 0;
+  uint32_t stage = 0;
+  uint32_t total_bytes = 0;  // of the whole buffer, layout included
 };
 
 HS_HOST_DEVICE inline uint32_t resolver_align16(uint64_t bytes) {
@@ -86,6 +108,8 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
   offset += resolver_align16(4ull * members);
   layout.slot_info = static_cast<uint32_t>(offset);
   offset += resolver_align16(2ull * hot);
+  layout.member_held = static_cast<uint32_t>(offset);
+  offset += resolver_align16(members);
   layout.scratch = static_cast<uint32_t>(offset);
   offset += resolver_align16(4ull * kResolverScratchWords);
   layout.member_keys = static_cast<uint32_t>(offset);
@@ -98,8 +122,31 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
   offset += resolver_align16(4ull * hot);
   layout.entry_codes = static_cast<uint32_t>(offset);
   offset += resolver_align16(2ull * members);
+  layout.table_stage = static_cast<uint32_t>(offset);
+  offset += resolver_align16(4ull * kResolverTableStageWords);
   layout.total_bytes = static_cast<uint32_t>(offset);
   return layout;
+}
+
+// The largest miss stage of at most `wanted_rows` rows of row_bytes that
+// keeps the buffer within limit_bytes (rows = 0 when none fits).
+HS_HOST_DEVICE inline ResolverMissStage resolver_miss_stage(const ResolverSharedLayout& layout, int64_t row_bytes,
+                                                            int32_t wanted_rows, uint64_t limit_bytes) {
+  ResolverMissStage stage;
+  stage.total_bytes = layout.total_bytes;
+  if (row_bytes <= 0) return stage;
+  for (int32_t rows = wanted_rows; rows > 0; rows /= 2) {
+    const uint64_t members = resolver_align16(4ull * static_cast<uint64_t>(rows));
+    const uint64_t bytes = resolver_align16(static_cast<uint64_t>(row_bytes) * static_cast<uint64_t>(rows));
+    if (layout.total_bytes + members + bytes <= limit_bytes) {
+      stage.rows = rows;
+      stage.stage_members = layout.total_bytes;
+      stage.stage = static_cast<uint32_t>(layout.total_bytes + members);
+      stage.total_bytes = static_cast<uint32_t>(layout.total_bytes + members + bytes);
+      return stage;
+    }
+  }
+  return stage;
 }
 
 }  // namespace hisparse
