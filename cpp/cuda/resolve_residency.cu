@@ -7,11 +7,15 @@
 //   B  start the async copy of the dgi row; count slot occurrences; build
 //      the union chunk by chunk (classify, insert, rank: 2 barriers a chunk) | B2
 //   C1 per slot: usable? which member does it hold?                          | B3
+//      (fused gather: the warps start reading the first misses' host rows
+//      into the miss stage)
 //   C2 per LRU position: hit (atomicMax on the member) or evictable; one
 //      scan compacts E                                                       | B4 (in the scan)
 //   D  per member: miss index (scan), assignment, dgi and swap list, row
 //      and attention index of its slot; new LRU order into shared memory     | B5 (in the scan), B6
+//   E  fused gather: each warp copies its assigned misses that were not staged
 //   F  copy the new LRU out; per-entry outputs, valid counts, counters       | one per 32 token rows
+//   G  fused gather: the staged rows go to their hot rows                    | B8
 // Every shared array is written in one phase and read in a later one; the
 // only same-phase sharing is through atomics.
 #include <algorithm>
@@ -117,8 +121,7 @@ struct Entry {
 // Step 1 of docs/residency.md. Rows are block * size + offset with
 // 0 <= offset < size, so row / size and row % size are block and offset:
 // the attention index needs no 64-bit division.
-// `source` and `resident` are the batch row's table rows (null when absent),
-// in shared memory when staged, else in global memory.
+// `source` and `resident` are the batch row's table rows (null when absent).
 __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const ResolverConstants& c,
                                           const int32_t* source, const int32_t* resident, int32_t position) {
   Entry entry{kInvalid, -1, -1, -1};
@@ -127,7 +130,7 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
   if (source != nullptr) {
     const int32_t block = c.block_size.quotient(position);
     if (block >= p.source_table_width) return entry;
-    const int32_t host_block = source[block];
+    const int32_t host_block = __ldg(source + block);
     if (host_block <= 0) return entry;
     g = static_cast<int64_t>(host_block) * p.block_size + c.block_size.remainder(position, block);
   }
@@ -137,7 +140,7 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
     // resident_block_size == hot_block_size (checked on the host).
     const int32_t page = c.hot_block_size.quotient(position);
     if (page < p.resident_table_width) {
-      const int32_t resident_block = resident[page];
+      const int32_t resident_block = __ldg(resident + page);
       if (resident_block > 0) {
         const int32_t offset = c.hot_block_size.remainder(position, page);
         const int64_t address = static_cast<int64_t>(resident_block) * p.attention_block_stride + offset;
@@ -170,14 +173,37 @@ __device__ __forceinline__ uint32_t bucket_match(const int4& bucket, int32_t val
          (bucket.w == value ? 8u : 0u);
 }
 
-// Slot index of `key`, inserting it if absent (two threads inserting one
-// key probe the same slots, so they meet at one).
-__device__ __forceinline__ uint32_t hash_insert(int32_t* keys, int32_t capacity, int32_t key) {
-  uint32_t slot = hash_home(key, capacity);
+// Slot of each key[x] >= 0, inserting it if absent (two threads inserting
+// one key probe the same slots, so they meet at one). The N probes advance
+// together, so their compare-and-swaps are in flight at the same time
+// instead of one key's probe chain waiting on the other's.
+template <int N>
+__device__ __forceinline__ void hash_insert(int32_t* keys, int32_t capacity, const int32_t (&key)[N],
+                                            uint32_t (&slot)[N]) {
+  bool pending[N];
+#pragma unroll
+  for (int x = 0; x < N; ++x) {
+    pending[x] = key[x] >= 0;
+    slot[x] = pending[x] ? hash_home(key[x], capacity) : 0;
+  }
   while (true) {
-    const int32_t previous = atomicCAS(keys + slot, kEmptyKey, key);
-    if (previous == kEmptyKey || previous == key) return slot;
-    if (++slot == static_cast<uint32_t>(capacity)) slot = 0;
+    int32_t previous[N];
+    bool any = false;
+#pragma unroll
+    for (int x = 0; x < N; ++x) {
+      if (pending[x]) previous[x] = atomicCAS(keys + slot[x], kEmptyKey, key[x]);
+    }
+#pragma unroll
+    for (int x = 0; x < N; ++x) {
+      if (!pending[x]) continue;
+      if (previous[x] == kEmptyKey || previous[x] == key[x]) {
+        pending[x] = false;
+      } else if (++slot[x] == static_cast<uint32_t>(capacity)) {
+        slot[x] = 0;
+      }
+      any |= pending[x];
+    }
+    if (!any) return;
   }
 }
 
@@ -311,14 +337,14 @@ __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src,
   }
 }
 
-// Issues the copy of n int32 from global to shared memory (4-byte aligned)
-// without holding registers; commit_async_copies() closes the group and
-// wait_async_copies() completes it. Ampere and later copy asynchronously,
-// older devices synchronously.
-__device__ __forceinline__ void issue_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
+// Starts copying n int32 from global to shared memory (16-byte aligned)
+// without holding registers, as one commit group; wait_async_copies()
+// completes them. Ampere and later copy asynchronously, older devices
+// synchronously.
+__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
 #if __CUDA_ARCH__ >= 800
   const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && shared % 16 == 0) {
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 4 * v));
     }
@@ -327,21 +353,17 @@ __device__ __forceinline__ void issue_int32_row_copy(int32_t* dst, const int32_t
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared + 4 * i), "l"(src + i));
     }
   }
+  asm volatile("cp.async.commit_group;\n" ::);
 #else
   for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
 #endif
 }
 
+// Closes the async copies issued since the last commit into one group.
 __device__ __forceinline__ void commit_async_copies() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
-}
-
-// One commit group of n int32 (see issue_int32_row_copy).
-__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
-  issue_int32_row_copy(dst, src, n);
-  commit_async_copies();
 }
 
 // The same for n int16 (cp.async moves 4, 8 or 16 bytes, so rows that are
@@ -430,10 +452,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const evictable = reinterpret_cast<int32_t*>(smem + layout.evictable);
   uint16_t* const entry_codes = reinterpret_cast<uint16_t*>(smem + layout.entry_codes);
   uint8_t* const member_held = smem + layout.member_held;
-  int32_t* const table_stage = reinterpret_cast<int32_t*>(smem + layout.table_stage);
-  // The request's first top-k entries are staged in member_slots, which
-  // phase C is the first to need.
-  int32_t* const topk_stage = member_slots;
   const int32_t capacity = layout.hash_capacity;
 
   const int tid = threadIdx.x;
@@ -463,53 +481,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
   const int32_t* const resident =
       p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
-  // Three commit groups. First every row that depends on b alone, into
-  // shared memory, while the state index is still in flight: the hot,
-  // source and resident table rows (read in every phase) and the top-k
-  // entries of the rows the request has in the usual batch (T / B
-  // consecutive rows; a wrong guess is detected after B1 and costs only
-  // bandwidth). A table row that does not fit is prefetched into L1 instead.
-  // Then the lru row (needed at B1), then the dgi row (needed in phase C1)
-  // into the evictable words, which are free until phase C2.
-  const int32_t* hot_read = hot_table;
-  const int32_t* source_read = source;
-  const int32_t* resident_read = resident;
-  {
-    int32_t staged_words = 0;
-    const auto stage_table_row = [&](const int32_t*& row, int32_t width) {
-      if (row == nullptr) return;
-      if (width > kResolverTableStageWords - staged_words) {
-        prefetch_int32_row(row, width);
-        return;
-      }
-      issue_int32_row_copy(table_stage + staged_words, row, width);
-      row = table_stage + staged_words;
-      staged_words += (width + 3) / 4 * 4;  // keeps the next row 16-byte aligned
-    };
-    stage_table_row(hot_read, (H + p.hot_block_size - 1) / p.hot_block_size);
-    stage_table_row(source_read, p.source_table_width);
-    stage_table_row(resident_read, p.resident_table_width);
-  }
-  int32_t guessed_first_row = -1;
-  int32_t guessed_entries = 0;
-  if (T % B == 0) {
-    const int32_t rows = T / B;
-    guessed_first_row = b * rows;
-    guessed_entries = min(rows * K, min(kResolverUnionChunk, max_union));
-    for (int32_t r = 0; r * K < guessed_entries; ++r) {
-      issue_int32_row_copy(topk_stage + r * K,
-                           p.topk_indices + static_cast<int64_t>(guessed_first_row + r) * p.topk_row_stride,
-                           min(K, guessed_entries - r * K));
-    }
-  }
-  commit_async_copies();
+  // Two commit groups: the lru row (needed at B1), then the dgi row (needed
+  // in phase C1) into the evictable words, which are free until phase C2.
   int32_t* const held_copy = evictable;
   if (state_in_range) {
     start_int16_row_copy(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
     start_int32_row_copy(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    prefetch_int32_row(hot_table, (H + p.hot_block_size - 1) / p.hot_block_size);
+    // The request's top-k rows are only known after the row scan (B1); in
+    // the usual batch every request has T / B consecutive rows, so fetch
+    // those now (a wrong guess costs bandwidth, never correctness).
+    if (T % B == 0) {
+      const int32_t rows = T / B;
+      for (int32_t r = 0; r < min(rows, 4); ++r) {
+        prefetch_int32_row(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
+      }
+    }
+    if (source != nullptr) prefetch_int32_row(source, p.source_table_width);
+    if (resident != nullptr) prefetch_int32_row(resident, p.resident_table_width);
   }
-  // member_slots holds the staged top-k entries: it is filled after the union.
-  fill_words(smem + layout.hash_keys, smem + layout.member_slots, 0xFFFFFFFFu);
+  fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
   fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
@@ -538,7 +529,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       reduce[3 * kWarps + warp] = duplicate;
     }
   }
-  wait_async_copies<1>();  // the staged rows and the lru row (the dgi row may still be in flight)
+  wait_async_copies<1>();  // the lru row (the dgi row may still be in flight)
   __syncthreads();  // B1
   write_orphan_rows(p, valid_rows, orphan_owner);
   const int32_t* reduce = scratch + kScratchRequestReduce;
@@ -562,11 +553,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const dgi_row = p.device_global_indices + static_cast<int64_t>(s) * H;
   int16_t* const lru_row = p.lru_slots + static_cast<int64_t>(s) * H;
   const int32_t* const topk = p.topk_indices + t0 * p.topk_row_stride;
-  // Entry e of the request is topk[e / K][e % K]; the first ones are in
-  // shared memory when the guess of phase A was right.
-  const int32_t staged_entries = t0 == guessed_first_row ? guessed_entries : 0;
+  // Entry e of the request is topk[e / K][e % K].
   const auto entry_position = [&](int32_t e) {
-    if (e < staged_entries) return topk_stage[e];
     const int32_t r = c.top_k.quotient(e);
     return topk[r * p.topk_row_stride + c.top_k.remainder(e, r)];
   };
@@ -617,22 +605,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       int32_t key[kPerThread];
       uint32_t h[kPerThread];
+      uint16_t code[kPerThread];
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         const int32_t e = base + local + x;
         key[x] = -1;
-        h[x] = 0;
+        code[x] = kCodeInvalid;
         if (e < entries) {
-          const Entry entry = classify(p, c, source_read, resident_read, position[x]);
-          uint16_t code = entry.kind == kResident ? kCodeResident : kCodeInvalid;
-          if (entry.kind == kHot) {
-            key[x] = entry.host_slot;
-            h[x] = hash_insert(hash_keys, capacity, key[x]);
-            atomicMin(hash_values + h[x], kPending | static_cast<uint32_t>(local + x));
-            code = static_cast<uint16_t>(h[x]);
-          }
-          if (e < coded) entry_codes[e] = code;
+          const Entry entry = classify(p, c, source, resident, position[x]);
+          if (entry.kind == kResident) code[x] = kCodeResident;
+          if (entry.kind == kHot) key[x] = entry.host_slot;
         }
+      }
+      hash_insert(hash_keys, capacity, key, h);
+#pragma unroll
+      for (int x = 0; x < kPerThread; ++x) {
+        const int32_t e = base + local + x;
+        if (key[x] >= 0) {
+          atomicMin(hash_values + h[x], kPending | static_cast<uint32_t>(local + x));
+          code[x] = static_cast<uint16_t>(h[x]);
+        }
+        if (e < entries && e < coded) entry_codes[e] = code[x];
       }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
       bool first_entry[kPerThread];
@@ -661,9 +654,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const int32_t members = min(union_size, max_union);
-  // Every thread read its staged top-k entries before the first B2a, so
-  // member_slots can take its starting value now.
-  fill_words(smem + layout.member_slots, smem + layout.slot_info, 0xFFFFFFFFu);
   wait_async_copies<0>();
   __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
@@ -678,7 +668,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       block[x] = -1;
       if (j < H) {
         held[x] = held_copy[j];
-        block[x] = hot_read[c.hot_block_size.quotient(j)];
+        block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
       }
     }
 #pragma unroll
@@ -838,7 +828,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (j < 0) continue;
     // Physical row and attention index of the slot (usable: both fit int32).
     const int32_t hot_block = c.hot_block_size.quotient(j);
-    const int32_t block = hot_read[hot_block];
+    const int32_t block = __ldg(hot_table + hot_block);
     const int32_t offset = c.hot_block_size.remainder(j, hot_block);
     const int32_t row = static_cast<int32_t>(static_cast<int64_t>(block) * p.hot_block_size + offset);
     const int32_t key = member_keys[r];
@@ -888,7 +878,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (e < classified && e < coded) {
           g = hash_keys[entry_codes[e]];
         } else {
-          g = classify(p, c, source_read, resident_read, entry_position(e)).host_slot;
+          g = classify(p, c, source, resident, entry_position(e)).host_slot;
         }
       }
       warp_copy_assigned_rows(p.gather, assigned, g, row, lane);
@@ -927,7 +917,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           entry.host_slot = hash_keys[code];
           rank = hash_values[code];
         } else if (code == kCodeResident) {
-          entry = classify(p, c, source_read, resident_read, topk[r * p.topk_row_stride + k]);
+          entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
           if (entry.kind == kHot) rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
         }
         int32_t row = -1, address = -1;
@@ -1045,9 +1035,12 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
 }
 
 // Rows the fused gather stages early, at most: every miss of a decode step
-// at low miss rates (0.1% of k = 2048 is 2 per request), a useful share at
-// high ones; fewer when shared memory is short (resolver_miss_stage).
-constexpr int32_t kMissStageRows = 128;
+// at low miss rates (0.1% of k = 2048 is 2 per request), where the host
+// round trip is the whole cost of the copy. Few on purpose: async copies
+// from host memory ran at about 20 GB/s over 100 SMs on an H200 (a stage of
+// 128 rows doubled the fused step at 5% misses), while phase E's loads
+// reach the link; the rest of a large swap list goes through phase E.
+constexpr int32_t kMissStageRows = 8;
 
 uint64_t shared_memory_limit(int device) {
   int limit = 0;

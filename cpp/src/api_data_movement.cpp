@@ -202,18 +202,21 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   first.tensor.strides = first.strides.data();
 
   GatherCompactParams p;
-  std::vector<std::string> names;
-  names.reserve(static_cast<size_t>(pieces));
-  for (int32_t i = 0; i < pieces; ++i) names.push_back(str("hot_caches[", i, "]"));
-  const TensorArg first_hot(a.hot_caches[0], names[0].c_str());
+  // Argument names as literals: validation on the decode path allocates nothing.
+  static constexpr const char* kNames[HS_MAX_GATHER_GROUP_PIECES] = {
+      "hot_caches[0]",  "hot_caches[1]",  "hot_caches[2]",  "hot_caches[3]",  "hot_caches[4]",  "hot_caches[5]",
+      "hot_caches[6]",  "hot_caches[7]",  "hot_caches[8]",  "hot_caches[9]",  "hot_caches[10]", "hot_caches[11]",
+      "hot_caches[12]", "hot_caches[13]", "hot_caches[14]", "hot_caches[15]"};
+  static_assert(HS_MAX_GATHER_GROUP_PIECES == 16, "one name per piece");
+  const TensorArg first_hot(a.hot_caches[0], kNames[0]);
   const Device device = gather_cache_params(TensorArg(&first.tensor, "host_rows"), first_hot, a.hot_block_size,
                                             a.hot_block_stride, "hot_block_stride", &p);
   *device_out = device;
   p.pieces = pieces;
   p.piece_hot[0] = p.hot;
   for (int32_t i = 1; i < pieces; ++i) {
-    const TensorArg hot(a.hot_caches[i], names[static_cast<size_t>(i)].c_str());
-    hot.on(device, names[0].c_str());
+    const TensorArg hot(a.hot_caches[i], kNames[i]);
+    hot.on(device, kNames[0]);
     bool same_layout = hot.dtype() == first_hot.dtype() && hot.ndim() == first_hot.ndim();
     for (int d = 0; same_layout && d < hot.ndim(); ++d) {
       same_layout = hot.size(d) == first_hot.size(d) && (hot.size(d) <= 1 || hot.stride(d) == first_hot.stride(d));

@@ -36,11 +36,6 @@ constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;    
 constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
 constexpr int32_t kResolverScratchWords = kScratchMemberScan + kResolverWarps;
 
-// Words of the per-request table rows (hot block table, then the source and
-// resident block tables when they fit) copied into shared memory at the
-// start, so that no phase waits on a global load for them.
-constexpr int32_t kResolverTableStageWords = 4096;
-
 // Layout in three groups: words that start as all-ones (empty hash keys,
 // unranked hash values, members without a slot), words that start as zero
 // (slot occurrence counts, scratch counters), and words written before they
@@ -50,9 +45,7 @@ struct ResolverSharedLayout {
   // all-ones
   uint32_t hash_keys = 0;     // int32 [hash_capacity]: host slot, -1 = empty
   uint32_t hash_values = 0;   // uint32 [hash_capacity]: union rank (pending marker while ranking)
-  uint32_t member_slots = 0;  // int32 [max_union_rows]: first the request's first top-k entries (staged
-                              // before the union is built; filled with ones after it), then the last
-                              // hit position, then the hot slot
+  uint32_t member_slots = 0;  // int32 [max_union_rows]: last hit position, then hot slot (+ assigned flag)
   // zero
   uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
                               // then the new LRU order (int16)
@@ -67,7 +60,6 @@ struct ResolverSharedLayout {
                               // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
   uint32_t entry_codes = 0;   // uint16 [max_union_rows]: per entry (first ones of the request), its hash
                               // slot, or resident / invalid, so the output pass need not classify again
-  uint32_t table_stage = 0;   // int32 [kResolverTableStageWords]: the request's table rows
   uint32_t total_bytes = 0;
 };
 
@@ -122,8 +114,6 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
   offset += resolver_align16(4ull * hot);
   layout.entry_codes = static_cast<uint32_t>(offset);
   offset += resolver_align16(2ull * members);
-  layout.table_stage = static_cast<uint32_t>(offset);
-  offset += resolver_align16(4ull * kResolverTableStageWords);
   layout.total_bytes = static_cast<uint32_t>(offset);
   return layout;
 }
