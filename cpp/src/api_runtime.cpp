@@ -160,6 +160,7 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
     v.attention_block_stride = r.attention_block_stride();
     v.next_row = r.next_row();
     v.group_row_bytes = r.group().row_bytes();
+    v.followers_staged_together = r.followers_staged_together() ? 1 : 0;
     write_struct(info, v, HS_RUNTIME_INFO_VERSION);
   });
 }

@@ -219,14 +219,17 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   StoredTensor previous;
   if (was_bound) previous.assign(host_cache_.raw());
   const int64_t previous_rows = host_rows_;
+  const int64_t previous_pitch = host_pitch_;
   host_cache_.assign(*host_cache);
   host_rows_ = rows;
+  host_pitch_ = pitch < 0 ? row_width_ : pitch;
   source_bound_ = true;
   try {
     dry_run_gather();
   } catch (...) {
     source_bound_ = was_bound;
     host_rows_ = previous_rows;
+    host_pitch_ = previous_pitch;
     if (was_bound) host_cache_.assign(previous.raw());
     throw;
   }
@@ -321,6 +324,7 @@ void Runtime::bind_hot_cache(const HotCacheBinding& b) {
 void Runtime::unbind() {
   source_bound_ = false;
   host_rows_ = 0;
+  host_pitch_ = 0;
   hot_bound_ = false;
   hot_num_blocks_ = 0;
   hot_block_size_ = 0;
@@ -460,6 +464,99 @@ void Runtime::mark_staged(int64_t first_row, int64_t num_rows) {
   staged_ = Staged{true, first_row, num_rows};
 }
 
+bool Runtime::followers_span(FollowerSpan* span) const {
+  if (!is_leader()) return false;
+  const std::vector<Runtime*>& followers = group_->followers();
+  const size_t count = followers.size();
+  if (count < 2) return false;  // one follower gains nothing over its own gather
+  const Runtime& first = *followers[0];
+  if (!first.source_bound_ || !first.hot_bound_) return false;
+  const hs_tensor_t& first_host = first.host_cache_.raw();
+  const int64_t row_bytes = first.row_bytes();
+  // Every follower must read rows like the first (dtype, width, slots and
+  // pitch, host device) and write them like the first (one hot layout): the
+  // group gather takes one host view and P hot caches of one shape.
+  const char* base = static_cast<const char*>(first_host.data);
+  for (const Runtime* f : followers) {
+    if (!f->source_bound_ || !f->hot_bound_) return false;
+    const hs_tensor_t& host = f->host_cache_.raw();
+    if (f->options_.kv_dtype != first.options_.kv_dtype || f->row_width_ != first.row_width_ ||
+        f->host_rows_ != first.host_rows_ || host.device_type != first_host.device_type ||
+        host.device_index != first_host.device_index || f->hot_shape_ != first.hot_shape_ ||
+        f->hot_strides_ != first.hot_strides_ || f->hot_view_.device_type != first.hot_view_.device_type ||
+        f->hot_view_.device_index != first.hot_view_.device_index) {
+      return false;
+    }
+    // With one slot (or none) the pitch is never stepped over.
+    if (first.host_rows_ > 1 && f->host_pitch_ != first.host_pitch_) return false;
+    base = std::min(base, static_cast<const char*>(host.data));
+  }
+  // The followers' bases must be exactly pieces 0 .. P-1 of the span: each
+  // offset a whole row below P rows, and no two followers on one piece.
+  const int64_t pieces = static_cast<int64_t>(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t offset = static_cast<const char*>(followers[i]->host_cache_.raw().data) - base;
+    if (offset % row_bytes != 0 || offset / row_bytes >= pieces) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (followers[j]->host_cache_.raw().data == followers[i]->host_cache_.raw().data) return false;
+    }
+  }
+  const int64_t span_elements = pieces * first.row_width_;
+  if (first.host_rows_ > 1 && first.host_pitch_ < span_elements) return false;  // slots would overlap
+  if (span != nullptr) {
+    span->base = base;
+    span->pitch = first.host_rows_ > 1 ? first.host_pitch_ : span_elements;
+    span->pieces = static_cast<int32_t>(pieces);
+  }
+  return true;
+}
+
+bool Runtime::followers_staged_together() const { return followers_span(nullptr); }
+
+void Runtime::stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows) {
+  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), first_row, num_rows);
+  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), first_row, num_rows);
+  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), first_row, num_rows);
+  const std::vector<Runtime*>& followers = group_->followers();
+  const Runtime& first = *followers[0];
+  const hs_tensor_t& first_host = first.host_cache_.raw();
+  const int64_t row_bytes = first.row_bytes();
+  // More pieces than one launch takes: near-equal runs of adjacent pieces,
+  // each still one contiguous read per slot.
+  const int32_t launches = (span.pieces + HS_MAX_GATHER_GROUP_PIECES - 1) / HS_MAX_GATHER_GROUP_PIECES;
+  int32_t begin = 0;
+  for (int32_t launch = 0; launch < launches; ++launch) {
+    const int32_t end = static_cast<int32_t>(static_cast<int64_t>(span.pieces) * (launch + 1) / launches);
+    const int32_t pieces = end - begin;
+    std::array<const hs_tensor_t*, HS_MAX_GATHER_GROUP_PIECES> hot{};
+    std::array<Runtime*, HS_MAX_GATHER_GROUP_PIECES> members{};
+    for (Runtime* f : followers) {
+      const int64_t piece = (static_cast<const char*>(f->host_cache_.raw().data) - span.base) / row_bytes;
+      if (piece >= begin && piece < end) {
+        hot[piece - begin] = &f->hot_view_;
+        members[piece - begin] = f;
+      }
+    }
+    std::array<int64_t, 3> shape{first.host_rows_, pieces, first.row_width_};
+    std::array<int64_t, 3> strides{span.pitch, first.row_width_, 1};
+    hs_tensor_t host{const_cast<char*>(span.base) + begin * row_bytes, first_host.dtype, first_host.device_type,
+                     first_host.device_index, 3, shape.data(), strides.data()};
+    hs_gather_compact_group_args_t g;
+    hs_gather_compact_group_args_init(&g);
+    g.num_hot_caches = pieces;
+    g.host_rows = &host;
+    g.hot_caches = hot.data();
+    g.swap_host_rows = host_rows.get();
+    g.swap_device_rows = device_rows.get();
+    g.swap_counts = counts.get();
+    g.hot_block_size = first.hot_block_size_;  // the group's (check_hot_layout_in_group)
+    g.hot_block_stride = first.attention_block_stride_;
+    check_status(hs_gather_compact_group(&g, group_->copy_stream()));
+    for (int32_t i = 0; i < pieces; ++i) members[i]->mark_staged(first_row, num_rows);
+    begin = end;
+  }
+}
+
 SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t stream) {
   require_bound("swap_in");
   const int64_t num_rows = token_rows(a);
@@ -495,7 +592,12 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
     } else {
       stage(first_row, num_rows);
     }
-    if (prefetch) {
+    // The leader staged alone first: its attention waits for its own rows
+    // only. Then the followers, together when their host rows tile.
+    FollowerSpan span;
+    if (prefetch && followers_span(&span)) {
+      stage_followers_together(span, first_row, num_rows);
+    } else if (prefetch) {
       for (Runtime* follower : followers) follower->stage(first_row, num_rows);
     }
   } else if (group_->leader() == nullptr) {

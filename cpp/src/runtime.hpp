@@ -3,10 +3,12 @@
 // swap_in every decode step. The group leader resolves residency once for
 // the whole index group; followers reuse the leader's swap list and move
 // only their own bytes, on the group's copy stream, prefetched by the leader
-// when the batch allows it. The orchestration (which stream waits for what,
-// which rows a call takes, which misuse is refused) lives here; the kernels
-// are reached through the C ABI of the index group and the data-movement
-// ops, so their argument checks apply unchanged.
+// when the batch allows it (in one launch for all of them when their host
+// rows of a slot lie side by side: a token-major host layout). The
+// orchestration (which stream waits for what, which rows a call takes,
+// which misuse is refused) lives here; the kernels are reached through the
+// C ABI of the index group and the data-movement ops, so their argument
+// checks apply unchanged.
 #pragma once
 
 #include <array>
@@ -96,6 +98,11 @@ class Runtime {
   int64_t next_row() const { return next_row_; }
   const hs_tensor_t& host_cache() const;
   const hs_tensor_t& hot_cache() const;
+  // True on a leader whose prefetch batches stage the followers together
+  // (hs_gather_compact_group): at least two followers, all bound, whose host
+  // rows of one slot form one contiguous span and whose hot views share one
+  // layout. Read from the current bindings; false on a follower.
+  bool followers_staged_together() const;
 
   void bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool);
   void bind_hot_cache(const HotCacheBinding& binding);
@@ -134,6 +141,21 @@ class Runtime {
   // staged: the end of stage(), and all a fused-gather leader has left to do
   // after its resolve.
   void mark_staged(int64_t first_row, int64_t num_rows);
+
+  // Where the followers' host rows of one slot lie back to back: follower f
+  // is piece (f's host base - base) / row_bytes of a [host_rows, pieces, W]
+  // view at `base` with slot stride `pitch` elements.
+  struct FollowerSpan {
+    const char* base = nullptr;
+    int64_t pitch = 0;
+    int32_t pieces = 0;
+  };
+  // The span when the followers tile (see followers_staged_together()).
+  bool followers_span(FollowerSpan* span) const;
+  // Stages every follower's missed rows of [first_row, first_row + num_rows)
+  // from the span with hs_gather_compact_group (one launch per
+  // HS_MAX_GATHER_GROUP_PIECES pieces) and marks each follower staged.
+  void stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows);
   // The gather on the copy stream with zero rows: every host-side check of
   // the data-movement op on the bound caches, nothing enqueued.
   void dry_run_gather() const;
@@ -147,6 +169,7 @@ class Runtime {
   bool source_bound_ = false;
   StoredTensor host_cache_;
   int64_t host_rows_ = 0;
+  int64_t host_pitch_ = 0;  // elements between host slots (the row width when host_rows_ <= 1)
 
   bool hot_bound_ = false;
   std::array<int64_t, 3> hot_shape_{};

@@ -98,6 +98,7 @@ class Runtime {
     out["attention_block_stride"] = i.attention_block_stride;
     out["next_row"] = i.next_row;
     out["group_row_bytes"] = i.group_row_bytes;
+    out["followers_staged_together"] = i.followers_staged_together != 0;
     return out;
   }
 

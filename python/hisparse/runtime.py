@@ -4,7 +4,9 @@ A slim layer over the C++ runtime (hisparse/runtime.h): argument
 conversion, torch's current stream, and tensor views of the results. The
 first runtime of an index group (created without ``leader``) is the group
 leader; it resolves residency once per step for the group and, for a
-prefetch batch, loads every follower's rows on the group's copy stream.
+prefetch batch, loads every follower's rows on the group's copy stream (in
+one launch when the followers' host rows are laid out token-major: see
+``Runtime.followers_staged_together``).
 """
 
 from __future__ import annotations
@@ -315,6 +317,21 @@ class Runtime:
     @property
     def hot_block_table(self) -> Any:
         return self._bound.get("hot_block_table")
+
+    @property
+    def followers_staged_together(self) -> bool:
+        """Whether a prefetch ``swap_in`` of this leader stages all followers in one gather.
+
+        True when the group has at least two followers whose host caches tile
+        one token-major span: same dtype, row width, host rows and slot pitch,
+        and base addresses exactly one row apart (e.g. ``host[:, l, :]`` of a
+        ``[slots, layers, W]`` :class:`hisparse.HostPool` view for every
+        follower ``l``), and whose hot views share one layout. The leader
+        still gathers its own rows alone first. Read from the current
+        bindings (it follows every rebinding); always False on a follower.
+        See docs/staging.md, "Token-major host layout".
+        """
+        return self._rt.info()["followers_staged_together"]
 
     @property
     def attention_block_stride(self) -> int:

@@ -2,10 +2,12 @@
 // hisparse.hpp): a leader and a follower sharing one slab, binding checks
 // that name the argument, swap_in with and without prefetch against the
 // host rows, the misuse statuses, step-row capacity, stats, mirror, the
-// slot invalidator, and the leader's fused gather (with the version-1 layouts
-// of the swap_in and index-group resolve args).
+// slot invalidator, the leader's fused gather (with the version-1 layouts
+// of the swap_in and index-group resolve args), and followers staged together
+// from a token-major host layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -546,6 +548,203 @@ TEST(Runtime, SwapInArgsOfVersionOneAreStillAccepted) {
   a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);  // too small even for version 1
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"args", "struct_size"});
+}
+
+// `n` layers (a leader and n - 1 followers) whose host rows are either one
+// token-major buffer [kHostRows, n, kRowBytes] (layer l bound to [:, l]) or
+// n layer-major buffers with the same bytes, hot views interleaved in one
+// slab. `order[l]` is the piece of the token-major buffer that runtime l binds.
+struct LayerGroup {
+  int n;
+  int64_t stride;  // bytes between hot blocks
+  hs_config_t config = small_config();
+  std::vector<uint8_t> token_major;            // [kHostRows, 4, kRowBytes]
+  std::vector<std::vector<uint8_t>> layers;   // per runtime, [kHostRows, kRowBytes]
+  std::vector<uint8_t> slab;
+  std::vector<int32_t> block_table;
+  std::vector<int64_t> row_shape{kHostRows, kRowBytes};
+  std::vector<int64_t> token_major_strides;
+  std::vector<int64_t> slab_shape;
+  std::vector<int64_t> table_shape{kReqs, kBlocksPerReq};
+  std::vector<hs_tensor_t> token_major_views, layer_views;
+  hs_tensor_t slab_tensor{}, table_tensor{};
+  std::vector<hs::Runtime> runtimes;
+
+  explicit LayerGroup(std::vector<int> order) : n(static_cast<int>(order.size())), stride(n * kBlockBytes) {
+    std::mt19937 gen(11);
+    token_major.resize(kHostRows * n * kRowBytes);
+    for (auto& byte : token_major) byte = static_cast<uint8_t>(gen());
+    token_major_strides = {n * kRowBytes, 1};
+    layers.resize(n);
+    for (int l = 0; l < n; ++l) {
+      layers[l].resize(kHostRows * kRowBytes);
+      for (int64_t h = 0; h < kHostRows; ++h) {
+        std::memcpy(layers[l].data() + h * kRowBytes, token_major.data() + (h * n + order[l]) * kRowBytes,
+                    kRowBytes);
+      }
+      token_major_views.push_back(hs_tensor_t{token_major.data() + order[l] * kRowBytes, HS_DTYPE_UINT8,
+                                              HS_DEVICE_CPU, 0, 2, row_shape.data(), token_major_strides.data()});
+      layer_views.push_back(hs_tensor_t{layers[l].data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, row_shape.data(),
+                                        nullptr});
+    }
+    slab.assign(static_cast<size_t>(kSlabBlocks * stride), 0);
+    slab_shape = {static_cast<int64_t>(slab.size())};
+    block_table.resize(kReqs * kBlocksPerReq);
+    std::iota(block_table.begin(), block_table.end(), 1);
+    slab_tensor = hs_tensor_t{slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 1, slab_shape.data(), nullptr};
+    table_tensor = hs_tensor_t{block_table.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, table_shape.data(), nullptr};
+    hs_runtime_options_t o;
+    hs_runtime_options_init(&o);
+    o.config = &config;
+    o.max_num_reqs = kReqs;
+    o.max_swap_rows = kSwapRows;
+    runtimes.emplace_back(o);
+    for (int l = 1; l < n; ++l) runtimes.push_back(hs::Runtime::follower(runtimes[0], o));
+  }
+
+  void bind(bool token_major_layout) {
+    for (int l = 0; l < n; ++l) {
+      runtimes[l].bind_source_cache(token_major_layout ? &token_major_views[l] : &layer_views[l]);
+      runtimes[l].bind_hot_cache(&slab_tensor, l * kBlockBytes, stride, kSlabBlocks, kBlock, &table_tensor);
+    }
+  }
+
+  std::vector<int> staged_together() const {
+    std::vector<int> out;
+    for (const hs::Runtime& r : runtimes) out.push_back(r.info().followers_staged_together);
+    return out;
+  }
+
+  // One forward of every layer: the leader prefetches, then the followers.
+  void step(const Step& s, bool fused_gather) {
+    for (hs::Runtime& r : runtimes) r.begin_forward();
+    hs_runtime_swap_in_args_t a = s.args(true);
+    a.fused_gather = fused_gather ? 1 : 0;
+    runtimes[0].swap_in(a);
+    for (int l = 1; l < n; ++l) EXPECT_EQ(runtimes[l].info().staged, 1) << "layer " << l;
+    hs_runtime_swap_in_args_t fa;
+    hs_runtime_swap_in_args_init(&fa);
+    fa.num_tokens = kReqs;
+    for (int l = 1; l < n; ++l) EXPECT_EQ(runtimes[l].swap_in(fa).prefetched, 1) << "layer " << l;
+  }
+
+  // Every attention-visible entry shows, in every layer, its host row.
+  void expect_rows_match() const {
+    const hs_tensor_t attention = runtimes[0].group_tensor(HS_INDEX_GROUP_ATTENTION_INDICES);
+    const hs_tensor_t resolved = runtimes[0].group_tensor(HS_INDEX_GROUP_RESOLVED_SLOTS);
+    const auto* att = static_cast<const int32_t*>(attention.data);
+    const auto* slots = static_cast<const int32_t*>(resolved.data);
+    const int64_t stride_rows = stride / kRowBytes;
+    int checked = 0;
+    for (int64_t e = 0; e < kReqs * kTopK; ++e) {
+      if (att[e] < 0) continue;
+      const uint8_t* hot = slab.data() + (att[e] / stride_rows) * stride + (att[e] % stride_rows) * kRowBytes;
+      for (int l = 0; l < n; ++l) {
+        EXPECT_EQ(0, std::memcmp(hot + l * kBlockBytes, layers[l].data() + slots[e] * kRowBytes, kRowBytes))
+            << "layer " << l << " entry " << e;
+      }
+      ++checked;
+    }
+    EXPECT_GT(checked, 0);
+  }
+};
+
+TEST(Runtime, TokenMajorFollowersAreStagedTogetherWithTheSameBytes) {
+  EXPECT_EQ(HS_RUNTIME_INFO_VERSION, 2);
+  // Runtime l binds piece order[l]: the followers tile in address order 3, 1, 2.
+  for (const std::vector<int>& order : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{3, 1, 2, 0}}) {
+    LayerGroup together(order), alone(order);
+    together.bind(true);
+    alone.bind(false);
+    EXPECT_EQ(together.staged_together(), (std::vector<int>{1, 0, 0, 0}));
+    EXPECT_EQ(alone.staged_together(), (std::vector<int>{0, 0, 0, 0}));
+    for (int step = 0; step < 5; ++step) {
+      Step s({1 + step, 5, 9, 13 + step, 2, 6 + 2 * step, 10, 63 - step});
+      together.step(s, step % 2 == 1);
+      alone.step(s, step % 2 == 0);
+      together.expect_rows_match();
+      alone.expect_rows_match();
+      EXPECT_EQ(together.slab, alone.slab) << "step " << step;
+      for (int which = HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES; which <= HS_INDEX_GROUP_STATS; ++which) {
+        const auto t = static_cast<hs_index_group_tensor_t>(which);
+        EXPECT_EQ(group_bytes(together.runtimes[0], t), group_bytes(alone.runtimes[0], t)) << "tensor " << which;
+      }
+    }
+  }
+}
+
+// More followers than one group gather takes (HS_MAX_GATHER_GROUP_PIECES):
+// runs of adjacent pieces, one launch each, still the per-layer bytes.
+TEST(Runtime, ManyTokenMajorFollowersAreStagedInRunsOfPieces) {
+  for (const int followers : {HS_MAX_GATHER_GROUP_PIECES + 1, 2 * HS_MAX_GATHER_GROUP_PIECES + 3}) {
+    std::vector<int> order(static_cast<size_t>(followers + 1));
+    std::iota(order.begin(), order.end(), 0);
+    std::reverse(order.begin() + 1, order.end());  // followers created in descending address order
+    LayerGroup together(order), alone(order);
+    together.bind(true);
+    alone.bind(false);
+    EXPECT_EQ(together.runtimes[0].info().followers_staged_together, 1);
+    for (int step = 0; step < 3; ++step) {
+      Step s({1 + step, 5, 9, 13 + step, 2, 6 + 2 * step, 10, 63 - step});
+      together.step(s, step == 1);
+      alone.step(s, step == 1);
+      together.expect_rows_match();
+      EXPECT_EQ(together.slab, alone.slab) << followers << " followers, step " << step;
+    }
+  }
+}
+
+TEST(Runtime, FollowersThatDoNotTileAreStagedOneByOne) {
+  LayerGroup f({0, 1, 2, 3});
+  f.bind(true);
+  ASSERT_EQ(f.runtimes[0].info().followers_staged_together, 1);
+  Step s({1, 5, 9, 13, 2, 6, 10, 63});
+
+  // Follower 3 reads the same bytes from a buffer of its own: not adjacent.
+  // (Rebinding a host cache keeps the hot copies: the reset drops them.)
+  f.runtimes[3].bind_source_cache(&f.layer_views[3]);
+  f.runtimes[0].reset_hot_state();
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
+  f.step(s, false);
+  f.expect_rows_match();
+
+  // Adjacent bases but another pitch: follower 3 at piece 3 with half the slots.
+  std::vector<int64_t> half_shape{kHostRows / 2, kRowBytes}, double_pitch{2 * 4 * kRowBytes, 1};
+  hs_tensor_t sparse{f.token_major.data() + 3 * kRowBytes, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, half_shape.data(),
+                     double_pitch.data()};
+  f.runtimes[3].bind_source_cache(&sparse);
+  for (int64_t h = 0; h < kHostRows / 2; ++h) {
+    std::memcpy(f.layers[3].data() + h * kRowBytes, f.token_major.data() + (2 * h * 4 + 3) * kRowBytes, kRowBytes);
+  }
+  f.runtimes[0].reset_hot_state();
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
+  f.step(Step({1, 5, 9, 13, 2, 6, 10, 31}), false);
+  f.expect_rows_match();
+
+  // Tiling again after rebinding; an unbound follower ends it (and a prefetch).
+  f.runtimes[3].bind_source_cache(&f.token_major_views[3]);
+  for (int64_t h = 0; h < kHostRows; ++h) {
+    std::memcpy(f.layers[3].data() + h * kRowBytes, f.token_major.data() + (h * 4 + 3) * kRowBytes, kRowBytes);
+  }
+  f.runtimes[0].reset_hot_state();
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 1);
+  f.step(Step({3, 7, 11, 15, 4, 8, 12, 60}), true);
+  f.expect_rows_match();
+  f.runtimes[2].unbind();
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
+
+  // One follower alone never takes the group gather; nor does a version-1
+  // caller of get_info see the new field.
+  LayerGroup pair({0, 1});
+  pair.bind(true);
+  EXPECT_EQ(pair.runtimes[0].info().group_size, 2);
+  EXPECT_EQ(pair.runtimes[0].info().followers_staged_together, 0);
+  hs_runtime_info_t v1;
+  std::memset(&v1, 0xFF, sizeof(v1));
+  v1.struct_size = offsetof(hs_runtime_info_t, followers_staged_together);
+  ASSERT_EQ(hs_runtime_get_info(f.runtimes[0].get(), &v1), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(v1.followers_staged_together, -1) << "written past a version-1 struct";
+  EXPECT_EQ(v1.group_size, 4);
 }
 
 // hs_index_group_resolve's fused gather: version 2 equals resolve + gather_compact,

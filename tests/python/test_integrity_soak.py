@@ -6,8 +6,11 @@ resident page) every step followed by invalidate_written_slots, random
 invalidate_sorted_slots, restarts of requests, occasional resets, prefetch on
 or off, the leader's fused gather on or off, and sometimes two swap_in per
 forward. After every swap_in of every layer, every attention-visible entry
-must show the host row it stands for."""
+must show the host row it stands for. One seed runs on layer-major host
+caches, the other on one token-major HostPool view [slots, 4, row] (layer l
+bound to [:, l]), whose prefetch batches stage the followers together."""
 
+import contextlib
 import os
 import random
 
@@ -66,13 +69,34 @@ class Request:
         return row
 
 
-def run_soak(device, steps, seed):
+def use_token_major_hosts(setup, pool):
+    """Rebind every layer's host cache to its piece of one token-major view of `pool`, same bytes."""
+    rows = setup.hosts[0].shape[0]
+    host = pool.view("uint8", (rows, setup.num_layers, ROW_BYTES))
+    for layer in range(setup.num_layers):
+        host[:, layer] = setup.hosts[layer]
+    setup.hosts = [host[:, layer] for layer in range(setup.num_layers)]
+    setup.bind()
+    assert setup.leader.followers_staged_together
+
+
+def run_soak(device, steps, seed, layout):
     rng = random.Random(seed)
     # A stream of its own, so the fused gather changes nothing else the soak draws.
     fuse_rng = random.Random(seed + 7919)
+    host_rows = (1 + S * HOST_BLOCKS_PER_REQ) * BLOCK
     setup = GroupSetup(device, num_layers=4, top_k=K, hot_size=H, max_union_rows=K * MAX_Q, row_bytes=ROW_BYTES,
                        block_size=BLOCK, hot_block_size=HOT_BLOCK, max_num_reqs=S, max_swap_rows=2 * S * MAX_Q,
-                       host_rows=(1 + S * HOST_BLOCKS_PER_REQ) * BLOCK, resident_blocks_per_req=1, seed=seed)
+                       host_rows=host_rows, resident_blocks_per_req=1, seed=seed)
+    with contextlib.ExitStack() as stack:
+        if layout == "token_major":
+            pool = stack.enter_context(hisparse.HostPool(
+                host_rows * setup.num_layers * ROW_BYTES, register="always" if device.type == "cuda" else "never"))
+            use_token_major_hosts(setup, pool)
+        return soak_steps(setup, device, steps, rng, fuse_rng, seed)
+
+
+def soak_steps(setup, device, steps, rng, fuse_rng, seed):
     leader = setup.leader
     invalidator = hisparse.SlotInvalidator(setup.request_state_indices)
     stride_rows = setup.block_stride // ROW_BYTES
@@ -163,7 +187,7 @@ def run_soak(device, steps, seed):
                 if request is not None:
                     positions = [p for row, r in zip(topk[:valid], req_ids) if r == b for p in row if p >= 0]
                     request.previous = sorted(set(positions))[-3 * K:]
-    totals.append(leader.stats())
+    totals.append(leader.stats())  # synchronises: nothing reads the host pool after it
     stats = {name: sum(t[name] for t in totals) for name in hisparse.STAT_NAMES + ("bytes_moved",)}
     return stats, checked, calls, fused_steps
 
@@ -178,10 +202,10 @@ def one_cpu_thread():
     torch.set_num_threads(previous)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_integrity_soak(device, seed, one_cpu_thread):
+@pytest.mark.parametrize(("seed", "layout"), [(0, "layer_major"), (1, "token_major")])
+def test_integrity_soak(device, seed, layout, one_cpu_thread):
     steps = STEPS[device.type] // 2
-    stats, checked, calls, fused_steps = run_soak(device, steps, seed)
+    stats, checked, calls, fused_steps = run_soak(device, steps, seed, layout)
     hit_rate = stats["hits"] / (stats["hits"] + stats["misses"])
     assert calls >= steps
     assert 0.4 * steps < fused_steps < 0.6 * steps

@@ -20,6 +20,26 @@
  *   - every layer's compute stream then waits for its own ready event, so
  *     the attention kernel that follows on the compute stream reads rows that
  *     are in place.
+ *
+ * Token-major host layout: an SM reads host memory in 128-byte lines, so a
+ * lone row of a few hundred bytes wastes part of a line at each end. When
+ * the followers' host caches lie side by side within each host slot (one
+ * token's rows of several layers adjacent, e.g. followers bound to
+ * host[:, 1], host[:, 2], ... of a [slots, layers, W] pool), a prefetch
+ * batch stages all followers with one hs_gather_compact_group (one
+ * contiguous read per missed slot) instead of one gather per follower. The
+ * leader still gathers its own rows alone first, so its attention never
+ * waits for the followers' bytes. Precisely, the followers (at least two)
+ * tile when all are bound with the same kv_dtype, row width, host row count,
+ * host slot pitch (when there are two or more slots) and hot view layout,
+ * and their host base addresses, sorted, are exactly row_bytes apart within
+ * a pitch of at least followers x row_bytes. It is decided at every
+ * prefetching swap_in from the bindings of that moment
+ * (hs_runtime_info_t.followers_staged_together tells the outcome); bytes,
+ * outputs and events are those of per-follower gathers. More than
+ * HS_MAX_GATHER_GROUP_PIECES followers take one launch per run of at most
+ * that many adjacent pieces.
+ *
  * Results are the attention indices (and valid counts) in the group's shared
  * top-k rows (hs_index_group_get_tensor on hs_runtime_get_index_group),
  * rows [first_row, first_row + num_rows) of the call.
@@ -144,10 +164,17 @@ typedef struct hs_runtime_info {
   int64_t attention_block_stride; /* rows between hot blocks (block_stride / row_bytes; 0 unbound) */
   int64_t next_row;               /* first shared row the next swap_in takes */
   uint64_t group_row_bytes;       /* row_bytes summed over the group's live runtimes */
+  /* version 2 */
+  int32_t followers_staged_together; /* 1 on a leader whose prefetch batches stage all followers with
+                                        hs_gather_compact_group, as the bindings stand now (see
+                                        "Token-major host layout" above); 0 otherwise and on followers */
+  int32_t reserved0;
 } hs_runtime_info_t;
-#define HS_RUNTIME_INFO_VERSION 1
+#define HS_RUNTIME_INFO_VERSION 2
 
-/* Non-blocking. */
+/* Non-blocking. Set info->struct_size (sizeof(hs_runtime_info_t) of the
+ * caller's header); a version-1 caller's struct ends at group_row_bytes and
+ * gets nothing past it. */
 HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* info);
 
 /* ------------------------------------------------------------------ binding */
