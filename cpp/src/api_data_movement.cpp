@@ -217,19 +217,18 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   for (int32_t i = 1; i < pieces; ++i) {
     const TensorArg hot(a.hot_caches[i], kNames[i]);
     hot.on(device, kNames[0]);
-    bool same_layout = hot.dtype() == first_hot.dtype() && hot.ndim() == first_hot.ndim();
+    // dtype and row width first, with gather_compact's errors; then the layout.
+    GatherCompactParams piece;
+    gather_cache_params(TensorArg(&first.tensor, "host_rows"), hot, a.hot_block_size, a.hot_block_stride,
+                        "hot_block_stride", &piece);
+    bool same_layout = hot.ndim() == first_hot.ndim();
     for (int d = 0; same_layout && d < hot.ndim(); ++d) {
       same_layout = hot.size(d) == first_hot.size(d) && (hot.size(d) <= 1 || hot.stride(d) == first_hot.stride(d));
     }
     if (!same_layout) {
-      invalid_argument(hot.name(), ": expected the dtype, shape and strides of hot_caches[0] (", 
-                       dtype_name(first_hot.dtype()), " ", first_hot.shape_string(),
-                       "; the layers of one group share a hot layout), got ", dtype_name(hot.dtype()), " ",
-                       hot.shape_string());
+      invalid_argument(hot.name(), ": expected the shape and strides of hot_caches[0] (", first_hot.shape_string(),
+                       "; the layers of one group share a hot layout), got ", hot.shape_string());
     }
-    GatherCompactParams piece;
-    gather_cache_params(TensorArg(&first.tensor, "host_rows"), hot, a.hot_block_size, a.hot_block_stride,
-                        "hot_block_stride", &piece);
     p.piece_hot[i] = piece.hot;
   }
   // The whole span of P pieces must lie inside each slot's pitch and be
