@@ -58,7 +58,16 @@ Runtime& require_runtime(hs_runtime_t runtime, const char* name = "runtime") {
 }
 
 // The caller's args with every field past its struct_size read as absent
-// (zero): a version-1 caller's struct simply ends before fused_gather.
+// (zero): a version-1 caller's struct simply ends before fused_gather, a
+// version-2 caller's before group_gather.
+constexpr size_t kSwapInArgsAlign = alignof(hs_runtime_swap_in_args_t);
+constexpr size_t kSwapInArgsV2Size =
+    (offsetof(hs_runtime_swap_in_args_t, fused_gather) + sizeof(int32_t) + kSwapInArgsAlign - 1) / kSwapInArgsAlign *
+    kSwapInArgsAlign;
+static_assert(offsetof(hs_runtime_swap_in_args_t, group_gather) >= kSwapInArgsV2Size,
+              "group_gather must lie past a version-2 struct's padded end, or struct_size cannot tell the "
+              "versions apart");
+
 hs_runtime_swap_in_args_t read_swap_in_args(const hs_runtime_swap_in_args_t* args) {
   const hs_runtime_swap_in_args_t& caller =
       require_struct(args, "args", offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));

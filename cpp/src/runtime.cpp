@@ -464,45 +464,79 @@ void Runtime::mark_staged(int64_t first_row, int64_t num_rows) {
   staged_ = Staged{true, first_row, num_rows};
 }
 
-bool Runtime::followers_span(FollowerSpan* span) const {
-  if (!is_leader()) return false;
+bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
+  // Refusals build their text only when asked (swap_in with group_gather):
+  // the info query and the success path allocate nothing.
+  auto refuse = [why](auto&&... parts) {
+    if (why != nullptr) *why = str(parts...);
+    return false;
+  };
+  if (!is_leader()) return refuse("only a group leader stages its followers");
   const std::vector<Runtime*>& followers = group_->followers();
   const size_t count = followers.size();
-  if (count < 2) return false;  // one follower gains nothing over its own gather
+  if (count < 2) {
+    // One follower gains nothing over its own gather.
+    return refuse("the group has ", count, " follower", count == 1 ? "" : "s", ", a group gather needs at least two");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (!followers[i]->source_bound_ || !followers[i]->hot_bound_) {
+      return refuse("follower ", i, " is not bound (bind_source_cache and bind_hot_cache)");
+    }
+  }
   const Runtime& first = *followers[0];
-  if (!first.source_bound_ || !first.hot_bound_) return false;
   const hs_tensor_t& first_host = first.host_cache_.raw();
   const int64_t row_bytes = first.row_bytes();
   // Every follower must read rows like the first (dtype, width, slots and
   // pitch, host device) and write them like the first (one hot layout): the
   // group gather takes one host view and P hot caches of one shape.
   const char* base = static_cast<const char*>(first_host.data);
-  for (const Runtime* f : followers) {
-    if (!f->source_bound_ || !f->hot_bound_) return false;
-    const hs_tensor_t& host = f->host_cache_.raw();
-    if (f->options_.kv_dtype != first.options_.kv_dtype || f->row_width_ != first.row_width_ ||
-        f->host_rows_ != first.host_rows_ || host.device_type != first_host.device_type ||
-        host.device_index != first_host.device_index || f->hot_shape_ != first.hot_shape_ ||
-        f->hot_strides_ != first.hot_strides_ || f->hot_view_.device_type != first.hot_view_.device_type ||
-        f->hot_view_.device_index != first.hot_view_.device_index) {
-      return false;
+  for (size_t i = 1; i < count; ++i) {
+    const Runtime& f = *followers[i];
+    const hs_tensor_t& host = f.host_cache_.raw();
+    if (f.options_.kv_dtype != first.options_.kv_dtype || f.row_width_ != first.row_width_) {
+      return refuse("follower ", i, " has rows of (", f.row_width_, ", ", dtype_name(f.options_.kv_dtype),
+                    "), follower 0 of (", first.row_width_, ", ", dtype_name(first.options_.kv_dtype), ")");
+    }
+    if (f.host_rows_ != first.host_rows_) {
+      return refuse("follower ", i, "'s host cache has ", f.host_rows_, " rows, follower 0's ", first.host_rows_);
+    }
+    if (host.device_type != first_host.device_type || host.device_index != first_host.device_index) {
+      return refuse("follower ", i, "'s host cache lies on another device than follower 0's");
     }
     // With one slot (or none) the pitch is never stepped over.
-    if (first.host_rows_ > 1 && f->host_pitch_ != first.host_pitch_) return false;
-    base = std::min(base, static_cast<const char*>(host.data));
+    if (first.host_rows_ > 1 && f.host_pitch_ != first.host_pitch_) {
+      return refuse("follower ", i, "'s host slots are ", f.host_pitch_ * f.row_bytes() / f.row_width_,
+                    " bytes apart, follower 0's ", first.host_pitch_ * row_bytes / first.row_width_);
+    }
+    if (f.hot_shape_ != first.hot_shape_ || f.hot_strides_ != first.hot_strides_ ||
+        f.hot_view_.device_type != first.hot_view_.device_type ||
+        f.hot_view_.device_index != first.hot_view_.device_index) {
+      return refuse("follower ", i,
+                    "'s hot view (blocks, block size, block stride or device) differs from follower 0's");
+    }
   }
+  for (const Runtime* f : followers) base = std::min(base, static_cast<const char*>(f->host_cache_.raw().data));
   // The followers' bases must be exactly pieces 0 .. P-1 of the span: each
   // offset a whole row below P rows, and no two followers on one piece.
   const int64_t pieces = static_cast<int64_t>(count);
   for (size_t i = 0; i < count; ++i) {
     const int64_t offset = static_cast<const char*>(followers[i]->host_cache_.raw().data) - base;
-    if (offset % row_bytes != 0 || offset / row_bytes >= pieces) return false;
+    if (offset % row_bytes != 0 || offset / row_bytes >= pieces) {
+      return refuse("follower ", i, "'s host cache starts ", offset, " bytes past the lowest follower's, not a "
+                    "multiple of row_bytes ", row_bytes, " below followers x row_bytes = ", pieces * row_bytes,
+                    ": the followers' rows of a slot are not adjacent");
+    }
     for (size_t j = 0; j < i; ++j) {
-      if (followers[j]->host_cache_.raw().data == followers[i]->host_cache_.raw().data) return false;
+      if (followers[j]->host_cache_.raw().data == followers[i]->host_cache_.raw().data) {
+        return refuse("followers ", j, " and ", i, " are bound to the same host rows");
+      }
     }
   }
   const int64_t span_elements = pieces * first.row_width_;
-  if (first.host_rows_ > 1 && first.host_pitch_ < span_elements) return false;  // slots would overlap
+  if (first.host_rows_ > 1 && first.host_pitch_ < span_elements) {
+    return refuse("the host slots are ", first.host_pitch_ * row_bytes / first.row_width_,
+                  " bytes apart, less than followers x row_bytes = ", pieces * row_bytes, ": slots would overlap");
+  }
   if (span != nullptr) {
     span->base = base;
     span->pitch = first.host_rows_ > 1 ? first.host_pitch_ : span_elements;
@@ -511,7 +545,7 @@ bool Runtime::followers_span(FollowerSpan* span) const {
   return true;
 }
 
-bool Runtime::followers_staged_together() const { return followers_span(nullptr); }
+bool Runtime::followers_staged_together() const { return followers_span(nullptr, nullptr); }
 
 void Runtime::stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows) {
   const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), first_row, num_rows);
@@ -572,16 +606,31 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
   if (a.fused_gather != 0 && a.fused_gather != 1) {
     invalid_argument("fused_gather: expected 0 or 1, got ", a.fused_gather);
   }
+  if (a.group_gather != 0 && a.group_gather != 1) {
+    invalid_argument("group_gather: expected 0 or 1, got ", a.group_gather);
+  }
   check_hot_layout_in_group();
 
   if (is_leader()) {
     // Everything that can be refused is refused before anything is enqueued.
     const std::vector<Runtime*>& followers = group_->followers();
     const bool prefetch = a.prefetch != 0;
+    if (a.group_gather != 0 && !prefetch) {
+      invalid_argument("group_gather: stages the followers of a prefetch batch, so it needs prefetch = 1; got "
+                       "group_gather = 1 with prefetch = 0");
+    }
     for (size_t i = 0; prefetch && i < followers.size(); ++i) {
       if (!followers[i]->source_bound_ || !followers[i]->hot_bound_) {
         fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: follower ", i,
              " of the group is not bound (bind_source_cache and bind_hot_cache), so a prefetch batch cannot stage it");
+      }
+    }
+    FollowerSpan span;
+    if (a.group_gather != 0) {
+      std::string why;
+      if (!followers_span(&span, &why)) {
+        invalid_argument("group_gather: the followers' host caches do not tile one token-major span (", why,
+                         "); bind follower l to host[:, l] of one [slots, layers, W] view, or pass group_gather = 0");
       }
     }
     group_->copy_waits_for_topk(stream, a.ignore_topk_ready != 0);
@@ -593,9 +642,10 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
       stage(first_row, num_rows);
     }
     // The leader staged alone first: its attention waits for its own rows
-    // only. Then the followers, together when their host rows tile.
-    FollowerSpan span;
-    if (prefetch && followers_span(&span)) {
+    // only. Then the followers: one gather each by default, so that each
+    // follower's attention waits for its own bytes only; one group gather
+    // when asked (more bytes per second, but every follower waits for all).
+    if (a.group_gather != 0) {
       stage_followers_together(span, first_row, num_rows);
     } else if (prefetch) {
       for (Runtime* follower : followers) follower->stage(first_row, num_rows);

@@ -3,8 +3,9 @@
 // swap_in every decode step. The group leader resolves residency once for
 // the whole index group; followers reuse the leader's swap list and move
 // only their own bytes, on the group's copy stream, prefetched by the leader
-// when the batch allows it (in one launch for all of them when their host
-// rows of a slot lie side by side: a token-major host layout). The
+// when the batch allows it (in one launch for all of them when the caller
+// asks with group_gather and their host rows of a slot lie side by side: a
+// token-major host layout). The
 // orchestration (which stream waits for what, which rows a call takes,
 // which misuse is refused) lives here; the kernels are reached through the
 // C ABI of the index group and the data-movement ops, so their argument
@@ -14,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend.hpp"
 #include "hisparse/hisparse.h"
@@ -98,10 +100,11 @@ class Runtime {
   int64_t next_row() const { return next_row_; }
   const hs_tensor_t& host_cache() const;
   const hs_tensor_t& hot_cache() const;
-  // True on a leader whose prefetch batches stage the followers together
-  // (hs_gather_compact_group): at least two followers, all bound, whose host
-  // rows of one slot form one contiguous span and whose hot views share one
-  // layout. Read from the current bindings; false on a follower.
+  // True on a leader whose followers' layout allows group_gather (one
+  // hs_gather_compact_group for all of them): at least two followers, all
+  // bound, whose host rows of one slot form one contiguous span and whose hot
+  // views share one layout. Read from the current bindings; false on a
+  // follower.
   bool followers_staged_together() const;
 
   void bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool);
@@ -151,7 +154,9 @@ class Runtime {
     int32_t pieces = 0;
   };
   // The span when the followers tile (see followers_staged_together()).
-  bool followers_span(FollowerSpan* span) const;
+  // Otherwise false, and `why` (when given) says which condition failed;
+  // nothing is allocated unless it fails with `why`.
+  bool followers_span(FollowerSpan* span, std::string* why) const;
   // Stages every follower's missed rows of [first_row, first_row + num_rows)
   // from the span with hs_gather_compact_group (one launch per
   // HS_MAX_GATHER_GROUP_PIECES pieces) and marks each follower staged.

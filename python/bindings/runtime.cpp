@@ -150,7 +150,7 @@ class Runtime {
                                              const OptionalArray& num_valid_rows, const OptionalArray& out_attention,
                                              const OptionalArray& out_valid_counts, bool prefetch,
                                              bool ignore_topk_ready, int64_t num_tokens, int32_t fused_gather,
-                                             uintptr_t stream) {
+                                             int32_t group_gather, uintptr_t stream) {
     const OptionalTensorDesc topk(topk_indices, "topk_indices"), req(req_id_per_token, "req_id_per_token"),
         rsi(request_state_indices, "request_state_indices"), source(source_block_table, "source_block_table"),
         resident(resident_block_table, "resident_block_table"), nvr(num_valid_rows, "num_valid_rows"),
@@ -170,7 +170,8 @@ class Runtime {
     a.prefetch = prefetch ? 1 : 0;
     a.ignore_topk_ready = ignore_topk_ready ? 1 : 0;
     a.num_tokens = num_tokens;
-    a.fused_gather = fused_gather;  // the core refuses anything but 0 or 1, naming it
+    a.fused_gather = fused_gather;  // the core refuses anything but 0 or 1, naming them
+    a.group_gather = group_gather;
     hs_runtime_swap_in_result_t r{};
     r.struct_size = sizeof(r);
     check(hs_runtime_swap_in(handle_, &a, &r, as_stream(stream)));
@@ -266,7 +267,7 @@ void register_runtime(nb::module_& m) {
            nb::arg("resident_block_table").noconvert().none(), nb::arg("resident_block_size"),
            nb::arg("num_valid_rows").noconvert().none(), nb::arg("out_attention").noconvert().none(),
            nb::arg("out_valid_counts").noconvert().none(), nb::arg("prefetch"), nb::arg("ignore_topk_ready"),
-           nb::arg("num_tokens"), nb::arg("fused_gather"), nb::arg("stream"))
+           nb::arg("num_tokens"), nb::arg("fused_gather"), nb::arg("group_gather"), nb::arg("stream"))
       .def("reset_hot_state", &Runtime::reset_hot_state, nb::arg("stream") = 0)
       .def("invalidate_sorted_slots", &Runtime::invalidate_sorted_slots, nb::arg("sorted_slots").noconvert(),
            nb::arg("state_indices").noconvert(), nb::arg("stream") = 0)

@@ -218,9 +218,16 @@ class CacheHandle:
         return_valid_counts: bool = False,
         attention_indices_out: Any = None,
         valid_counts_out: Any = None,
+        fused_gather: bool = False,
+        group_gather: bool = False,
         stream: Any = None,
     ) -> Any:
-        """The runtime's ``swap_in`` with this handle's resident view and the group's prefetch policy."""
+        """The runtime's ``swap_in`` with this handle's resident view and the group's prefetch policy.
+
+        ``fused_gather`` and ``group_gather`` are passed through (see
+        :meth:`hisparse.Runtime.swap_in`); ``group_gather`` needs a prefetch
+        batch on the leader.
+        """
         return self.runtime.swap_in(
             logical_topk_indices,
             req_id_per_token[: logical_topk_indices.shape[0]],
@@ -234,5 +241,7 @@ class CacheHandle:
             return_valid_counts=return_valid_counts,
             attention_indices_out=attention_indices_out,
             valid_counts_out=valid_counts_out,
+            fused_gather=fused_gather,
+            group_gather=group_gather,
             stream=stream,
         )

@@ -4,8 +4,9 @@ A slim layer over the C++ runtime (hisparse/runtime.h): argument
 conversion, torch's current stream, and tensor views of the results. The
 first runtime of an index group (created without ``leader``) is the group
 leader; it resolves residency once per step for the group and, for a
-prefetch batch, loads every follower's rows on the group's copy stream (in
-one launch when the followers' host rows are laid out token-major: see
+prefetch batch, loads every follower's rows on the group's copy stream (one
+gather per follower, or one for all with ``group_gather=True`` when the
+followers' host rows are laid out token-major: see
 ``Runtime.followers_staged_together``).
 """
 
@@ -320,16 +321,17 @@ class Runtime:
 
     @property
     def followers_staged_together(self) -> bool:
-        """Whether a prefetch ``swap_in`` of this leader stages all followers in one gather.
+        """Whether this leader's followers' layout allows ``swap_in(..., group_gather=True)``.
 
         True when the group has at least two followers whose host caches tile
         one token-major span: same dtype, row width, host rows and slot pitch,
         and base addresses exactly one row apart (e.g. ``host[:, l, :]`` of a
         ``[slots, layers, W]`` :class:`hisparse.HostPool` view for every
-        follower ``l``), and whose hot views share one layout. The leader
-        still gathers its own rows alone first. Read from the current
-        bindings (it follows every rebinding); always False on a follower.
-        See docs/staging.md, "Token-major host layout".
+        follower ``l``), and whose hot views share one layout. It reports the
+        layout, not what a call does: followers are staged one by one unless
+        a call asks for ``group_gather``. Read from the current bindings (it
+        follows every rebinding); always False on a follower. See
+        docs/staging.md, "Token-major host layout".
         """
         return self._rt.info()["followers_staged_together"]
 
@@ -420,6 +422,7 @@ class Runtime:
         num_tokens: Optional[int] = None,
         ignore_topk_ready: bool = False,
         fused_gather: bool = False,
+        group_gather: bool = False,
         stream: Any = None,
     ) -> Any:
         """Resolve once per group and make this layer's rows available.
@@ -442,6 +445,18 @@ class Runtime:
         leader's swap list. It pays off when few rows miss (steady-state
         decode) and loses when few requests miss many rows (warm-up, bulk
         loads): see docs/residency.md, "Fused gather".
+
+        ``group_gather`` (leader only; followers ignore it): this prefetch
+        batch stages all followers with one ``gather_compact_group`` from
+        their token-major host span instead of one gather per follower. It
+        needs ``prefetch=True`` and followers whose host caches tile
+        (:attr:`followers_staged_together`); otherwise ``ValueError`` naming
+        ``group_gather``, raised before anything is enqueued. Bytes and
+        indices are the same either way. The group gather reads more bytes
+        per second but makes every follower wait for all followers' bytes:
+        use it only when the copy stream is the bottleneck (a follower's
+        copy takes longer than a layer's attention), see docs/staging.md,
+        "Token-major host layout".
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
@@ -450,6 +465,7 @@ class Runtime:
         _require_int("num_tokens", num_tokens, 0)
         block_size = 0 if block_size is None else _require_int("block_size", block_size)
         fused = _flag("fused_gather", fused_gather)
+        grouped = _flag("group_gather", group_gather)
         if resident_block_size is None:
             resident_block_size = 0
         _require_int("resident_block_size", resident_block_size)
@@ -470,6 +486,7 @@ class Runtime:
             bool(ignore_topk_ready),
             num_tokens,
             fused,
+            grouped,
             self._stream(stream, topk_indices),
         )
         rows = slice(first, first + count)

@@ -2,9 +2,9 @@
 // hisparse.hpp): a leader and a follower sharing one slab, binding checks
 // that name the argument, swap_in with and without prefetch against the
 // host rows, the misuse statuses, step-row capacity, stats, mirror, the
-// slot invalidator, the leader's fused gather (with the version-1 layouts
-// of the swap_in and index-group resolve args), and followers staged together
-// from a token-major host layout.
+// slot invalidator, the leader's fused gather (with the earlier layouts of
+// the swap_in and index-group resolve args), and the opt-in group gather of
+// followers from a token-major host layout.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -517,30 +517,58 @@ TEST(Runtime, FusedGatherOnTheLeaderMovesTheSameBytes) {
   }
 }
 
-TEST(Runtime, SwapInArgsOfVersionOneAreStillAccepted) {
-  EXPECT_EQ(HS_RUNTIME_SWAP_IN_ARGS_VERSION, 2);
+TEST(Runtime, SwapInArgsOfEarlierVersionsAreStillAccepted) {
+  EXPECT_EQ(HS_RUNTIME_SWAP_IN_ARGS_VERSION, 3);
   Fixture f;
   hs::Runtime leader(f.options());
   f.bind(leader, 0);
   Step s({1, 2, 3, 4, 5, 6, 7, 8});
 
-  // A version-2 struct with a bad flag is refused, naming it, and takes no rows.
+  // A version-3 struct with a bad flag is refused, naming it, and takes no rows.
   hs_runtime_swap_in_args_t a = s.args(false);
-  a.fused_gather = 2;
   leader.begin_forward();
+  for (const int32_t value : {2, -1}) {
+    a.fused_gather = value;
+    expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+                 {"fused_gather", "0 or 1", std::to_string(value).c_str()});
+    a.fused_gather = 0;
+    a.group_gather = value;
+    expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+                 {"group_gather", "0 or 1", std::to_string(value).c_str()});
+    a.group_gather = 0;
+  }
+  // group_gather stages the followers of a prefetch batch: without one it
+  // asks for something that cannot happen.
+  a.group_gather = 1;
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"fused_gather", "0 or 1", "2"});
+               {"group_gather", "prefetch = 1", "prefetch = 0"});
   EXPECT_EQ(leader.info().next_row, 0);
   EXPECT_EQ(leader.info().staged, 0);
 
-  // The same bytes from a version-1 caller: its struct ends at num_tokens, so
-  // the stale flag past it is never read.
-  a.struct_version = 1;
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, fused_gather);
-  EXPECT_EQ(a.struct_size, offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
+  // A version-2 caller's struct ends at its padding after fused_gather, before
+  // group_gather: the stale 1 past it is never read, so the call succeeds.
+  a.struct_version = 2;
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, group_gather);
+  EXPECT_EQ(a.struct_size % alignof(hs_runtime_swap_in_args_t), 0u);
+  EXPECT_LT(offsetof(hs_runtime_swap_in_args_t, fused_gather), a.struct_size);
   hs_runtime_swap_in_result_t r;
   std::memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
+  ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(r.num_rows, kReqs);
+  expect_rows_match(f, leader, 0, 0, kReqs);
+
+  // ... and a version-2 caller still has fused_gather.
+  leader.begin_forward();
+  a.fused_gather = 2;
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"fused_gather", "0 or 1", "2"});
+
+  // The same bytes from a version-1 caller: its struct ends at num_tokens, so
+  // the stale flags past it are never read.
+  a.struct_version = 1;
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, fused_gather);
+  EXPECT_EQ(a.struct_size, offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
   ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
   EXPECT_EQ(r.num_rows, kReqs);
   expect_rows_match(f, leader, 0, 0, kReqs);
@@ -558,7 +586,7 @@ struct LayerGroup {
   int n;
   int64_t stride;  // bytes between hot blocks
   hs_config_t config = small_config();
-  std::vector<uint8_t> token_major;            // [kHostRows, 4, kRowBytes]
+  std::vector<uint8_t> token_major;            // [kHostRows, n, kRowBytes]
   std::vector<std::vector<uint8_t>> layers;   // per runtime, [kHostRows, kRowBytes]
   std::vector<uint8_t> slab;
   std::vector<int32_t> block_table;
@@ -615,17 +643,50 @@ struct LayerGroup {
     return out;
   }
 
-  // One forward of every layer: the leader prefetches, then the followers.
-  void step(const Step& s, bool fused_gather) {
+  // One forward of every layer: the leader prefetches (all followers in one
+  // group gather with `group_gather`), then the followers.
+  void step(const Step& s, bool fused_gather, bool group_gather) {
     for (hs::Runtime& r : runtimes) r.begin_forward();
     hs_runtime_swap_in_args_t a = s.args(true);
     a.fused_gather = fused_gather ? 1 : 0;
+    a.group_gather = group_gather ? 1 : 0;
     runtimes[0].swap_in(a);
     for (int l = 1; l < n; ++l) EXPECT_EQ(runtimes[l].info().staged, 1) << "layer " << l;
     hs_runtime_swap_in_args_t fa;
     hs_runtime_swap_in_args_init(&fa);
     fa.num_tokens = kReqs;
+    fa.group_gather = 1;  // ignored by a follower, whatever the layout
     for (int l = 1; l < n; ++l) EXPECT_EQ(runtimes[l].swap_in(fa).prefetched, 1) << "layer " << l;
+  }
+
+  // A prefetching leader asked for group_gather is refused with an error
+  // naming it and `fragments`, before anything is enqueued: no rows taken,
+  // nothing staged, the slab and every group tensor unchanged.
+  void expect_group_gather_refused(const Step& s, std::initializer_list<const char*> fragments) {
+    for (hs::Runtime& r : runtimes) r.begin_forward();
+    const std::vector<uint8_t> slab_before = slab;
+    std::vector<std::vector<uint8_t>> tensors_before;
+    for (int which = HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES; which <= HS_INDEX_GROUP_STATS; ++which) {
+      tensors_before.push_back(group_bytes(runtimes[0], static_cast<hs_index_group_tensor_t>(which)));
+    }
+    hs_runtime_swap_in_args_t a = s.args(true);
+    a.group_gather = 1;
+    expect_error(hs_runtime_swap_in(runtimes[0].get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+                 {"group_gather", "do not tile"});
+    const std::string message = hs_last_error();
+    for (const char* fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
+    }
+    for (const hs::Runtime& r : runtimes) {
+      EXPECT_EQ(r.info().next_row, 0);
+      EXPECT_EQ(r.info().staged, 0);
+    }
+    EXPECT_EQ(slab, slab_before);
+    for (int which = HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES; which <= HS_INDEX_GROUP_STATS; ++which) {
+      EXPECT_EQ(group_bytes(runtimes[0], static_cast<hs_index_group_tensor_t>(which)),
+                tensors_before[static_cast<size_t>(which - HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES)])
+          << "tensor " << which;
+    }
   }
 
   // Every attention-visible entry shows, in every layer, its host row.
@@ -649,25 +710,35 @@ struct LayerGroup {
   }
 };
 
-TEST(Runtime, TokenMajorFollowersAreStagedTogetherWithTheSameBytes) {
+// Three groups see the same steps: token-major followers staged with one
+// group gather, the same layout staged follower by follower (the default,
+// even though the followers tile), and layer-major buffers. Every byte, index
+// and state entry agrees.
+TEST(Runtime, GroupGatherOfTokenMajorFollowersMovesTheSameBytes) {
   EXPECT_EQ(HS_RUNTIME_INFO_VERSION, 2);
   // Runtime l binds piece order[l]: the followers tile in address order 3, 1, 2.
   for (const std::vector<int>& order : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{3, 1, 2, 0}}) {
-    LayerGroup together(order), alone(order);
-    together.bind(true);
-    alone.bind(false);
-    EXPECT_EQ(together.staged_together(), (std::vector<int>{1, 0, 0, 0}));
-    EXPECT_EQ(alone.staged_together(), (std::vector<int>{0, 0, 0, 0}));
+    LayerGroup grouped(order), per_follower(order), layer_major(order);
+    grouped.bind(true);
+    per_follower.bind(true);
+    layer_major.bind(false);
+    EXPECT_EQ(grouped.staged_together(), (std::vector<int>{1, 0, 0, 0}));
+    EXPECT_EQ(per_follower.staged_together(), (std::vector<int>{1, 0, 0, 0}));
+    EXPECT_EQ(layer_major.staged_together(), (std::vector<int>{0, 0, 0, 0}));
     for (int step = 0; step < 5; ++step) {
       Step s({1 + step, 5, 9, 13 + step, 2, 6 + 2 * step, 10, 63 - step});
-      together.step(s, step % 2 == 1);
-      alone.step(s, step % 2 == 0);
-      together.expect_rows_match();
-      alone.expect_rows_match();
-      EXPECT_EQ(together.slab, alone.slab) << "step " << step;
+      grouped.step(s, step % 2 == 1, true);
+      per_follower.step(s, step % 2 == 0, false);
+      layer_major.step(s, step % 3 == 0, false);
+      grouped.expect_rows_match();
+      per_follower.expect_rows_match();
+      layer_major.expect_rows_match();
+      EXPECT_EQ(grouped.slab, per_follower.slab) << "step " << step;
+      EXPECT_EQ(grouped.slab, layer_major.slab) << "step " << step;
       for (int which = HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES; which <= HS_INDEX_GROUP_STATS; ++which) {
         const auto t = static_cast<hs_index_group_tensor_t>(which);
-        EXPECT_EQ(group_bytes(together.runtimes[0], t), group_bytes(alone.runtimes[0], t)) << "tensor " << which;
+        EXPECT_EQ(group_bytes(grouped.runtimes[0], t), group_bytes(per_follower.runtimes[0], t)) << "tensor " << which;
+        EXPECT_EQ(group_bytes(grouped.runtimes[0], t), group_bytes(layer_major.runtimes[0], t)) << "tensor " << which;
       }
     }
   }
@@ -675,40 +746,73 @@ TEST(Runtime, TokenMajorFollowersAreStagedTogetherWithTheSameBytes) {
 
 // More followers than one group gather takes (HS_MAX_GATHER_GROUP_PIECES):
 // runs of adjacent pieces, one launch each, still the per-layer bytes.
-TEST(Runtime, ManyTokenMajorFollowersAreStagedInRunsOfPieces) {
+TEST(Runtime, GroupGatherOfManyFollowersRunsInPieces) {
   for (const int followers : {HS_MAX_GATHER_GROUP_PIECES + 1, 2 * HS_MAX_GATHER_GROUP_PIECES + 3}) {
     std::vector<int> order(static_cast<size_t>(followers + 1));
     std::iota(order.begin(), order.end(), 0);
     std::reverse(order.begin() + 1, order.end());  // followers created in descending address order
-    LayerGroup together(order), alone(order);
-    together.bind(true);
-    alone.bind(false);
-    EXPECT_EQ(together.runtimes[0].info().followers_staged_together, 1);
+    LayerGroup grouped(order), layer_major(order);
+    grouped.bind(true);
+    layer_major.bind(false);
+    EXPECT_EQ(grouped.runtimes[0].info().followers_staged_together, 1);
     for (int step = 0; step < 3; ++step) {
       Step s({1 + step, 5, 9, 13 + step, 2, 6 + 2 * step, 10, 63 - step});
-      together.step(s, step == 1);
-      alone.step(s, step == 1);
-      together.expect_rows_match();
-      EXPECT_EQ(together.slab, alone.slab) << followers << " followers, step " << step;
+      grouped.step(s, step == 1, true);
+      layer_major.step(s, step == 1, false);
+      grouped.expect_rows_match();
+      EXPECT_EQ(grouped.slab, layer_major.slab) << followers << " followers, step " << step;
     }
   }
 }
 
-TEST(Runtime, FollowersThatDoNotTileAreStagedOneByOne) {
+// group_gather on followers that do not tile fails naming the condition, and
+// changes nothing; the same step without it stages them one by one.
+TEST(Runtime, GroupGatherIsRefusedUnlessTheFollowersTile) {
+  const Step s({1, 5, 9, 13, 2, 6, 10, 63});
+
+  // The leader in the middle: the followers' pieces 0, 2, 3 have a gap.
+  LayerGroup middle({1, 0, 2, 3});
+  middle.bind(true);
+  EXPECT_EQ(middle.runtimes[0].info().followers_staged_together, 0);
+  middle.expect_group_gather_refused(s, {"not adjacent"});
+  middle.step(s, false, false);
+  middle.expect_rows_match();
+
+  // Two followers on the same piece.
+  LayerGroup twice({0, 1, 3, 3});
+  twice.bind(true);
+  EXPECT_EQ(twice.runtimes[0].info().followers_staged_together, 0);
+  twice.expect_group_gather_refused(s, {"followers 1 and 2", "same host rows"});
+  twice.step(s, true, false);
+  twice.expect_rows_match();
+
+  // One follower alone never takes the group gather.
+  LayerGroup pair({0, 1});
+  pair.bind(true);
+  EXPECT_EQ(pair.runtimes[0].info().group_size, 2);
+  EXPECT_EQ(pair.runtimes[0].info().followers_staged_together, 0);
+  pair.expect_group_gather_refused(s, {"1 follower", "at least two"});
+  pair.step(s, false, false);
+  pair.expect_rows_match();
+
   LayerGroup f({0, 1, 2, 3});
   f.bind(true);
   ASSERT_EQ(f.runtimes[0].info().followers_staged_together, 1);
-  Step s({1, 5, 9, 13, 2, 6, 10, 63});
+  f.step(s, false, true);
+  f.expect_rows_match();
 
-  // Follower 3 reads the same bytes from a buffer of its own: not adjacent.
-  // (Rebinding a host cache keeps the hot copies: the reset drops them.)
+  // Follower 3 reads the same bytes from a buffer of its own, whose slots
+  // are one row apart. (Rebinding a host cache keeps the hot copies: the
+  // reset drops them.)
   f.runtimes[3].bind_source_cache(&f.layer_views[3]);
   f.runtimes[0].reset_hot_state();
   EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
-  f.step(s, false);
+  f.expect_group_gather_refused(s, {"follower 2's host slots are 32 bytes apart, follower 0's 128"});
+  f.step(s, false, false);
   f.expect_rows_match();
 
-  // Adjacent bases but another pitch: follower 3 at piece 3 with half the slots.
+  // Adjacent bases, but follower 3 at piece 3 steps over every other slot:
+  // half the rows at twice the pitch (refused for the row count first).
   std::vector<int64_t> half_shape{kHostRows / 2, kRowBytes}, double_pitch{2 * 4 * kRowBytes, 1};
   hs_tensor_t sparse{f.token_major.data() + 3 * kRowBytes, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, half_shape.data(),
                      double_pitch.data()};
@@ -718,27 +822,56 @@ TEST(Runtime, FollowersThatDoNotTileAreStagedOneByOne) {
   }
   f.runtimes[0].reset_hot_state();
   EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
-  f.step(Step({1, 5, 9, 13, 2, 6, 10, 31}), false);
+  const Step low({1, 5, 9, 13, 2, 6, 10, 31});
+  f.expect_group_gather_refused(low, {"follower 2's host cache has 32 rows, follower 0's 64"});
+  f.step(low, false, false);
   f.expect_rows_match();
 
-  // Tiling again after rebinding; an unbound follower ends it (and a prefetch).
+  // Tiling again after rebinding: group_gather is accepted again.
   f.runtimes[3].bind_source_cache(&f.token_major_views[3]);
   for (int64_t h = 0; h < kHostRows; ++h) {
     std::memcpy(f.layers[3].data() + h * kRowBytes, f.token_major.data() + (h * 4 + 3) * kRowBytes, kRowBytes);
   }
   f.runtimes[0].reset_hot_state();
   EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 1);
-  f.step(Step({3, 7, 11, 15, 4, 8, 12, 60}), true);
+  f.step(Step({3, 7, 11, 15, 4, 8, 12, 60}), true, true);
   f.expect_rows_match();
+
+  // A follower's hot view of another extent (same block size and stride).
+  f.runtimes[2].bind_hot_cache(&f.slab_tensor, 2 * kBlockBytes, f.stride, kSlabBlocks - 1, kBlock, &f.table_tensor);
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
+  f.expect_group_gather_refused(s, {"follower 1's hot view"});
+  f.runtimes[2].bind_hot_cache(&f.slab_tensor, 2 * kBlockBytes, f.stride, kSlabBlocks, kBlock, &f.table_tensor);
+  EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 1);
+
+  // A follower checks the value (like fused_gather) before taking rows.
+  for (hs::Runtime& r : f.runtimes) r.begin_forward();
+  hs_runtime_swap_in_args_t a = s.args(true);
+  a.group_gather = 1;
+  f.runtimes[0].swap_in(a);
+  hs_runtime_swap_in_args_t fa;
+  hs_runtime_swap_in_args_init(&fa);
+  fa.num_tokens = kReqs;
+  fa.group_gather = 2;
+  expect_error(hs_runtime_swap_in(f.runtimes[1].get(), &fa, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"group_gather", "0 or 1", "2"});
+  EXPECT_EQ(f.runtimes[1].info().next_row, 0);
+  EXPECT_EQ(f.runtimes[1].info().staged, 1);
+  fa.group_gather = 0;
+  for (int l = 1; l < 4; ++l) EXPECT_EQ(f.runtimes[l].swap_in(fa).prefetched, 1);
+  f.expect_rows_match();
+
+  // An unbound follower ends the tiling (and a prefetch: the state error
+  // comes first, before group_gather's layout check).
   f.runtimes[2].unbind();
   EXPECT_EQ(f.runtimes[0].info().followers_staged_together, 0);
+  for (hs::Runtime& r : f.runtimes) r.begin_forward();
+  a = s.args(true);
+  a.group_gather = 1;
+  expect_error(hs_runtime_swap_in(f.runtimes[0].get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+               {"follower 1", "not bound"});
 
-  // One follower alone never takes the group gather; nor does a version-1
-  // caller of get_info see the new field.
-  LayerGroup pair({0, 1});
-  pair.bind(true);
-  EXPECT_EQ(pair.runtimes[0].info().group_size, 2);
-  EXPECT_EQ(pair.runtimes[0].info().followers_staged_together, 0);
+  // A version-1 caller of get_info does not see the field.
   hs_runtime_info_t v1;
   std::memset(&v1, 0xFF, sizeof(v1));
   v1.struct_size = offsetof(hs_runtime_info_t, followers_staged_together);

@@ -8,7 +8,8 @@ or off, the leader's fused gather on or off, and sometimes two swap_in per
 forward. After every swap_in of every layer, every attention-visible entry
 must show the host row it stands for. One seed runs on layer-major host
 caches, the other on one token-major HostPool view [slots, 4, row] (layer l
-bound to [:, l]), whose prefetch batches stage the followers together."""
+bound to [:, l]), where half the prefetch batches stage the followers with
+one group gather (group_gather) and the others one follower at a time."""
 
 import contextlib
 import os
@@ -77,7 +78,7 @@ def use_token_major_hosts(setup, pool):
         host[:, layer] = setup.hosts[layer]
     setup.hosts = [host[:, layer] for layer in range(setup.num_layers)]
     setup.bind()
-    assert setup.leader.followers_staged_together
+    assert setup.leader.followers_staged_together  # the layout allows group_gather
 
 
 def run_soak(device, steps, seed, layout):
@@ -93,10 +94,10 @@ def run_soak(device, steps, seed, layout):
             pool = stack.enter_context(hisparse.HostPool(
                 host_rows * setup.num_layers * ROW_BYTES, register="always" if device.type == "cuda" else "never"))
             use_token_major_hosts(setup, pool)
-        return soak_steps(setup, device, steps, rng, fuse_rng, seed)
+        return soak_steps(setup, device, steps, rng, fuse_rng, seed, group_gather=layout == "token_major")
 
 
-def soak_steps(setup, device, steps, rng, fuse_rng, seed):
+def soak_steps(setup, device, steps, rng, fuse_rng, seed, *, group_gather):
     leader = setup.leader
     invalidator = hisparse.SlotInvalidator(setup.request_state_indices)
     stride_rows = setup.block_stride // ROW_BYTES
@@ -108,6 +109,9 @@ def soak_steps(setup, device, steps, rng, fuse_rng, seed):
     checked = 0
     calls = 0
     fused_steps = 0
+    grouped_calls = 0
+    # Streams of their own, so that the flags change nothing else the soak draws.
+    group_rng = random.Random(seed + 104729)
     totals = []
 
     for step in range(steps):
@@ -173,8 +177,12 @@ def soak_steps(setup, device, steps, rng, fuse_rng, seed):
                 topk.append([rng.randrange(MAX_LEN) for _ in range(K)])
                 req_ids.append(rng.randrange(S))
             topk_t = torch.tensor(topk, **i32)
+            prefetch = rng.random() < 0.7
+            grouped = prefetch and group_gather and group_rng.random() < 0.5
+            grouped_calls += grouped
             attention = setup.swap_all(
-                topk_t, torch.tensor(req_ids, **i32), prefetch=rng.random() < 0.7, fused_gather=fused_gather,
+                topk_t, torch.tensor(req_ids, **i32), prefetch=prefetch, fused_gather=fused_gather,
+                group_gather=grouped,
                 block_table=source_table, block_size=BLOCK, resident_block_table=resident_table,
                 resident_block_size=HOT_BLOCK, num_valid_rows=torch.tensor([valid], **i32))
             first = setup.leader.info()["next_row"] - len(topk)
@@ -189,7 +197,7 @@ def soak_steps(setup, device, steps, rng, fuse_rng, seed):
                     request.previous = sorted(set(positions))[-3 * K:]
     totals.append(leader.stats())  # synchronises: nothing reads the host pool after it
     stats = {name: sum(t[name] for t in totals) for name in hisparse.STAT_NAMES + ("bytes_moved",)}
-    return stats, checked, calls, fused_steps
+    return stats, checked, calls, fused_steps, grouped_calls
 
 
 @pytest.fixture
@@ -205,10 +213,14 @@ def one_cpu_thread():
 @pytest.mark.parametrize(("seed", "layout"), [(0, "layer_major"), (1, "token_major")])
 def test_integrity_soak(device, seed, layout, one_cpu_thread):
     steps = STEPS[device.type] // 2
-    stats, checked, calls, fused_steps = run_soak(device, steps, seed, layout)
+    stats, checked, calls, fused_steps, grouped_calls = run_soak(device, steps, seed, layout)
     hit_rate = stats["hits"] / (stats["hits"] + stats["misses"])
     assert calls >= steps
     assert 0.4 * steps < fused_steps < 0.6 * steps
+    if layout == "token_major":
+        assert 0.2 * calls < grouped_calls < 0.5 * calls  # about half of the ~70% prefetching calls
+    else:
+        assert grouped_calls == 0
     assert checked > steps * S * K // 2, "most entries must be attention-visible"
     assert stats["misses"] > 0 and stats["hits"] > stats["misses"], stats
     assert 0.3 < hit_rate < 1.0, stats

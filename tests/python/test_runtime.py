@@ -524,6 +524,10 @@ def test_cache_handle_flow(device, eager_host_mirror):
         results.append(handle.swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8))
     assert all(torch.equal(results[0], r) for r in results[1:])
     assert setup.visible_rows_match(0, 2)
+    # The handle passes the runtime's per-call options through: these
+    # layer-major host caches cannot be grouped, and the runtime says so.
+    with pytest.raises(ValueError, match="group_gather"):
+        handles[0].swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8, group_gather=True)
 
     # A dummy batch writes nothing anywhere.
     handles[0].prepare_group_for_batch(None)
