@@ -658,6 +658,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
   // ---- Phase C1: per slot j, usable (docs step 3) and the member it holds.
+  int held_here = 0;  // members this thread found held (fused gather's miss estimate)
   for (int32_t base = 0; base < H; base += 4 * kThreads) {
     int32_t held[4];
     int32_t block[4];
@@ -687,12 +688,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (rank < static_cast<uint32_t>(max_union)) {
               info |= rank + 1;
               member_held[rank] = 1;
+              ++held_here;
             }
           }
         }
         slot_info[j] = static_cast<uint16_t>(info);
       }
     }
+  }
+  if (p.fused_gather) {
+    const int held_sum = warp_sum(held_here);
+    if (lane == 0 && held_sum != 0) atomicAdd(scratch + kScratchHeldMembers, held_sum);
   }
   __syncthreads();  // B3
 
@@ -702,13 +708,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t member_end = min(member_begin + member_run, members);
 
   // ---- Fused gather, early: a member that no usable slot holds misses
-  // this step (phase D may still find no slot for it). The warp starts
-  // reading the host rows of its misses into the miss stage right away, so
-  // the round trip to host memory (a page walk and a PCIe read, several
-  // microseconds) overlaps phases C2, D and F instead of following them.
+  // this step (phase D may still find no slot for it). When all of the
+  // request's misses fit the miss stage, the warps start reading their
+  // host rows into it right away, so the round trip to host memory (a page
+  // walk and a PCIe read, several microseconds) overlaps phases C2, D and F
+  // instead of following them. Larger swap lists go through phase E alone:
+  // async copies from host memory are slow in bulk, and a few staged rows
+  // of many only cost bandwidth. (members - held members seen in C1 is
+  // the miss count, or less when a corrupt table holds a member twice;
+  // either way only the choice, never the bytes, depends on it.)
   const ResolverMissStage& stage = c.miss_stage;
   int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
-  if (p.fused_gather && stage.rows > 0) {
+  if (p.fused_gather && stage.rows > 0 && members - scratch[kScratchHeldMembers] <= stage.rows) {
     const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
     const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
     for (int32_t i = 0; i < member_run; ++i) {
