@@ -34,11 +34,12 @@
  * memcpy against 0.80 for per-layer gathers, measured on an H200), but
  * every follower's ready event waits for all followers' bytes, so the first
  * followers' attention can no longer overlap the later followers' copies.
- * In a 61-layer decode step (groups of 4, 5% new positions, 150 us of
- * attention per layer) per-follower staging hid the followers completely
- * (31 us exposed per layer) while the group gather exposed 69 us per layer.
- * Use it only when the copy stream is the bottleneck: a follower's copy
- * takes longer than a layer's attention (high miss rates, short layers).
+ * In a 61-layer decode step on an H200 (groups of 4, 150 us of attention
+ * per layer) it made the step slower at 5% and at 20% new positions (13.2
+ * vs 11.0 ms, 29.3 vs 25.6 ms against layer-major per-follower gathers) and
+ * faster only with 10 us of attention per layer at 20% (22.8 vs 23.5 ms).
+ * Use it only when a layer's attention is short next to a follower's copy
+ * (docs/staging.md has the model and the table).
  * The leader gathers its own rows alone first either way. Precisely, the
  * followers (at least two) tile when all are bound with the same kv_dtype,
  * row width, host row count, host slot pitch (when there are two or more
