@@ -5,9 +5,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "hisparse/hisparse.h"
 
@@ -42,6 +44,19 @@ class OptionalTensorDesc {
 
  private:
   std::optional<TensorDesc> desc_;
+};
+
+// Descriptors of a list of arrays, element i named `<name>[i]` in errors,
+// with the pointer array the C ABI takes.
+class TensorDescList {
+ public:
+  TensorDescList(const std::vector<nb::ndarray<>>& arrays, const char* name);
+  const hs_tensor_t* const* data() const { return pointers_.data(); }
+  int32_t size() const { return static_cast<int32_t>(std::min<size_t>(pointers_.size(), INT32_MAX)); }
+
+ private:
+  std::vector<TensorDesc> descs_;
+  std::vector<const hs_tensor_t*> pointers_;
 };
 
 inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stream_t>(stream); }

@@ -39,23 +39,14 @@ void gather_compact(const Array& host_rows, const Array& hot_cache, const Array&
 void gather_compact_group(const Array& host_rows, const std::vector<Array>& hot_caches, const Array& swap_host_rows,
                           const Array& swap_device_rows, const Array& swap_counts, int64_t hot_block_size,
                           int64_t hot_block_stride, int32_t max_blocks, uintptr_t stream) {
-  std::vector<std::string> names;
-  names.reserve(hot_caches.size());
-  std::vector<TensorDesc> descs;
-  descs.reserve(hot_caches.size());
-  std::vector<const hs_tensor_t*> pointers;
-  for (size_t i = 0; i < hot_caches.size(); ++i) {
-    names.push_back("hot_caches[" + std::to_string(i) + "]");
-    descs.emplace_back(hot_caches[i], names.back().c_str());
-    pointers.push_back(descs.back().get());
-  }
+  const TensorDescList hot(hot_caches, "hot_caches");
   const TensorDesc host(host_rows, "host_rows"), swap_host(swap_host_rows, "swap_host_rows"),
       swap_device(swap_device_rows, "swap_device_rows"), counts(swap_counts, "swap_counts");
   hs_gather_compact_group_args_t args;
   hs_gather_compact_group_args_init(&args);
-  args.num_hot_caches = static_cast<int32_t>(std::min<size_t>(hot_caches.size(), INT32_MAX));
+  args.num_hot_caches = hot.size();
   args.host_rows = host.get();
-  args.hot_caches = pointers.data();
+  args.hot_caches = hot.data();
   args.swap_host_rows = swap_host.get();
   args.swap_device_rows = swap_device.get();
   args.swap_counts = counts.get();
@@ -75,23 +66,14 @@ void gather_plan(const Array& src_rows, const Array& staged, const Array& row_id
 void invalidate_written_slots(const std::vector<Array>& tables, const Array& request_state_indices,
                               const Array& req_id_per_token, const Array& written_slots,
                               const OptionalArray& table_pointers, uintptr_t stream) {
-  std::vector<std::string> names;
-  names.reserve(tables.size());
-  std::vector<TensorDesc> descs;
-  descs.reserve(tables.size());
-  std::vector<const hs_tensor_t*> pointers;
-  for (size_t i = 0; i < tables.size(); ++i) {
-    names.push_back("tables[" + std::to_string(i) + "]");
-    descs.emplace_back(tables[i], names.back().c_str());
-    pointers.push_back(descs.back().get());
-  }
+  const TensorDescList table_descs(tables, "tables");
   const TensorDesc rsi(request_state_indices, "request_state_indices"), req(req_id_per_token, "req_id_per_token"),
       written(written_slots, "written_slots");
   const OptionalTensorDesc table_ptrs(table_pointers, "table_pointers");
   hs_invalidate_written_slots_args_t args;
   hs_invalidate_written_slots_args_init(&args);
-  args.tables = pointers.data();
-  args.num_tables = static_cast<int32_t>(std::min<size_t>(tables.size(), INT32_MAX));
+  args.tables = table_descs.data();
+  args.num_tables = table_descs.size();
   args.table_pointers = table_ptrs.get();
   args.request_state_indices = rsi.get();
   args.req_id_per_token = req.get();

@@ -74,4 +74,14 @@ TensorDesc::TensorDesc(const nb::ndarray<>& array, const char* name) {
   tensor_.strides = strides_.data();
 }
 
+TensorDescList::TensorDescList(const std::vector<nb::ndarray<>>& arrays, const char* name) {
+  descs_.reserve(arrays.size());
+  pointers_.reserve(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const std::string element = std::string(name) + "[" + std::to_string(i) + "]";
+    descs_.emplace_back(arrays[i], element.c_str());
+    pointers_.push_back(descs_.back().get());
+  }
+}
+
 }  // namespace hisparse_py

@@ -11,19 +11,9 @@
 
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
+#include "expect_status.hpp"
 
 namespace {
-
-// Expects `status` to be `expected` and the thread's last error to mention
-// every one of `fragments`.
-void expect_error(hs_status_t status, hs_status_t expected, std::initializer_list<const char*> fragments) {
-  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
-  const std::string message = hs_last_error();
-  EXPECT_FALSE(message.empty());
-  for (const char* fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
-  }
-}
 
 TEST(Status, EveryStatusHasItsName) {
   const std::vector<std::pair<hs_status_t, const char*>> names = {

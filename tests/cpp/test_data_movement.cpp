@@ -11,16 +11,9 @@
 
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
+#include "expect_status.hpp"
 
 namespace {
-
-void expect_error(hs_status_t status, hs_status_t expected, std::initializer_list<const char*> fragments) {
-  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
-  const std::string message = hs_last_error();
-  for (const char* fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
-  }
-}
 
 // 16-byte aligned host rows of `row_bytes`, row r filled with the byte r + 1.
 struct Rows {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hisparse/hisparse.hpp"
+#include "expect_status.hpp"
 
 namespace {
 
@@ -144,14 +145,6 @@ struct Call {
     ASSERT_EQ(hs_gather_compact(&g, nullptr), HS_SUCCESS) << hs_last_error();
   }
 };
-
-void expect_error(hs_status_t status, hs_status_t expected, const std::vector<const char*>& fragments) {
-  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
-  const std::string message = hs_last_error();
-  for (const char* fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
-  }
-}
 
 TEST(FusedGather, MatchesResolveThenGatherOverSteps) {
   Case fused, separate;

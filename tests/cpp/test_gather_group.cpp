@@ -18,20 +18,13 @@
 #include <vector>
 
 #include "hisparse/hisparse.hpp"
+#include "expect_status.hpp"
 
 #ifdef HISPARSE_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
 namespace {
-
-void expect_error(hs_status_t status, hs_status_t expected, std::initializer_list<const char*> fragments) {
-  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
-  const std::string message = hs_last_error();
-  for (const char* fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
-  }
-}
 
 // A 16-byte aligned byte buffer.
 struct Bytes {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hisparse/hisparse.hpp"
+#include "expect_status.hpp"
 
 namespace {
 
@@ -33,14 +34,6 @@ constexpr int64_t kLayers = 2;
 // Two layers interleaved block by block in one slab.
 constexpr int64_t kBlockBytes = kBlock * kRowBytes;
 constexpr int64_t kBlockStride = kLayers * kBlockBytes;
-
-void expect_error(hs_status_t status, hs_status_t expected, std::initializer_list<const char*> fragments) {
-  EXPECT_EQ(status, expected) << hs_status_string(status) << ": " << hs_last_error();
-  const std::string message = hs_last_error();
-  for (const char* fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' missing in: " << message;
-  }
-}
 
 hs_config_t small_config() {
   hs_config_t c;
