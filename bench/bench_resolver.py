@@ -11,21 +11,28 @@ Four timings per point: the resolver alone; the resolver then the plain
 warp-per-row gather; the resolver then the default gather; and the resolver
 with the fused gather (it copies its own swap list's rows, one launch).
 
-Timing: N consecutive steps are captured in one CUDA graph (each step reads
-its own top-k buffer); the state is restored from a snapshot before every
-replay, outside the timed window; per-step time = replay time / N, median of
-several replays. The PyTorch baseline runs eagerly (it needs one host sync).
-The link's ceiling is contiguous pinned memcpy host-to-device measured in
-the same run.
+Timing (hisparse.bench.measure.Timer): N consecutive steps are captured in
+one CUDA graph (each step reads its own top-k buffer); the state is restored
+from a snapshot before every replay, outside the timed window; per-step time
+= replay time / N, median of several replays. The PyTorch baseline runs
+eagerly (it needs one host sync). The link's ceiling is contiguous pinned
+memcpy host-to-device measured in the same run.
 
     python bench/bench_resolver.py --out bench/results/resolver_h200.json
+
+--device cpu runs the CPU reference kernels eagerly (no graph capture; the
+state is still restored outside the timed window) and the PyTorch baseline
+on the CPU, with an unregistered pool and host-to-host memcpy as the
+ceiling: a check of the trace and of the baseline's agreement, its figures
+mean nothing. For example: --device cpu --batches 1,4 --miss-rates 0.05
+--top-k 64 --hot-size 128 --context 2048 --steps 2 --replays 1
+--baseline-steps 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -34,6 +41,7 @@ import torch
 
 import hisparse
 from hisparse.baseline import resolve_residency_torch
+from hisparse.bench import measure
 
 
 def parse_args(argv=None):
@@ -48,44 +56,27 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=24, help="steps per captured graph")
     parser.add_argument("--replays", type=int, default=7)
     parser.add_argument("--baseline-steps", type=int, default=5)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: the CPU reference kernels, timed eagerly (a smoke test)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     return parser.parse_args(argv)
 
 
 def time_graph(graph, restore, replays):
-    """Median milliseconds of one replay; `restore` runs before each, untimed."""
-    times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(replays + 1):
-        restore()
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times[1:])
+    """Median milliseconds of one replay of an already captured CUDA graph;
+    `restore` runs before each, untimed.
 
-
-def memcpy_bandwidth(nbytes, host, device_buffer):
-    """Contiguous pinned host-to-device copy, GB/s (median of 10)."""
-    src = host[:nbytes]
-    dst = device_buffer[:nbytes]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(11):
-        start.record()
-        dst.copy_(src, non_blocking=True)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return nbytes / (statistics.median(times[1:]) * 1e-3) / 1e9
+    The scripts of bench/lab/resolver_cuts capture their own graphs (the kernel
+    cut is picked at capture time) and time them through this."""
+    timer = measure.Timer(torch.device("cuda"), use_graphs=False)
+    return timer.time(graph.replay, repeats=replays, restore=restore)["median_s"] * 1e3
 
 
 class Scenario:
     """Static tensors for one (batch, miss rate) point."""
 
     def __init__(self, args, batch, miss_rate, host_cache, hot_cache):
-        device = torch.device("cuda")
+        device = torch.device(args.device)
         k, hot, bs = args.top_k, args.hot_size, args.block_size
         self.args, self.batch = args, batch
         self.misses_per_request = max(1, round(miss_rate * k))
@@ -139,10 +130,11 @@ class Scenario:
 
 
 def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
+    device = torch.device(args.device)
     s = Scenario(args, batch, miss_rate, host_cache, hot_cache)
     s.resolve(0)  # cold start: fill the hot buffers
     s.resolve(1)
-    torch.cuda.synchronize()
+    measure.synchronize(device)
     snapshot = (s.dgi.clone(), s.lru.clone())
 
     def restore():
@@ -156,18 +148,18 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
         "resolve+gather_default": "auto",
         "resolve_fused_gather": "fused",
     }
-    stream = torch.cuda.Stream()
+    # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
+    timer = measure.Timer(device)
     for name, variant in variants.items():
-        graph = torch.cuda.CUDAGraph()
-        restore()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
+
+        def steps(variant=variant):
             for step in range(2, 2 + args.steps):
                 s.resolve(step, fused=variant == "fused")
                 if variant not in (None, "fused"):
                     s.gather(variant)
-        results[f"{name}_us"] = time_graph(graph, restore, args.replays) / args.steps * 1e3
-        del graph
+
+        timing = timer.time(steps, repeats=args.replays, restore=restore)
+        results[f"{name}_us"] = timing["median_s"] * 1e6 / args.steps
 
     # Exactly the designed misses? (checks the trace, and that the kernel saw hits)
     restore()
@@ -181,7 +173,7 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     for step in range(2, 2 + args.baseline_steps):
         start = time.perf_counter()
         s.resolve(step, fn=resolve_residency_torch)
-        torch.cuda.synchronize()
+        measure.synchronize(device)
         times.append((time.perf_counter() - start) * 1e6)
         if step == 2:
             results["baseline_agrees"] = all(
@@ -201,20 +193,22 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_resolver needs a CUDA device")
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench_resolver needs a CUDA device (or --device cpu for a smoke test)")
     batches = [int(b) for b in args.batches.split(",")]
     miss_rates = [float(m) for m in args.miss_rates.split(",")]
     max_batch = max(batches)
     blocks_per_request = args.context // args.block_size
     host_rows = (1 + max_batch * blocks_per_request) * args.block_size
     setup = time.perf_counter()
-    pool = hisparse.HostPool(host_rows * args.row_bytes, register="always")
+    pool = hisparse.HostPool(host_rows * args.row_bytes, register="always" if device.type == "cuda" else "never")
     host_cache = pool.view("uint8", (host_rows, args.row_bytes))
     host_cache.fill_(0x5A)  # populated, non-zero rows; the bytes themselves are checked by the tests
-    hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device="cuda")
+    hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
     setup = time.perf_counter() - setup
-    memcpy_gbps = memcpy_bandwidth(256 << 20, host_cache.view(-1), torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
+    memcpy_gbps = memcpy["gbps"]
 
     rows = []
     for batch in batches:
@@ -228,18 +222,15 @@ def main(argv=None):
                 f"torch={r['baseline_torch_us']:9.1f}us  x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
                 flush=True,
             )
+    env = measure.environment(device)
+    # How the ceiling was measured (host-to-host on the CPU) sits here, so the top-level keys stay those of
+    # the published results.
+    env.update({"host_pool_setup_seconds": setup, "host_pool": pool.info(), "memcpy": memcpy})
     result = {
         "benchmark": "resolver",
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
         "config": vars(args),
-        "environment": {
-            "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "hisparse": hisparse.__version__,
-            "python": platform.python_version(),
-            "host_pool_setup_seconds": setup,
-            "host_pool": pool.info(),
-        },
+        "environment": env,
         "memcpy_h2d_gbps": memcpy_gbps,
         "points": rows,
     }
