@@ -128,7 +128,8 @@ def test_package_ships_stub_and_marker():
     stub = package / "_C.pyi"
     assert stub.is_file()
     text = stub.read_text()
-    for name in ("class HostPool", "def plan_host_layout", "def validate_config", "def copy_bytes"):
+    for name in ("class HostPool", "def plan_host_layout", "def validate_config", "def copy_bytes",
+                 "def gather_compact_group"):
         assert name in text, f"{name} missing from the generated stub"
 
 
