@@ -1070,13 +1070,22 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
     invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries,
                      " entries (rows x top_k), got ", params.num_tokens, " x ", params.top_k);
   }
-  const ResolverSharedLayout layout = resolver_shared_layout(params.hot_size, params.max_union_rows);
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  const uint64_t limit = shared_memory_limit(device);
+  // The roomiest union table that fits (the minimum always does: the host
+  // checked it), with hash slots that stay below the entry codes' markers.
+  ResolverSharedLayout layout = resolver_shared_layout(params.hot_size, params.max_union_rows);
+  for (int32_t slack = kResolverMaxSlackHalves; slack > kResolverMinSlackHalves; --slack) {
+    const ResolverSharedLayout roomier = resolver_shared_layout(params.hot_size, params.max_union_rows, slack);
+    if (roomier.total_bytes <= limit && roomier.hash_capacity < kCodeResident) {
+      layout = roomier;
+      break;
+    }
+  }
   ResolverConstants constants;
   if (params.fused_gather) {
-    constants.miss_stage =
-        resolver_miss_stage(layout, params.gather.row_bytes, kMissStageRows, shared_memory_limit(device));
+    constants.miss_stage = resolver_miss_stage(layout, params.gather.row_bytes, kMissStageRows, limit);
   } else {
     constants.miss_stage.total_bytes = layout.total_bytes;
   }
