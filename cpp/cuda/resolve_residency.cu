@@ -64,6 +64,7 @@ constexpr int32_t kNoSlot = 0xFFFF;
 // Entry codes below these are hash slots (capacity < 2^16 for H <= 32767).
 constexpr uint16_t kCodeResident = 0xFFFE;
 constexpr uint16_t kCodeInvalid = 0xFFFF;
+static_assert(kResolverMaxHashCapacity == kCodeResident, "hash slots must stay below the entry code markers");
 
 // Division by a launch constant as a multiply-high and a shift (round-up
 // method of Granlund and Montgomery with a 33-bit multiplier 2^32 + m):
@@ -1073,22 +1074,12 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t limit = shared_memory_limit(device);
-  // The roomiest union table that fits (the minimum always does: the host
-  // checked it), with hash slots that stay below the entry codes' markers.
-  ResolverSharedLayout layout = resolver_shared_layout(params.hot_size, params.max_union_rows);
-  for (int32_t slack = kResolverMaxSlackHalves; slack > kResolverMinSlackHalves; --slack) {
-    const ResolverSharedLayout roomier = resolver_shared_layout(params.hot_size, params.max_union_rows, slack);
-    if (roomier.total_bytes <= limit && roomier.hash_capacity < kCodeResident) {
-      layout = roomier;
-      break;
-    }
-  }
+  const ResolverLaunchLayout chosen =
+      resolver_launch_layout(params.hot_size, params.max_union_rows, params.fused_gather ? params.gather.row_bytes : 0,
+                             params.fused_gather ? kMissStageRows : 0, limit);
+  const ResolverSharedLayout& layout = chosen.layout;
   ResolverConstants constants;
-  if (params.fused_gather) {
-    constants.miss_stage = resolver_miss_stage(layout, params.gather.row_bytes, kMissStageRows, limit);
-  } else {
-    constants.miss_stage.total_bytes = layout.total_bytes;
-  }
+  constants.miss_stage = chosen.stage;
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
   ensure_dynamic_shared_memory(device, shared_bytes);
   constants.top_k = FastDivisor::make(params.top_k);

@@ -148,4 +148,41 @@ HS_HOST_DEVICE inline ResolverMissStage resolver_miss_stage(const ResolverShared
   return stage;
 }
 
+// What a launch uses: the roomiest union table that fits limit_bytes
+// together with the whole miss stage of wanted_stage_rows rows (0: no
+// stage), with hash slots below the entry codes' markers (0xFFFE). The
+// stage wins over a roomier table because it hides a host round trip; when
+// even the minimum table leaves no room for the whole stage, the stage
+// shrinks (resolver_miss_stage). The minimum table always fits a
+// configuration the host accepted.
+struct ResolverLaunchLayout {
+  ResolverSharedLayout layout;
+  ResolverMissStage stage;  // stage.total_bytes: dynamic shared memory of the launch
+};
+
+constexpr int32_t kResolverMaxHashCapacity = 0xFFFE;
+
+HS_HOST_DEVICE inline ResolverLaunchLayout resolver_launch_layout(int32_t hot_size, int32_t max_union_rows,
+                                                                  int64_t row_bytes, int32_t wanted_stage_rows,
+                                                                  uint64_t limit_bytes) {
+  ResolverLaunchLayout chosen;
+  chosen.layout = resolver_shared_layout(hot_size, max_union_rows);
+  for (int32_t slack = kResolverMaxSlackHalves; slack > kResolverMinSlackHalves; --slack) {
+    const ResolverSharedLayout roomier = resolver_shared_layout(hot_size, max_union_rows, slack);
+    if (roomier.hash_capacity >= kResolverMaxHashCapacity || roomier.total_bytes > limit_bytes) continue;
+    if (wanted_stage_rows > 0 &&
+        resolver_miss_stage(roomier, row_bytes, wanted_stage_rows, limit_bytes).rows != wanted_stage_rows) {
+      continue;
+    }
+    chosen.layout = roomier;
+    break;
+  }
+  if (wanted_stage_rows > 0) {
+    chosen.stage = resolver_miss_stage(chosen.layout, row_bytes, wanted_stage_rows, limit_bytes);
+  } else {
+    chosen.stage.total_bytes = chosen.layout.total_bytes;
+  }
+  return chosen;
+}
+
 }  // namespace hisparse

@@ -2,6 +2,7 @@
 // and a message that names the argument or field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -206,6 +207,44 @@ TEST(ResolverSharedMemory, MatchesTheKernelLayout) {
   EXPECT_EQ(bytes % 16, 0u);
   // The production configuration must fit an H100/H200 block (227 KiB).
   EXPECT_LE(bytes, 227u * 1024u);
+}
+
+TEST(ResolverSharedMemory, LaunchTakesTheRoomiestTableThatKeepsTheWholeStage) {
+  constexpr uint64_t kH200 = 227u * 1024u;
+  const auto minimum = hisparse::resolver_shared_layout(4096, 2048);
+  // Plenty of room: the largest slack, and the whole stage after the layout.
+  const auto roomy = hisparse::resolver_launch_layout(4096, 2048, 656, 8, kH200);
+  EXPECT_EQ(roomy.layout.hash_capacity,
+            hisparse::resolver_hash_capacity(2048, hisparse::kResolverMaxSlackHalves));
+  EXPECT_GT(roomy.layout.hash_capacity, minimum.hash_capacity);
+  EXPECT_EQ(roomy.stage.rows, 8);
+  EXPECT_EQ(roomy.stage.stage_members, roomy.layout.total_bytes);
+  EXPECT_LE(roomy.stage.total_bytes, kH200);
+  // Without a stage, the launch size is the layout's.
+  const auto plain = hisparse::resolver_launch_layout(4096, 2048, 0, 0, kH200);
+  EXPECT_EQ(plain.layout.hash_capacity, roomy.layout.hash_capacity);
+  EXPECT_EQ(plain.stage.rows, 0);
+  EXPECT_EQ(plain.stage.total_bytes, plain.layout.total_bytes);
+  // A limit that holds a roomier table alone but not with the stage: the
+  // table gives way to the stage.
+  const auto widest = hisparse::resolver_shared_layout(4096, 2048, hisparse::kResolverMaxSlackHalves);
+  const auto squeezed = hisparse::resolver_launch_layout(4096, 2048, 656, 8, widest.total_bytes + 16);
+  EXPECT_LT(squeezed.layout.hash_capacity, widest.hash_capacity);
+  EXPECT_EQ(squeezed.stage.rows, 8);
+  EXPECT_LE(squeezed.stage.total_bytes, widest.total_bytes + 16);
+  // Only the minimum fits: it is taken, with what stage still fits.
+  const auto tight = hisparse::resolver_launch_layout(4096, 2048, 656, 8, minimum.total_bytes + 16 + 2 * 656);
+  EXPECT_EQ(tight.layout.hash_capacity, minimum.hash_capacity);
+  EXPECT_EQ(tight.stage.rows, 2);
+  // Production shapes stay within the H200 with the minimum (H = 5k, union 5k)
+  // and never hand out hash slots that collide with the entry code markers.
+  for (int32_t h : {2048, 4096, 5120, 8192, 32767}) {
+    const auto chosen = hisparse::resolver_launch_layout(h, std::min(h, 5120), 656, 8, kH200);
+    EXPECT_LT(chosen.layout.hash_capacity, hisparse::kResolverMaxHashCapacity) << h;
+    if (hisparse::resolver_shared_layout(h, std::min(h, 5120)).total_bytes <= kH200) {
+      EXPECT_LE(chosen.stage.total_bytes, kH200) << h;
+    }
+  }
 }
 
 TEST(ResolverSharedMemory, MonotonicInBufferSizeAndUnionRows) {
