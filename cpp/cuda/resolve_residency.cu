@@ -108,6 +108,9 @@ struct ResolverConstants {
   int64_t entry_output_stride;
   // The fused gather's early staging area (rows = 0: none).
   ResolverMissStage miss_stage;
+  // Staged rows arrive by one bulk (TMA) copy each, counted in by an
+  // mbarrier (sm_90), instead of 16-byte cp.async copies (sm_80).
+  bool bulk_stage;
 };
 
 enum EntryKind : int32_t { kInvalid = 0, kResident = 1, kHot = 2 };
@@ -393,6 +396,66 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
+// Hopper's bulk copies and mbarriers, for the fused gather's miss stage:
+// one instruction moves a whole host row into shared memory (16-byte
+// cp.async needs one per chunk), and any thread can wait for all of them
+// without a block barrier. Only reached when ResolverConstants::bulk_stage
+// is set, which the launcher does on sm_90 and later.
+__device__ __forceinline__ void stage_barrier_init(uint32_t barrier) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier) : "memory");
+  // Makes the initialised barrier visible to the bulk-copy (async) proxy.
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// Announces `bytes` more to arrive on the barrier, then starts copying them.
+__device__ __forceinline__ void stage_bulk_copy(uint32_t barrier, uint32_t dst, const void* src, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(barrier)
+               : "memory");
+#endif
+}
+
+// The barrier's one expected arrival: after every stage_bulk_copy of the launch.
+__device__ __forceinline__ void stage_barrier_arrive(uint32_t barrier) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(barrier) : "memory");
+#endif
+}
+
+// Waits until the arrival and every announced byte are in (phase 0 done).
+__device__ __forceinline__ void stage_barrier_wait(uint32_t barrier) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, complete;\n}\n"
+        : "=r"(done)
+        : "r"(barrier)
+        : "memory");
+  }
+#endif
+}
+
+// Programmatic dependent launch (sm_90): the next kernel of the stream, when
+// launched with programmatic serialization, may start its blocks now; and
+// this kernel waits here until the kernel before it has finished and its
+// writes are visible. Both are no-ops without such a launch.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Pulls the 128-byte lines of n int32 into this SM's L1, so that the
 // scattered __ldg reads of a table row later hit L1 instead of waiting on
 // L2 or DRAM in the middle of a phase.
@@ -465,9 +528,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t H = p.hot_size;
   const int32_t max_union = p.max_union_rows;
 
-  // ---- Phase A: every load that depends only on b is issued first, so the
-  // scalar reads, the request scan and the state row copies overlap instead
-  // of waiting on one another.
+  // ---- Phase A. Under a programmatic launch this block may start before
+  // the kernel ahead of it in the stream (the indexer, or the last step's
+  // resolver) has finished: only shared memory is touched until
+  // wait_for_prior_grid().
+  const ResolverMissStage& stage = c.miss_stage;
+  const uint32_t stage_barrier =
+      static_cast<uint32_t>(__cvta_generic_to_shared(scratch + kScratchStageBarrier));
+  if (b < B) {
+    fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
+    fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
+    if (tid == 0 && p.fused_gather && stage.rows > 0 && c.bulk_stage) stage_barrier_init(stage_barrier);
+  }
+  wait_for_prior_grid();
+  // Every load that depends only on b is issued first, so the scalar reads,
+  // the request scan and the state row copies overlap instead of waiting on
+  // one another.
   const int32_t* const valid_rows_ptr = p.num_valid_rows;
   const int32_t orphan_owner = b < T ? p.req_id_per_token[b] : -1;
   const int32_t s = b < B ? p.request_state_indices[b] : -1;
@@ -501,8 +577,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (source != nullptr) prefetch_int32_row(source, p.source_table_width);
     if (resident != nullptr) prefetch_int32_row(resident, p.resident_table_width);
   }
-  fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
-  fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
     // Rows are read up to T, not valid_rows, so these loads need not wait
@@ -718,10 +792,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // of many only cost bandwidth. (members - held members seen in C1 is
   // the miss count, or less when a corrupt table holds a member twice;
   // either way only the choice, never the bytes, depends on it.)
-  const ResolverMissStage& stage = c.miss_stage;
   int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
   if (p.fused_gather && stage.rows > 0 && members - scratch[kScratchHeldMembers] <= stage.rows) {
-    const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
+    const uint32_t row_bytes = static_cast<uint32_t>(p.gather.row_bytes);
+    const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
     const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
@@ -734,30 +808,39 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) first = atomicAdd(scratch + kScratchStagedRows, __popc(wanted));
       first = __shfl_sync(kFullMask, first, 0);
       const int32_t index = first + __popc(wanted & ((1u << lane) - 1u));
-      if (g >= 0 && index < stage.rows) {
+      const bool staged_here = g >= 0 && index < stage.rows;
+      if (staged_here) {
         stage_members[index] = r;
         member_held[r] = 2;
       }
+      const uint8_t* const src = g >= 0 ? p.gather.host + static_cast<int64_t>(g) * p.gather.host_pitch : nullptr;
+      const uint32_t dst = stage_base + static_cast<uint32_t>(index) * row_bytes;
+      if (c.bulk_stage) {
+        // One bulk copy per row, from the lane that owns it.
+        if (staged_here) stage_bulk_copy(stage_barrier, dst, src, row_bytes);
+        continue;
+      }
+      // Sixteen bytes per lane: the warp moves the rows one after another.
       // Indices grow with the lane, so the first one past the stage ends it.
       for (unsigned left = wanted; left != 0; left &= left - 1u) {
         const int from = __ffs(left) - 1;
         const int32_t row_index = __shfl_sync(kFullMask, index, from);
         if (row_index >= stage.rows) break;
-        const uint8_t* const src =
-            p.gather.host + static_cast<int64_t>(__shfl_sync(kFullMask, g, from)) * p.gather.host_pitch;
-        const uint32_t dst = stage_base + static_cast<uint32_t>(row_index) * static_cast<uint32_t>(p.gather.row_bytes);
+        const uint8_t* const row_src =
+            reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+        const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
         for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
 #if __CUDA_ARCH__ >= 800
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + kChunkBytes * chunk),
-                       "l"(src + kChunkBytes * chunk));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(row_dst + kChunkBytes * chunk),
+                       "l"(row_src + kChunkBytes * chunk));
 #else
-          reinterpret_cast<uint4*>(smem + stage.stage)[(dst - stage_base) / kChunkBytes + chunk] =
-              load_chunk(src + kChunkBytes * chunk);
+          reinterpret_cast<uint4*>(smem + stage.stage)[(row_dst - stage_base) / kChunkBytes + chunk] =
+              load_chunk(row_src + kChunkBytes * chunk);
 #endif
         }
       }
     }
-    commit_async_copies();
+    if (!c.bulk_stage) commit_async_copies();
   }
 
   // ---- Phase C2: LRU positions, a contiguous run per thread (<= 32). A
@@ -875,6 +958,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();  // B6: member slots final, new LRU complete
+
+  // A block left with no host reads of its own (phase E) lets the next
+  // programmatic launch start now, so its launch and shared-memory fill
+  // overlap phases F and G here; one with phase-E copies lets it start only
+  // at its exit. (Triggering early in blocks that copy many rows made fused
+  // steps at 5% and 20% misses 13-30% slower on an H200: bench/NOTES.md.)
+  // The next kernel still sees all of this one's writes: it waits for the
+  // whole grid in its wait_for_prior_grid().
+  if (!(p.fused_gather && assigned_total > (stage.rows > 0 ? min(scratch[kScratchStagedRows], stage.rows) : 0))) {
+    allow_dependent_launch();
+  }
 
   // ---- Phase E (fused gather only): each warp copies the rows of its own
   // assigned misses that were not staged (member_first still holds their
@@ -1008,8 +1102,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.fused_gather && stage.rows > 0) {
     const int32_t staged = min(scratch[kScratchStagedRows], stage.rows);  // final since B4
     if (staged > 0) {
-      wait_async_copies<0>();
-      __syncthreads();  // B8
+      if (c.bulk_stage) {
+        // Every bulk copy was announced before B4; warp 0 always waits, so
+        // the block outlives the copies into its shared memory.
+        if (tid == 0) stage_barrier_arrive(stage_barrier);
+        if (warp >= staged) return;
+        stage_barrier_wait(stage_barrier);
+      } else {
+        wait_async_copies<0>();
+        __syncthreads();  // B8
+      }
       const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
       for (int32_t index = warp; index < staged; index += kWarps) {
         const int32_t r = stage_members[index];
@@ -1054,6 +1156,20 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
 // reach the link; the rest of a large swap list goes through phase E.
 constexpr int32_t kMissStageRows = 8;
 
+int compute_capability_major(int device) {
+  static std::atomic<int> cached_major[kCachedDevices];
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    const int known = cached_major[device].load(std::memory_order_relaxed);
+    if (known > 0) return known;
+  }
+  int major = 0;
+  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+             "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+  if (cached) cached_major[device].store(major, std::memory_order_relaxed);
+  return major;
+}
+
 uint64_t shared_memory_limit(int device) {
   int limit = 0;
   cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
@@ -1074,9 +1190,10 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t limit = shared_memory_limit(device);
+  const int32_t max_slack_halves = kResolverMaxSlackHalves;
   const ResolverLaunchLayout chosen =
       resolver_launch_layout(params.hot_size, params.max_union_rows, params.fused_gather ? params.gather.row_bytes : 0,
-                             params.fused_gather ? kMissStageRows : 0, limit);
+                             params.fused_gather ? kMissStageRows : 0, limit, max_slack_halves);
   const ResolverSharedLayout& layout = chosen.layout;
   ResolverConstants constants;
   constants.miss_stage = chosen.stage;
@@ -1094,8 +1211,24 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
-  resolve_residency_kernel<<<blocks, kThreads, shared_bytes, stream>>>(params, constants, layout);
-  cuda_check(cudaGetLastError(), "resolve_residency kernel launch");
+  const bool hopper = compute_capability_major(device) >= 9;
+  constants.bulk_stage = hopper;
+
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  // Programmatic serialization lets this launch and the kernel ahead of it
+  // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
+  // shared-memory fill); Hopper and later.
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = hopper ? 1 : 0;
+  cuda_check(cudaLaunchKernelEx(&config, resolve_residency_kernel, params, constants, layout),
+             "resolve_residency kernel launch");
 }
 
 }  // namespace cuda

@@ -35,7 +35,10 @@ constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;                  
 constexpr int32_t kScratchUnionScan = kScratchRequestReduce + 4 * kResolverWarps;  // kResolverWarps
 constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;       // kResolverWarps
 constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
-constexpr int32_t kResolverScratchWords = kScratchMemberScan + kResolverWarps;
+// fused gather: the mbarrier (8 bytes, 8-aligned) that counts the staged rows' bulk copies in
+constexpr int32_t kScratchStageBarrier = kScratchMemberScan + kResolverWarps;
+static_assert(kScratchStageBarrier % 2 == 0, "the stage barrier is a 64-bit word");
+constexpr int32_t kResolverScratchWords = kScratchStageBarrier + 2;
 
 // Layout in three groups: words that start as all-ones (empty hash keys,
 // unranked hash values, members without a slot), words that start as zero
@@ -164,10 +167,11 @@ constexpr int32_t kResolverMaxHashCapacity = 0xFFFE;
 
 HS_HOST_DEVICE inline ResolverLaunchLayout resolver_launch_layout(int32_t hot_size, int32_t max_union_rows,
                                                                   int64_t row_bytes, int32_t wanted_stage_rows,
-                                                                  uint64_t limit_bytes) {
+                                                                  uint64_t limit_bytes,
+                                                                  int32_t max_slack_halves = kResolverMaxSlackHalves) {
   ResolverLaunchLayout chosen;
   chosen.layout = resolver_shared_layout(hot_size, max_union_rows);
-  for (int32_t slack = kResolverMaxSlackHalves; slack > kResolverMinSlackHalves; --slack) {
+  for (int32_t slack = max_slack_halves; slack > kResolverMinSlackHalves; --slack) {
     const ResolverSharedLayout roomier = resolver_shared_layout(hot_size, max_union_rows, slack);
     if (roomier.hash_capacity >= kResolverMaxHashCapacity || roomier.total_bytes > limit_bytes) continue;
     if (wanted_stage_rows > 0 &&
