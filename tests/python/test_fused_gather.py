@@ -262,63 +262,75 @@ def test_fused_gather_copies_the_swap_list_by_hand(device):
     assert_same({"hot_bytes": got["hot_bytes"]}, {"hot_bytes": expected}, "hand model")
 
 
-def run_steady_steps(device, new_per_step):
-    """Fused resolves of three plain requests (K = 64, H = 128, 656-byte
-    rows), enqueued back to back with no host sync in between: step 0 fills
-    the hot buffers, then step i replaces new_per_step[i - 1][b] positions
-    of request b. Returns the outputs of every step and the final hot cache."""
-    K, H, block, row_bytes = 64, 128, 16, 656
+def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
+    """Fused resolves of len(new_per_step[0]) requests with q token rows
+    each (656-byte rows), enqueued back to back with no host sync in between:
+    step 0 fills the hot buffers, then step i replaces new_per_step[i - 1][b]
+    positions of request b's first row (its other rows repeat the previous
+    step's positions). Returns the outputs of every step, the final hot cache
+    and the host rows."""
+    block, row_bytes, span = 16, 656, 4096
     B = len(new_per_step[0])
-    host_rows = 4096
+    host_rows = B * span
     gen = torch.Generator().manual_seed(23)
     host = host_copy(torch.randint(-128, 127, (host_rows, row_bytes), generator=gen, dtype=torch.int8), device)
     hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
     dgi = torch.full((B, H), -1, dtype=torch.int32, device=device)
     lru = torch.arange(H, dtype=torch.int16).repeat(B, 1).to(device)
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
-    # Request b reads host rows b * 1024 + position: no shared rows between requests.
-    topk = [torch.arange(K, dtype=torch.int32).repeat(B, 1) + torch.arange(B, dtype=torch.int32)[:, None] * 1024]
+    # Request b reads host rows b * span + position: no shared rows between requests.
+    first = torch.arange(K, dtype=torch.int32).repeat(B, 1) + torch.arange(B, dtype=torch.int32)[:, None] * span
+    steps = [first]
     for step, new in enumerate(new_per_step):
-        rows = topk[-1].clone()
+        rows = steps[-1].clone()
         for b, count in enumerate(new):
-            rows[b, :count] = b * 1024 + K + 100 * (step + 1) + torch.arange(count, dtype=torch.int32)
-        topk.append(rows)
-    ids = torch.arange(B, dtype=torch.int32, device=device)
+            rows[b, :count] = b * span + K + 100 * (step + 1) + torch.arange(count, dtype=torch.int32)
+        steps.append(rows)
+    req_id = torch.arange(B, dtype=torch.int32).repeat_interleave(q).to(device)
+    state_rows = torch.arange(B, dtype=torch.int32, device=device)
     results = []
-    for rows in topk:
-        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
-        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    for index, rows in enumerate(steps):
+        # Row 0 of a request is this step's; the others the previous step's.
+        previous = steps[max(index - 1, 0)]
+        topk = torch.stack([rows] + [previous] * (q - 1), dim=1).reshape(B * q, K)
+        out = {n: torch.full((B * q, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((B * q,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
         ops.resolve_residency(
-            rows.to(device), ids, ids, dgi, lru, hot_table, hot_block_size=block, attention_block_stride=block,
-            host_rows=host_rows, max_union_rows=K, gather_host_rows=host, gather_hot_cache=hot,
-            **{f"out_{n}": t for n, t in out.items()})
+            topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
+            attention_block_stride=block, host_rows=host_rows, max_union_rows=H, gather_host_rows=host,
+            gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
         results.append(out)
     return [{n: t.cpu().numpy() for n, t in out.items()} for out in results], hot.cpu(), host.cpu()
 
 
-# Per step, per request: misses that fit the resolver's early stage (<= 8 rows
+# Per step, per request: misses that fit the resolver's miss stage (<= 8 rows
 # on CUDA, read from host memory while the rest of the request resolves),
 # exactly its size, one more, none, and a mix of both paths in one launch.
 STEADY_NEW_POSITIONS = [[3, 8, 9], [0, 1, 8], [2, 0, 40], [1, 1, 1]]
 
 
 @pytest.mark.sanitize
-def test_fused_gather_few_misses_back_to_back(device):
+@pytest.mark.parametrize("K,H,q", [(64, 128, 1), (1500, 2048, 2)], ids=["one-chunk", "two-chunks"])
+def test_fused_gather_few_misses_back_to_back(device, K, H, q):
     """Steady-state decode steps with a handful of misses per request, the
-    case the fused gather stages early: after every step each valid entry's
-    hot row holds the entry's host row, and on CUDA every output and every
-    hot byte equal the CPU backend's."""
-    got, hot, host = run_steady_steps(device, STEADY_NEW_POSITIONS)
+    case the CUDA fused gather stages early (its host reads start while the
+    request is still being resolved), for a union built in one chunk of
+    entries and in two: after every step each valid entry's hot row holds
+    the entry's host row, and on CUDA every output and every hot byte equal
+    the CPU backend's."""
+    got, hot, host = run_steady_steps(device, STEADY_NEW_POSITIONS, K, H, q)
     for step, out in enumerate(got):
-        expected_swaps = [64] * 3 if step == 0 else STEADY_NEW_POSITIONS[step - 1]
-        assert out["swap_counts"].tolist() == expected_swaps, f"step {step}"
+        misses = [K] * 3 if step == 0 else STEADY_NEW_POSITIONS[step - 1]
+        # Misses go to the request's first token row while they fit in K.
+        assert out["swap_counts"].reshape(3, q)[:, 0].tolist() == misses, f"step {step}"
+        assert not out["swap_counts"].reshape(3, q)[:, 1:].any(), f"step {step}"
     last = got[-1]
     valid = last["hot_rows"] >= 0
     assert valid.all()
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"][valid]).long()],
                        host[torch.from_numpy(last["resolved"][valid]).long()])
     if device.type == "cuda":
-        want, want_hot, _ = run_steady_steps(CPU, STEADY_NEW_POSITIONS)
+        want, want_hot, _ = run_steady_steps(CPU, STEADY_NEW_POSITIONS, K, H, q)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(hot, want_hot)
