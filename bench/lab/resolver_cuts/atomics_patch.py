@@ -8,7 +8,7 @@ def rep(a, b):
     global s
     assert s.count(a) == 1, a
     s = s.replace(a, b)
-rep("  ResolverMissStage miss_stage;\n};", "  ResolverMissStage miss_stage;\n  int32_t ab;\n};")
+rep("  ResolverMissStage miss_stage;\n", "  ResolverMissStage miss_stage;\n  int32_t ab;\n")
 rep("      hash_insert(hash_keys, capacity, key, h);\n",
     "      if (c.ab & 8) { for (int x = 0; x < kPerThread; ++x) { h[x] = key[x] >= 0 ? hash_home(key[x], capacity) : 0; if (key[x] >= 0) hash_keys[h[x]] = key[x]; } } else hash_insert(hash_keys, capacity, key, h);\n")
 rep("      if (j >= 0 && j < H) atomicAdd(counts + (j >> 1), 1u << ((j & 1) * 16));",

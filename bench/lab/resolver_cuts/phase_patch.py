@@ -3,7 +3,8 @@ launch by HS_RESOLVER_STOP (0 = full kernel), to time each phase's share."""
 import re, sys
 path = sys.argv[1]
 s = open(path).read()
-s = s.replace("  ResolverMissStage miss_stage;\n};", "  ResolverMissStage miss_stage;\n  int32_t stop_after;\n};", 1)
+assert s.count("  ResolverMissStage miss_stage;\n") == 1
+s = s.replace("  ResolverMissStage miss_stage;\n", "  ResolverMissStage miss_stage;\n  int32_t stop_after;\n", 1)
 points = [
     ("  __syncthreads();  // B1\n", 1),
     ("  __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final\n", 2),
