@@ -28,6 +28,7 @@
 #include "cuda_kernels.hpp"
 #include "error.hpp"
 #include "resolver_shared_memory.hpp"
+#include "hopper_sync.cuh"
 #include "row_copy.cuh"
 
 namespace hisparse {
@@ -396,66 +397,6 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
-// Hopper's bulk copies and mbarriers, for the fused gather's miss stage:
-// one instruction moves a whole host row into shared memory (16-byte
-// cp.async needs one per chunk), and any thread can wait for all of them
-// without a block barrier. Only reached when ResolverConstants::bulk_stage
-// is set, which the launcher does on sm_90 and later.
-__device__ __forceinline__ void stage_barrier_init(uint32_t barrier) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier) : "memory");
-  // Makes the initialised barrier visible to the bulk-copy (async) proxy.
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-// Announces `bytes` more to arrive on the barrier, then starts copying them.
-__device__ __forceinline__ void stage_bulk_copy(uint32_t barrier, uint32_t dst, const void* src, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(barrier)
-               : "memory");
-#endif
-}
-
-// The barrier's one expected arrival: after every stage_bulk_copy of the launch.
-__device__ __forceinline__ void stage_barrier_arrive(uint32_t barrier) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(barrier) : "memory");
-#endif
-}
-
-// Waits until the arrival and every announced byte are in (phase 0 done).
-__device__ __forceinline__ void stage_barrier_wait(uint32_t barrier) {
-#if __CUDA_ARCH__ >= 900
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], 0;\n"
-        " selp.u32 %0, 1, 0, complete;\n}\n"
-        : "=r"(done)
-        : "r"(barrier)
-        : "memory");
-  }
-#endif
-}
-
-// Programmatic dependent launch (sm_90): the next kernel of the stream, when
-// launched with programmatic serialization, may start its blocks now; and
-// this kernel waits here until the kernel before it has finished and its
-// writes are visible. Both are no-ops without such a launch.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // Pulls the 128-byte lines of n int32 into this SM's L1, so that the
 // scattered __ldg reads of a table row later hit L1 instead of waiting on
 // L2 or DRAM in the middle of a phase.
@@ -538,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (b < B) {
     fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
     fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
-    if (tid == 0 && p.fused_gather && stage.rows > 0 && c.bulk_stage) stage_barrier_init(stage_barrier);
+    if (tid == 0 && p.fused_gather && stage.rows > 0 && c.bulk_stage) mbarrier_init_one_arrival(stage_barrier);
   }
   wait_for_prior_grid();
   // Every load that depends only on b is issued first, so the scalar reads,
@@ -817,7 +758,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t dst = stage_base + static_cast<uint32_t>(index) * row_bytes;
       if (c.bulk_stage) {
         // One bulk copy per row, from the lane that owns it.
-        if (staged_here) stage_bulk_copy(stage_barrier, dst, src, row_bytes);
+        if (staged_here) bulk_copy_to_shared(stage_barrier, dst, src, row_bytes);
         continue;
       }
       // Sixteen bytes per lane: the warp moves the rows one after another.
@@ -1105,9 +1046,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (c.bulk_stage) {
         // Every bulk copy was announced before B4; warp 0 always waits, so
         // the block outlives the copies into its shared memory.
-        if (tid == 0) stage_barrier_arrive(stage_barrier);
+        if (tid == 0) mbarrier_arrive(stage_barrier);
         if (warp >= staged) return;
-        stage_barrier_wait(stage_barrier);
+        mbarrier_wait_first_phase(stage_barrier);
       } else {
         wait_async_copies<0>();
         __syncthreads();  // B8
