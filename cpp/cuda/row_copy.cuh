@@ -10,11 +10,14 @@
 // rows it spans are adjacent in memory.
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda_check.hpp"
+#include "error.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -63,6 +66,26 @@ __host__ __device__ inline int rows_per_warp_group(int chunks, int unroll) {
   return rows < 1 ? 1 : (rows > kWarpSize ? kWarpSize : rows);
 }
 
+// Grid-stride copy of `count` rows of row_bytes in groups of rows_per_group: each warp
+// takes a group at a time, and lane e < n asks `row_of(j, src, dst)` for
+// row j = first + e of its group (leave src or dst null to skip the row; a
+// null src with a dst zero-fills it). Launch shape: row_copy_grid().
+template <int kThreads, int kUnroll, typename RowOf>
+__device__ __forceinline__ void copy_row_groups(int64_t count, int rows_per_group, int64_t row_bytes, RowOf row_of) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int chunks = static_cast<int>(row_bytes / kChunkBytes);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarpSize);
+  for (int64_t first = (blockIdx.x * static_cast<int64_t>(kThreads / kWarpSize) + threadIdx.x / kWarpSize) *
+                       rows_per_group;
+       first < count; first += warps * rows_per_group) {
+    const int n = static_cast<int>(std::min<int64_t>(rows_per_group, count - first));
+    const uint8_t* src = nullptr;
+    uint8_t* dst = nullptr;
+    if (lane < n) row_of(first + lane, src, dst);
+    warp_copy_rows<kUnroll>(n, src, dst, chunks, lane);
+  }
+}
+
 inline int multiprocessor_count() {
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -70,6 +93,30 @@ inline int multiprocessor_count() {
   cuda_check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
              "cudaDeviceGetAttribute(multiProcessorCount)");
   return count;
+}
+
+// Launch shape of copy_row_groups over `count` rows of row_bytes: enough
+// blocks of kThreads for every group, but no more than fit on the GPU at
+// once (the grid strides). `what` names the kernel in the error for rows
+// too long for its int32 chunk indices.
+struct RowCopyGrid {
+  int rows_per_group = 1;
+  unsigned blocks = 0;
+};
+
+template <int kThreads, int kUnroll>
+RowCopyGrid row_copy_grid(const char* what, int64_t count, int64_t row_bytes) {
+  const int64_t chunks = row_bytes / kChunkBytes;
+  if (chunks * kWarpSize > INT32_MAX) {
+    invalid_argument(what, ": rows of ", row_bytes, " bytes exceed the CUDA kernel's chunk index range");
+  }
+  RowCopyGrid grid;
+  grid.rows_per_group = rows_per_warp_group(static_cast<int>(chunks), kUnroll);
+  const int64_t groups = (count + grid.rows_per_group - 1) / grid.rows_per_group;
+  const int64_t needed = (groups + kThreads / kWarpSize - 1) / (kThreads / kWarpSize);
+  const int64_t resident = static_cast<int64_t>(multiprocessor_count()) * (2048 / kThreads);
+  grid.blocks = static_cast<unsigned>(needed < resident ? needed : resident);
+  return grid;
 }
 
 }  // namespace cuda
