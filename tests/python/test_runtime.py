@@ -10,7 +10,7 @@ import hisparse
 from hisparse import ops
 from hisparse.runtime import paged_cache_view
 from conftest import requires_cuda, sanitize_subset
-from runtime_setup import GroupSetup, host_memory, random_bytes
+from runtime_setup import GroupSetup, capture_graphed_step, host_memory, random_bytes
 
 torch = pytest.importorskip("torch")
 
@@ -557,21 +557,7 @@ def test_decode_step_of_a_group_captured_in_a_cuda_graph():
         return setup.swap_all(inputs["topk"], inputs["req_ids"], prefetch=True, block_table=inputs["block_table"],
                               num_valid_rows=num_valid)
 
-    # Warm up on a side stream (as torch.cuda.graph expects), then put the
-    # graphed group back into its initial state, like the eager one.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(graphed, static)
-        graphed.leader.reset_hot_state()
-        graphed.slab.zero_()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graphed_attention = step(graphed, static)
-    torch.cuda.synchronize()
+    graph, graphed_attention = capture_graphed_step(step, graphed, static)
 
     for index in range(5):
         new = make_step(eager, state_rows=state_rows, max_position=max_position, seed=100 + index)
@@ -605,19 +591,7 @@ def test_fused_gather_in_a_cuda_graph_equals_an_eager_separate_gather(prefetch):
         return setup.swap_all(inputs["topk"], inputs["req_ids"], prefetch=prefetch, fused_gather=fused_gather,
                               block_table=inputs["block_table"], num_valid_rows=num_valid)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(graphed, static, True)
-        graphed.leader.reset_hot_state()
-        graphed.slab.zero_()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graphed_attention = step(graphed, static, True)
-    torch.cuda.synchronize()
+    graph, graphed_attention = capture_graphed_step(lambda setup, inputs: step(setup, inputs, True), graphed, static)
 
     for index in range(6):
         # Half the replays repeat the previous top-k: few or no misses.

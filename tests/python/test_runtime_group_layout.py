@@ -12,7 +12,7 @@ import pytest
 
 import hisparse
 from conftest import requires_cuda
-from runtime_setup import GroupSetup, host_memory
+from runtime_setup import GroupSetup, capture_graphed_step, host_memory
 
 torch = pytest.importorskip("torch")
 
@@ -272,21 +272,7 @@ def test_token_major_staging_in_a_cuda_graph_replays_like_eager(fused_gather, gr
                                   group_gather=group_gather and setup is not layer_major,
                                   block_table=inputs["block_table"], num_valid_rows=num_valid)
 
-        # Warm up on a side stream (as torch.cuda.graph expects), then put the
-        # graphed group back into its initial state, like the eager ones.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step(graphed, static)
-            graphed.leader.reset_hot_state()
-            graphed.slab.zero_()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            graphed_attention = step(graphed, static)
-        torch.cuda.synchronize()
+        graph, graphed_attention = capture_graphed_step(step, graphed, static)
 
         for index in range(6):
             # Half the replays repeat the previous top-k: few or no misses.

@@ -112,12 +112,7 @@ def _bandwidth(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
     ax.set_xlabel("rows per step (one layer)")
     ax.set_ylabel("GB/s of row bytes")
     # Below the axes, where it cannot cover a point or its ratio label.
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, frameon=False)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save_with_legend_below(plt, fig, ax, title, path, -0.14)
 
 
 def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Path:
@@ -167,7 +162,13 @@ def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
     ax.set_xticklabels(labels, fontsize=8 if len(bars) > 4 else 10)
     ax.set_ylabel("microseconds per layer per step")
     # Below the axes: the tall baseline bars leave no free corner inside them.
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+    return _save_with_legend_below(plt, fig, ax, title, path, -0.16)
+
+
+def _save_with_legend_below(plt: Any, fig: Any, ax: Any, title: str, path: Path, offset: float) -> Path:
+    """Legend in three columns `offset` (axes fraction) below the axes, the
+    title, then the PNG written with the legend included in its bounds."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, offset), ncol=3, frameon=False)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
