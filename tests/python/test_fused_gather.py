@@ -336,6 +336,75 @@ def test_fused_gather_few_misses_back_to_back(device, K, H, q):
         assert torch.equal(hot, want_hot)
 
 
+def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656):
+    """Fused resolves of len(misses_per_step[0]) requests whose hot buffers
+    start full (H distinct host rows each, in a shuffled LRU order), enqueued
+    one after another: at step i request b selects K positions of which
+    misses_per_step[i][b] its buffer does not hold. Returns every step's
+    outputs, the final state and hot cache, and the host rows."""
+    block, span = 16, 2 * H
+    B = len(misses_per_step[0])
+    gen = torch.Generator().manual_seed(31)
+    host = host_copy(torch.randint(-128, 127, (B * span, row_bytes), generator=gen, dtype=torch.int8), device)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
+    held = torch.stack([torch.randperm(span, generator=gen)[:H] for _ in range(B)]).to(torch.int32)
+    held += torch.arange(B, dtype=torch.int32)[:, None] * span
+    dgi = held.clone().to(device)
+    hot[:] = host[held.flatten().long()].to(device)  # slot j of request b is hot row b * H + j
+    lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    req_id = torch.arange(B, dtype=torch.int32, device=device)
+    state_rows = torch.arange(B, dtype=torch.int32, device=device)
+    results = []
+    for step, misses in enumerate(misses_per_step):
+        topk = torch.empty((B, K), dtype=torch.int32)
+        for b, m in enumerate(misses):
+            mine = set(held[b].tolist())
+            fresh = [g for g in (b * span + torch.randperm(span, generator=gen)).tolist() if g not in mine][:m]
+            hits = held[b][torch.randperm(H, generator=gen)[: K - m]].tolist()
+            topk[b] = torch.tensor(hits + fresh, dtype=torch.int32)[torch.randperm(K, generator=gen)]
+        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        ops.resolve_residency(
+            topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
+            attention_block_stride=block, host_rows=B * span, max_union_rows=max_union_rows,
+            gather_host_rows=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+        results.append({n: t.cpu().numpy() for n, t in out.items()})
+        held = dgi.cpu()  # what the buffers hold now, for the next step's hits and misses
+    return results, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+
+
+# Per step, per request: misses among K = 64 selected positions of a full
+# buffer of 2048 rows.
+FULL_BUFFER_MISSES = [[2, 8, 9, 0], [1, 3, 64, 2], [8, 0, 5, 1]]
+
+
+@pytest.mark.sanitize
+def test_fused_gather_full_buffers(device):
+    """Requests whose hot buffers are full, each step a few misses: on CUDA
+    the fused gather stages these before C1 when a filter of the buffer's
+    rows shows they are held by no slot. With 2048 held rows and
+    max_union_rows = 64 the filter has 2048 bits, so most of its bits are
+    taken and many misses look held: those are staged after C1 instead (or
+    copied in phase E), in the same launch. Every miss is counted, every
+    valid entry's hot row holds its host row afterwards, and on CUDA all
+    outputs, the state and every hot byte equal the CPU backend's."""
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES)
+    for step, out in enumerate(got):
+        assert out["swap_counts"].tolist() == FULL_BUFFER_MISSES[step], f"step {step}"
+        valid = out["hot_rows"] >= 0
+        assert valid.all(), f"step {step}"
+    last = got[-1]
+    assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).long().flatten()],
+                       host[torch.from_numpy(last["resolved"]).long().flatten()])
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, FULL_BUFFER_MISSES)
+        for step, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"step {step}: cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
 # ----------------------------------------------------------------- bad inputs
 
 
