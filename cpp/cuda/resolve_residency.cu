@@ -14,7 +14,6 @@
 //   D  per member: miss index (scan), assignment, dgi and swap list, row
 //      and attention index of its slot; new LRU order into shared memory     | B5 (in the scan), B6
 //   E  fused gather: each warp copies its assigned misses that were not staged
-//      (a block whose misses were all staged skips it)
 //   F  copy the new LRU out; per-entry outputs, valid counts, counters       | one per 32 token rows
 //   G  fused gather: the staged rows go to their hot rows                    | B8
 // Every shared array is written in one phase and read in a later one; the
@@ -409,48 +408,6 @@ __device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n
   }
 }
 
-// Row offset of physical hot row `row` in the fused gather's hot cache, as
-// hot_row_offset() computes it, without a 64-bit division: the gather's
-// hot_block_size is the resolver's (the host glue sets it so).
-__device__ __forceinline__ int64_t fused_hot_row_offset(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                        int32_t row) {
-  const int32_t block = c.hot_block_size.quotient(row);
-  return static_cast<int64_t>(block) * p.gather.hot_block_stride + c.hot_block_size.remainder(row, block);
-}
-
-// Fused gather's miss stage: starts reading host row g of each lane with
-// `staged` set into row `index` of the stage, as one bulk copy per row
-// counted in by the stage barrier (sm_90) or as the warp's 16-byte async
-// copies, row after row (the caller commits them). Every lane calls this.
-__device__ __forceinline__ void start_stage_copies(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                   unsigned char* smem, uint32_t barrier, bool staged,
-                                                   int32_t index, int32_t g, int lane) {
-  const uint32_t row_bytes = static_cast<uint32_t>(p.gather.row_bytes);
-  const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + c.miss_stage.stage));
-  const uint8_t* const src = staged ? p.gather.host + static_cast<int64_t>(g) * p.gather.host_pitch : nullptr;
-  const uint32_t dst = stage_base + static_cast<uint32_t>(index) * row_bytes;
-  if (c.bulk_stage) {
-    if (staged) bulk_copy_to_shared(barrier, dst, src, row_bytes);
-    return;
-  }
-  const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
-  for (unsigned left = __ballot_sync(kFullMask, staged); left != 0; left &= left - 1u) {
-    const int from = __ffs(left) - 1;
-    const uint8_t* const row_src =
-        reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
-    const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
-    for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-#if __CUDA_ARCH__ >= 800
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(row_dst + kChunkBytes * chunk),
-                   "l"(row_src + kChunkBytes * chunk));
-#else
-      reinterpret_cast<uint4*>(smem + c.miss_stage.stage)[(row_dst - stage_base) / kChunkBytes + chunk] =
-          load_chunk(row_src + kChunkBytes * chunk);
-#endif
-    }
-  }
-}
-
 __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
   uint4* vectors = reinterpret_cast<uint4*>(begin);
   const int32_t count = static_cast<int32_t>((end - begin) / 16);
@@ -458,14 +415,15 @@ __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* 
 }
 
 // Fused gather: the warp copies the rows of the lanes with `has_row` set
-// (host slot `g`, hot row at `offset` rows into the hot cache), exactly as
-// gather_compact would copy those swap entries: a destination outside the
-// hot cache is skipped, a source past the host rows zero-fills.
+// (host slot `g`, physical hot row `row`), exactly as gather_compact would
+// copy those swap entries: a destination outside the hot cache is skipped, a
+// source past the host rows zero-fills.
 __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row,
-                                                        int32_t g, int64_t offset, int lane) {
+                                                        int32_t g, int32_t row, int lane) {
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
   if (has_row) {
+    const int64_t offset = hot_row_offset(row, g_params.hot_block_size, g_params.hot_block_stride);
     if (offset < g_params.hot_span_rows) {
       dst = g_params.hot + offset * g_params.row_bytes;
       if (g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
@@ -777,6 +735,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // either way only the choice, never the bytes, depends on it.)
   int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
   if (p.fused_gather && stage.rows > 0 && members - scratch[kScratchHeldMembers] <= stage.rows) {
+    const uint32_t row_bytes = static_cast<uint32_t>(p.gather.row_bytes);
+    const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
+    const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
       int32_t g = -1;
@@ -793,7 +754,32 @@ __global__ void __launch_bounds__(kThreads, 1)
         stage_members[index] = r;
         member_held[r] = 2;
       }
-      start_stage_copies(p, c, smem, stage_barrier, staged_here, index, g, lane);
+      const uint8_t* const src = g >= 0 ? p.gather.host + static_cast<int64_t>(g) * p.gather.host_pitch : nullptr;
+      const uint32_t dst = stage_base + static_cast<uint32_t>(index) * row_bytes;
+      if (c.bulk_stage) {
+        // One bulk copy per row, from the lane that owns it.
+        if (staged_here) bulk_copy_to_shared(stage_barrier, dst, src, row_bytes);
+        continue;
+      }
+      // Sixteen bytes per lane: the warp moves the rows one after another.
+      // Indices grow with the lane, so the first one past the stage ends it.
+      for (unsigned left = wanted; left != 0; left &= left - 1u) {
+        const int from = __ffs(left) - 1;
+        const int32_t row_index = __shfl_sync(kFullMask, index, from);
+        if (row_index >= stage.rows) break;
+        const uint8_t* const row_src =
+            reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+        const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
+        for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+#if __CUDA_ARCH__ >= 800
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(row_dst + kChunkBytes * chunk),
+                       "l"(row_src + kChunkBytes * chunk));
+#else
+          reinterpret_cast<uint4*>(smem + stage.stage)[(row_dst - stage_base) / kChunkBytes + chunk] =
+              load_chunk(row_src + kChunkBytes * chunk);
+#endif
+        }
+      }
     }
     if (!c.bulk_stage) commit_async_copies();
   }
@@ -855,7 +841,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // B5 (inside the scan): E is complete.
   const int32_t taken = min(miss_total, evictable_total);  // n
   int32_t assigned_total = 0;
-  int unstaged_here = 0;  // fused gather: an assigned miss of this thread whose row was not staged
   if (taken > 0) {
     const int32_t word = evictable[taken - 1];
     assigned_total = (word >> 16) + ((word & kSlotMask) != kNoSlot);
@@ -886,7 +871,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     member_slots[r] = row;
     member_keys[r] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset);
     if (order >= 0) {
-      unstaged_here |= p.fused_gather && member_held[r] != 2;
       dgi_row[j] = key;
       const int32_t swap_row = c.top_k.quotient(order);
       const int64_t t = t0 + swap_row;
@@ -914,9 +898,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       next_lru[destination] = lru_copy[i];
     }
   }
-  // B6: member slots final, new LRU complete; does an assigned miss of the
-  // block still need its host row read (phase E)?
-  const bool copies_in_phase_e = __syncthreads_or(unstaged_here) != 0;
+  __syncthreads();  // B6: member slots final, new LRU complete
 
   // A block left with no host reads of its own (phase E) lets the next
   // programmatic launch start now, so its launch and shared-memory fill
@@ -925,27 +907,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   // steps at 5% and 20% misses 13-30% slower on an H200: bench/NOTES.md.)
   // The next kernel still sees all of this one's writes: it waits for the
   // whole grid in its wait_for_prior_grid().
-  if (!copies_in_phase_e) allow_dependent_launch();
+  if (!(p.fused_gather && assigned_total > (stage.rows > 0 ? min(scratch[kScratchStagedRows], stage.rows) : 0))) {
+    allow_dependent_launch();
+  }
 
   // ---- Phase E (fused gather only): each warp copies the rows of its own
   // assigned misses that were not staged (member_first still holds their
   // first entry), so the host reads overlap phase F of the other warps.
-  if (copies_in_phase_e) {
+  if (p.fused_gather && assigned_total > 0) {
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
       const bool assigned = r < member_end && member_first[r] >= 0 && member_held[r] != 2;
-      int32_t g = -1;
-      int64_t offset = -1;
+      int32_t g = -1, row = -1;
       if (assigned) {
         const int32_t e = member_first[r];
-        offset = fused_hot_row_offset(p, c, member_slots[r]);
+        row = member_slots[r];
         if (e < classified && e < coded) {
           g = hash_keys[entry_codes[e]];
         } else {
           g = classify(p, c, source, resident, entry_position(e)).host_slot;
         }
       }
-      warp_copy_assigned_rows(p.gather, assigned, g, offset, lane);
+      warp_copy_assigned_rows(p.gather, assigned, g, row, lane);
     }
   }
 
@@ -1074,7 +1057,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int32_t index = warp; index < staged; index += kWarps) {
         const int32_t r = stage_members[index];
         if (member_first[r] < 0) continue;  // no slot was left for it
-        const int64_t offset = fused_hot_row_offset(p, c, member_slots[r]);
+        const int64_t offset =
+            hot_row_offset(member_slots[r], p.gather.hot_block_size, p.gather.hot_block_stride);
         if (offset >= p.gather.hot_span_rows) continue;
         uint8_t* const dst = p.gather.hot + offset * p.gather.row_bytes;
         const uint8_t* const src = smem + stage.stage + static_cast<int64_t>(index) * p.gather.row_bytes;
