@@ -375,20 +375,20 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
 
 
 # Per step, per request: misses among K = 64 selected positions of a full
-# buffer of 2048 rows.
+# buffer of 2048 rows (at most 8 fit the CUDA resolver's stage).
 FULL_BUFFER_MISSES = [[2, 8, 9, 0], [1, 3, 64, 2], [8, 0, 5, 1]]
 
 
 @pytest.mark.sanitize
 def test_fused_gather_full_buffers(device):
-    """Requests whose hot buffers are full, each step a few misses: on CUDA
-    the fused gather stages these before C1 when a filter of the buffer's
-    rows shows they are held by no slot. With 2048 held rows and
-    max_union_rows = 64 the filter has 2048 bits, so most of its bits are
-    taken and many misses look held: those are staged after C1 instead (or
-    copied in phase E), in the same launch. Every miss is counted, every
-    valid entry's hot row holds its host row afterwards, and on CUDA all
-    outputs, the state and every hot byte equal the CPU backend's."""
+    """Requests whose hot buffers are full (2048 rows in a shuffled LRU
+    order) and select 64 positions a step, 0 to 64 of them new: each miss
+    evicts one of the oldest rows among 2048, and in one CUDA launch some
+    requests' misses fit the resolver's stage (read from host memory while
+    the request is still resolved) and others' are copied after phase D.
+    Every miss is counted, every valid entry's hot row holds its host row
+    afterwards, and on CUDA all outputs, the state and every hot byte equal
+    the CPU backend's."""
     got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES)
     for step, out in enumerate(got):
         assert out["swap_counts"].tolist() == FULL_BUFFER_MISSES[step], f"step {step}"
