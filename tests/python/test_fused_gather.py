@@ -392,8 +392,7 @@ def test_fused_gather_full_buffers(device):
     got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES)
     for step, out in enumerate(got):
         assert out["swap_counts"].tolist() == FULL_BUFFER_MISSES[step], f"step {step}"
-        valid = out["hot_rows"] >= 0
-        assert valid.all(), f"step {step}"
+        assert (out["hot_rows"] >= 0).all(), f"step {step}"
     last = got[-1]
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).long().flatten()],
                        host[torch.from_numpy(last["resolved"]).long().flatten()])

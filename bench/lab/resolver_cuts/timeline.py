@@ -3,8 +3,8 @@ time inside the resolver, per block, from a build patched with
 timeline_patch.py (the stamps and their layout are described there).
 
 Per (batch, miss rate, fused or not): the steps are captured in one CUDA
-graph like bench_resolver (24 steps), replayed with the stamps off and on
-(graph_us: replay time / steps), and the stamps of the last replay are
+graph and replayed by bench_resolver's timer (24 steps), with the stamps
+off and on (graph_us: replay time / steps), and the stamps of the last replay are
 summarised per step n >= 1 and then as the median over steps:
 cycles_from_waited (clock64 from each block's own wait, median over
 blocks), us (globaltimer, median and max over blocks, relative to the
@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import bench_resolver  # noqa: E402
 import hisparse  # noqa: E402
+from hisparse.bench import measure  # noqa: E402
 
 POINTS = ["entry", "waited", "B1", "union", "B3", "staged", "B6", "F_end", "landed", "exit"]
 SLOTS, MAX_LAUNCHES, MAX_BLOCKS = 16, 256, 512
@@ -80,6 +81,7 @@ def main(argv=None):
     host_cache.fill_(0x5A)
     hot_cache = torch.empty((max(batches) * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
     timeline = torch.zeros(16 + MAX_LAUNCHES * MAX_BLOCKS * SLOTS * 2, dtype=torch.int64, device=device)
+    timer = measure.Timer(device)
     results = []
     for batch in batches:
         for miss_rate in (float(m) for m in options.miss_rates.split(",")):
@@ -91,40 +93,23 @@ def main(argv=None):
                 torch.cuda.synchronize()
                 snapshot = (s.dgi.clone(), s.lru.clone())
 
-                def restore():
+                def reset():
                     s.dgi.copy_(snapshot[0])
                     s.lru.copy_(snapshot[1])
+                    timeline.zero_()  # the block counter too: launches count from 0 in each replay
+
+                def steps():
+                    for step in range(2, 2 + args.steps):
+                        s.resolve(step, fused=fused)
 
                 row = {"batch": batch, "miss_rate": miss_rate, "fused": fused}
                 for stamped in (False, True):
                     if stamped:
                         # Read by the launcher at capture time: the graph keeps the address.
                         os.environ["HS_RESOLVER_TIMELINE"] = str(timeline.data_ptr())
-                    side = torch.cuda.Stream()
-                    side.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(side):
-                        for step in range(2, 2 + args.steps):
-                            s.resolve(step, fused=fused)
-                    torch.cuda.current_stream().wait_stream(side)
-                    restore()
-                    torch.cuda.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        for step in range(2, 2 + args.steps):
-                            s.resolve(step, fused=fused)
-                    times = []
-                    for _ in range(options.replays):
-                        restore()
-                        timeline.zero_()
-                        torch.cuda.synchronize()
-                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        start.record()
-                        graph.replay()
-                        end.record()
-                        torch.cuda.synchronize()
-                        times.append(start.elapsed_time(end) * 1e3 / args.steps)
-                    row["graph_us_instrumented" if stamped else "graph_us"] = statistics.median(times)
-                    del graph
+                    # Captured and replayed as bench_resolver does; the last replay's stamps stay in the buffer.
+                    timing = timer.time(steps, repeats=options.replays, restore=reset)
+                    row["graph_us_instrumented" if stamped else "graph_us"] = timing["median_s"] * 1e6 / args.steps
                 os.environ.pop("HS_RESOLVER_TIMELINE", None)
                 row["timeline"] = summarise(timeline, args.steps, batch + 1)
                 results.append(row)
