@@ -105,6 +105,11 @@ struct ResolverConstants {
   // Hot blocks up to this one have attention indices within int32 for any
   // offset, so only larger ones need the 64-bit check.
   int32_t safe_hot_block;
+  // Entries of a request's hot table row (ceil(H / hot_block_size)), and the
+  // token rows per request when every request has T / B of them (else 0):
+  // phase A's prefetches, without a division in every warp.
+  int32_t hot_table_entries;
+  int32_t rows_per_request;
   // The row stride shared by the four per-entry outputs, or -1.
   int64_t entry_output_stride;
   // The fused gather's early staging area (rows = 0: none).
@@ -334,6 +339,7 @@ __device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int in
 __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src, int32_t n) {
   if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
     const int32_t vectors = n / 8;
+#pragma unroll 1
     for (int32_t v = threadIdx.x; v < vectors; v += kThreads) {
       reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(src)[v];
     }
@@ -350,6 +356,7 @@ __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t
 #if __CUDA_ARCH__ >= 800
   const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+#pragma unroll 1
     for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 4 * v));
     }
@@ -377,6 +384,7 @@ __device__ __forceinline__ void start_int16_row_copy(int16_t* dst, const int16_t
 #if __CUDA_ARCH__ >= 800
   if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+#pragma unroll 1
     for (int32_t v = threadIdx.x; v < n / 8; v += kThreads) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 8 * v));
     }
@@ -403,14 +411,19 @@ __device__ __forceinline__ void wait_async_copies() {
 __device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127};
   const uintptr_t end = reinterpret_cast<uintptr_t>(row + n);
+#pragma unroll 1
   for (uintptr_t line = begin + 128 * threadIdx.x; line < end; line += 128 * kThreads) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
   }
 }
 
+// The short loops of phase A (a few iterations per thread) stay rolled:
+// unrolled, every warp runs their trip-count and remainder code, and this
+// kernel's time follows its instructions per warp (bench/NOTES.md).
 __device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
   uint4* vectors = reinterpret_cast<uint4*>(begin);
   const int32_t count = static_cast<int32_t>((end - begin) / 16);
+#pragma unroll 1
   for (int32_t v = threadIdx.x; v < count; v += kThreads) vectors[v] = make_uint4(word, word, word, word);
 }
 
@@ -505,12 +518,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (state_in_range) {
     start_int16_row_copy(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
     start_int32_row_copy(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
-    prefetch_int32_row(hot_table, (H + p.hot_block_size - 1) / p.hot_block_size);
+    prefetch_int32_row(hot_table, c.hot_table_entries);
     // The request's top-k rows are only known after the row scan (B1); in
     // the usual batch every request has T / B consecutive rows, so fetch
     // those now (a wrong guess costs bandwidth, never correctness).
-    if (T % B == 0) {
-      const int32_t rows = T / B;
+    if (c.rows_per_request > 0) {
+      const int32_t rows = c.rows_per_request;
       for (int32_t r = 0; r < min(rows, 4); ++r) {
         prefetch_int32_row(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
       }
@@ -1145,6 +1158,11 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
   constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
       INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
+  constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
+  constants.rows_per_request =
+      params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
+          ? params.num_tokens / params.num_batch_rows
+          : 0;
   const int64_t stride = params.out_attention_row_stride;
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
