@@ -110,6 +110,10 @@ struct ResolverConstants {
   // phase A's prefetches, without a division in every warp.
   int32_t hot_table_entries;
   int32_t rows_per_request;
+  // 16-byte words of shared memory that start as all-ones (from hash_keys)
+  // and as zero (from slot_info); see ResolverSharedLayout.
+  int32_t ones_vectors;
+  int32_t zero_vectors;
   // The row stride shared by the four per-entry outputs, or -1.
   int64_t entry_output_stride;
   // The fused gather's early staging area (rows = 0: none).
@@ -273,19 +277,44 @@ __device__ __forceinline__ int warp_max(int value) {
 #endif
 }
 
-// Exclusive prefix sum over threads in thread order, plus the block total.
+// Inclusive prefix sum over the lanes of values below 2^Bits: one ballot
+// per bit instead of five dependent shuffles.
+template <int Bits>
+__device__ __forceinline__ int warp_inclusive_sum_small(int value) {
+  const unsigned up_to_lane = kFullMask >> (31 - (threadIdx.x & 31));
+  int sum = 0;
+#pragma unroll
+  for (int bit = 0; bit < Bits; ++bit) {
+    sum += __popc(__ballot_sync(kFullMask, (value >> bit) & 1) & up_to_lane) << bit;
+  }
+  return sum;
+}
+
+// Exclusive prefix sum over threads in thread order, plus the block total,
+// from each thread's value and its inclusive prefix within the warp.
 // Contains the one barrier between writing `warp_totals` and reading it; the
 // caller keeps a barrier between this read and the next write of the buffer.
-__device__ __forceinline__ int block_exclusive_sum(int value, int* warp_totals, int* block_total) {
+__device__ __forceinline__ int block_exclusive_sum_from_warp(int value, int inclusive, int* warp_totals,
+                                                             int* block_total) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int inclusive = warp_inclusive_sum(value);
   if (lane == 31) warp_totals[warp] = inclusive;
   __syncthreads();
-  const int totals = warp_inclusive_sum(warp_totals[lane]);
-  *block_total = __shfl_sync(kFullMask, totals, 31);
-  const int before = __shfl_sync(kFullMask, totals, (warp + 31) & 31);
-  return (warp == 0 ? 0 : before) + inclusive - value;
+  // Every warp sums the warp totals itself (two reductions, no second
+  // barrier): lane i holds warp i's total.
+  const int total = warp_totals[lane];
+  *block_total = warp_sum(total);
+  return warp_sum(lane < warp ? total : 0) + inclusive - value;
+}
+
+__device__ __forceinline__ int block_exclusive_sum(int value, int* warp_totals, int* block_total) {
+  return block_exclusive_sum_from_warp(value, warp_inclusive_sum(value), warp_totals, block_total);
+}
+
+// The same for values below 2^Bits.
+template <int Bits>
+__device__ __forceinline__ int block_exclusive_sum_small(int value, int* warp_totals, int* block_total) {
+  return block_exclusive_sum_from_warp(value, warp_inclusive_sum_small<Bits>(value), warp_totals, block_total);
 }
 
 __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParams& p, int64_t t, int32_t k) {
@@ -420,9 +449,8 @@ __device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n
 // The short loops of phase A (a few iterations per thread) stay rolled:
 // unrolled, every warp runs their trip-count and remainder code, and this
 // kernel's time follows its instructions per warp (bench/NOTES.md).
-__device__ __forceinline__ void fill_words(unsigned char* begin, unsigned char* end, uint32_t word) {
+__device__ __forceinline__ void fill_words(unsigned char* begin, int32_t count, uint32_t word) {
   uint4* vectors = reinterpret_cast<uint4*>(begin);
-  const int32_t count = static_cast<int32_t>((end - begin) / 16);
 #pragma unroll 1
   for (int32_t v = threadIdx.x; v < count; v += kThreads) vectors[v] = make_uint4(word, word, word, word);
 }
@@ -490,8 +518,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t stage_barrier =
       static_cast<uint32_t>(__cvta_generic_to_shared(scratch + kScratchStageBarrier));
   if (b < B) {
-    fill_words(smem + layout.hash_keys, smem + layout.slot_info, 0xFFFFFFFFu);
-    fill_words(smem + layout.slot_info, smem + layout.scratch + 4 * kScratchZeroedWords, 0u);
+    fill_words(smem + layout.hash_keys, c.ones_vectors, 0xFFFFFFFFu);
+    fill_words(smem + layout.slot_info, c.zero_vectors, 0u);
     if (tid == 0 && p.fused_gather && stage.rows > 0 && c.bulk_stage) mbarrier_init_one_arrival(stage_barrier);
   }
   wait_for_prior_grid();
@@ -665,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         firsts += first_entry[x];
       }
       int32_t new_keys;
-      int32_t rank = union_size + block_exclusive_sum(firsts, scratch + kScratchUnionScan, &new_keys);
+      int32_t rank = union_size + block_exclusive_sum_small<2>(firsts, scratch + kScratchUnionScan, &new_keys);
       // B2b (inside block_exclusive_sum); the next chunk's writes of the scan
       // buffer come after its own B2a.
 #pragma unroll
@@ -693,13 +721,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     int32_t block[4];
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
-      const int32_t j = base + x * kThreads + tid;
-      held[x] = -1;
-      block[x] = -1;
-      if (j < H) {
-        held[x] = held_copy[j];
-        block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
-      }
+      // Past H, slot H - 1 is read and its values ignored below: loads
+      // without a predicate let every slot share one table address.
+      const int32_t j = min(base + x * kThreads + tid, H - 1);
+      held[x] = held_copy[j];
+      block[x] = __ldg(hot_table + c.hot_block_size.quotient(j));
     }
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
@@ -850,7 +876,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   int32_t miss_total;
-  int32_t m = block_exclusive_sum(misses_here, scratch + kScratchMemberScan, &miss_total);
+  // Runs of up to three members (a union of at most 3072) take the ballot scan.
+  int32_t m = member_run <= 3 ? block_exclusive_sum_small<2>(misses_here, scratch + kScratchMemberScan, &miss_total)
+                              : block_exclusive_sum(misses_here, scratch + kScratchMemberScan, &miss_total);
   // B5 (inside the scan): E is complete.
   const int32_t taken = min(miss_total, evictable_total);  // n
   int32_t assigned_total = 0;
@@ -1159,6 +1187,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
       INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
   constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
+  constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
+  constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request =
       params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
           ? params.num_tokens / params.num_batch_rows
