@@ -610,8 +610,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const dgi_row = p.device_global_indices + static_cast<int64_t>(s) * H;
   int16_t* const lru_row = p.lru_slots + static_cast<int64_t>(s) * H;
   const int32_t* const topk = p.topk_indices + t0 * p.topk_row_stride;
-  // Entry e of the request is topk[e / K][e % K].
+  // Entry e of the request is topk[e / K][e % K]; a request of one token
+  // row (a decode step without speculative rows) needs no division.
+  const bool single_row = q == 1;
   const auto entry_position = [&](int32_t e) {
+    if (single_row) return topk[e];
     const int32_t r = c.top_k.quotient(e);
     return topk[r * p.topk_row_stride + c.top_k.remainder(e, r)];
   };
@@ -677,12 +680,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       hash_insert(hash_keys, capacity, key, h);
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
-        const int32_t e = base + local + x;
         if (key[x] >= 0) {
           atomicMin(hash_values + h[x], kPending | static_cast<uint32_t>(local + x));
           code[x] = static_cast<uint16_t>(h[x]);
         }
-        if (e < entries && e < coded) entry_codes[e] = code[x];
+      }
+      // The thread's two codes as one 32-bit store (its first entry is even).
+      const int32_t e = base + local;
+      if (e + 1 < min(entries, coded)) {
+        reinterpret_cast<uint32_t*>(entry_codes)[e / 2] = code[0] | (static_cast<uint32_t>(code[1]) << 16);
+      } else if (e < min(entries, coded)) {
+        entry_codes[e] = code[0];
       }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
       bool first_entry[kPerThread];
@@ -991,8 +999,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       int32_t local_row = -1;
       bool valid = false;
       if (inside) {
-        const int32_t r = c.top_k.quotient(e);
-        const int32_t k = c.top_k.remainder(e, r);
+        const int32_t r = single_row ? 0 : c.top_k.quotient(e);
+        const int32_t k = single_row ? e : c.top_k.remainder(e, r);
         const int64_t t = t0 + r;
         local_row = r - row_begin;
         // Entries the union loop saw keep their code; the rest (past the
@@ -1042,7 +1050,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // One shared atomic per run of lanes on one token row (rows grow with
-      // the lane; lanes past the group form the last run).
+      // the lane; lanes past the group form the last run). A single row's
+      // count is the request's valid total.
+      if (single_row) continue;
       const int32_t previous_row = __shfl_up_sync(kFullMask, local_row, 1);
       const unsigned heads = __ballot_sync(kFullMask, lane == 0 || previous_row != local_row);
       const unsigned valid_lanes = __ballot_sync(kFullMask, valid);
@@ -1064,7 +1074,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // B7: this group's row counts (and, last, the totals) complete
     if (tid < row_end - row_begin) {
-      p.out_valid_counts[t0 + row_begin + tid] = counts[tid];
+      p.out_valid_counts[t0 + row_begin + tid] = single_row ? totals[0] : counts[tid];
       counts[tid] = 0;  // reused by group + 2, after the next barrier
     }
   }
