@@ -678,6 +678,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       hash_insert(hash_keys, capacity, key, h);
+      // Lanes leave the probe loop after different rounds; without this the
+      // warp runs the rest of the chunk once per group of them.
+      __syncwarp();
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         if (key[x] >= 0) {
