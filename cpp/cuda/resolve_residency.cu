@@ -690,9 +690,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // The thread's two codes as one 32-bit store (its first entry is even).
       const int32_t e = base + local;
-      if (e + 1 < min(entries, coded)) {
+      if (e + 1 < coded) {
         reinterpret_cast<uint32_t*>(entry_codes)[e / 2] = code[0] | (static_cast<uint32_t>(code[1]) << 16);
-      } else if (e < min(entries, coded)) {
+      } else if (e < coded) {
         entry_codes[e] = code[0];
       }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
