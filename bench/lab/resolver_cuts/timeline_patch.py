@@ -1,5 +1,6 @@
 """Experiment only: per-block timestamps at the phase boundaries of the
-resolver kernel (cpp/cuda/resolve_residency.cu as of 6608e36).
+resolver kernel (cpp/cuda/resolve_residency.cu as of 6608e36; applies
+unchanged to the kernel of a54eeea).
 
 Thread 0 of every block writes %globaltimer and clock64 at: 0 entry,
 1 after griddepcontrol.wait, 2 B1, 3 before B2 (union built), 4 B3,
