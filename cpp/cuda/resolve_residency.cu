@@ -705,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       int32_t new_keys;
       int32_t rank = union_size + block_exclusive_sum_small<2>(firsts, scratch + kScratchUnionScan, &new_keys);
-      // B2b (inside block_exclusive_sum); the next chunk's writes of the scan
+      // B2b (inside the scan); the next chunk's writes of the scan
       // buffer come after its own B2a.
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
