@@ -129,6 +129,20 @@ class Scenario:
         )
 
 
+def make_caches(args, max_batch, device):
+    """The host pool (registered on CUDA) with every request's host blocks as
+    Scenario numbers them (block 0 is the null block), a uint8 view of its
+    rows, and a hot cache for max_batch requests. Keep the pool alive while
+    the view is in use."""
+    device = torch.device(device)
+    host_rows = (1 + max_batch * (args.context // args.block_size)) * args.block_size
+    pool = hisparse.HostPool(host_rows * args.row_bytes, register="always" if device.type == "cuda" else "never")
+    host_cache = pool.view("uint8", (host_rows, args.row_bytes))
+    host_cache.fill_(0x5A)  # populated, non-zero rows; the bytes themselves are checked by the tests
+    hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
+    return pool, host_cache, hot_cache
+
+
 def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     device = torch.device(args.device)
     s = Scenario(args, batch, miss_rate, host_cache, hot_cache)
@@ -198,14 +212,8 @@ def main(argv=None):
         raise SystemExit("bench_resolver needs a CUDA device (or --device cpu for a smoke test)")
     batches = [int(b) for b in args.batches.split(",")]
     miss_rates = [float(m) for m in args.miss_rates.split(",")]
-    max_batch = max(batches)
-    blocks_per_request = args.context // args.block_size
-    host_rows = (1 + max_batch * blocks_per_request) * args.block_size
     setup = time.perf_counter()
-    pool = hisparse.HostPool(host_rows * args.row_bytes, register="always" if device.type == "cuda" else "never")
-    host_cache = pool.view("uint8", (host_rows, args.row_bytes))
-    host_cache.fill_(0x5A)  # populated, non-zero rows; the bytes themselves are checked by the tests
-    hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
+    pool, host_cache, hot_cache = make_caches(args, max(batches), device)
     setup = time.perf_counter() - setup
     memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
     memcpy_gbps = memcpy["gbps"]

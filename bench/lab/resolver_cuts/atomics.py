@@ -3,13 +3,9 @@ import json, os, sys
 import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # bench/
 import bench_resolver as br
-import hisparse
 args = br.parse_args(["--steps", "24", "--replays", "9"])
 max_batch = 100
-host_rows = (1 + max_batch * (args.context // args.block_size)) * args.block_size
-pool = hisparse.HostPool(host_rows * args.row_bytes, register="always")
-host_cache = pool.view("uint8", (host_rows, args.row_bytes)); host_cache.fill_(0x5A)
-hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device="cuda")
+pool, host_cache, hot_cache = br.make_caches(args, max_batch, "cuda")
 out = []
 for batch in (1, 100):
     s = br.Scenario(args, batch, 0.001, host_cache, hot_cache)

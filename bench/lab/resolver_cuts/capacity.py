@@ -6,12 +6,8 @@ import json, os, sys
 import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # bench/
 import bench_resolver as br
-import hisparse
 args = br.parse_args(["--steps", "24", "--replays", "7"])
-host_rows = (1 + 100 * (args.context // args.block_size)) * args.block_size
-pool = hisparse.HostPool(host_rows * args.row_bytes, register="always")
-host_cache = pool.view("uint8", (host_rows, args.row_bytes)); host_cache.fill_(0x5A)
-hot_cache = torch.empty((100 * args.hot_size, args.row_bytes), dtype=torch.uint8, device="cuda")
+pool, host_cache, hot_cache = br.make_caches(args, 100, "cuda")
 out = []
 for batch in (100,):
     s = br.Scenario(args, batch, 0.001, host_cache, hot_cache)

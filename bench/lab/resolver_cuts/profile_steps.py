@@ -18,16 +18,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import bench_resolver  # noqa: E402
-import hisparse  # noqa: E402
 
 batch = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 miss_rate = float(sys.argv[2]) if len(sys.argv) > 2 else 0.001
 args = bench_resolver.parse_args([])
-host_rows = (1 + batch * (args.context // args.block_size)) * args.block_size
-pool = hisparse.HostPool(host_rows * args.row_bytes, register="always")
-host_cache = pool.view("uint8", (host_rows, args.row_bytes))
-host_cache.fill_(0x5A)
-hot_cache = torch.empty((batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device="cuda")
+pool, host_cache, hot_cache = bench_resolver.make_caches(args, batch, "cuda")
 scenario = bench_resolver.Scenario(args, batch, miss_rate, host_cache, hot_cache)
 scenario.resolve(0)
 scenario.resolve(1)

@@ -27,7 +27,6 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import bench_resolver  # noqa: E402
-import hisparse  # noqa: E402
 from hisparse.bench import measure  # noqa: E402
 
 POINTS = ["entry", "waited", "B1", "union", "B3", "staged", "B6", "F_end", "landed", "exit"]
@@ -75,11 +74,7 @@ def main(argv=None):
     args = bench_resolver.parse_args([])
     device = torch.device("cuda")
     batches = [int(b) for b in options.batches.split(",")]
-    host_rows = (1 + max(batches) * (args.context // args.block_size)) * args.block_size
-    pool = hisparse.HostPool(host_rows * args.row_bytes, register="always")
-    host_cache = pool.view("uint8", (host_rows, args.row_bytes))
-    host_cache.fill_(0x5A)
-    hot_cache = torch.empty((max(batches) * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
+    pool, host_cache, hot_cache = bench_resolver.make_caches(args, max(batches), device)
     timeline = torch.zeros(16 + MAX_LAUNCHES * MAX_BLOCKS * SLOTS * 2, dtype=torch.int64, device=device)
     timer = measure.Timer(device)
     results = []
