@@ -6,14 +6,18 @@
 //   A  fill shared memory, read the lru row, find the request's token rows   | B1
 //   B  start the async copy of the dgi row; count slot occurrences; build
 //      the union chunk by chunk (classify, insert, rank: 2 barriers a chunk) | B2
+//      (kernel<true>, fused gather on sm_90: before the first B2a the dgi
+//      row fills the held filter; new keys it proves absent are misses,
+//      whose host rows start landing in the miss stage after the rank scan)
 //   C1 per slot: usable? which member does it hold?                          | B3
-//      (fused gather: the warps start reading the first misses' host rows
+//      (fused gather: the warps start reading the other misses' host rows
 //      into the miss stage)
 //   C2 per LRU position: hit (atomicMax on the member) or evictable; one
 //      scan compacts E                                                       | B4 (in the scan)
 //   D  per member: miss index (scan), assignment, dgi and swap list, row
 //      and attention index of its slot; new LRU order into shared memory     | B5 (in the scan), B6
 //   E  fused gather: each warp copies its assigned misses that were not staged
+//      (skipped by a block whose assigned misses were all staged)
 //   F  copy the new LRU out; per-entry outputs, valid counts, counters       | one per 32 token rows
 //   G  fused gather: the staged rows go to their hot rows                    | B8
 // Every shared array is written in one phase and read in a later one; the
@@ -121,6 +125,19 @@ struct ResolverConstants {
   // Staged rows arrive by one bulk (TMA) copy each, counted in by an
   // mbarrier (sm_90), instead of 16-byte cp.async copies (sm_80).
   bool bulk_stage;
+  // The early stage (kernel<true>): the held filter's bits are key & mask
+  // (a power of two minus one, within member_slots). The fused gather's
+  // stage reads p.gather's fields from here (host rows clamped to int32),
+  // a few parameter lines instead of the scattered fields of p.gather.
+  uint32_t held_filter_mask;
+  int32_t stage_host_rows;
+  uint32_t stage_row_bytes;
+  const uint8_t* stage_host;
+  int64_t stage_host_pitch;
+  // Phase G's destination: p.gather's hot cache fields, on the same line.
+  uint8_t* stage_hot;
+  int64_t stage_hot_block_stride;
+  int64_t stage_hot_span_rows;
 };
 
 enum EntryKind : int32_t { kInvalid = 0, kResident = 1, kHot = 2 };
@@ -236,6 +253,22 @@ __device__ __forceinline__ uint32_t hash_rank(const int32_t* keys, const uint32_
     probed = 0xFu;
     if (++bucket == buckets) bucket = 0;
   }
+}
+
+// Fused gather's held filter: the words of member_slots (all ones until
+// phase C2) with one bit per key & mask; each word of the dgi row clears
+// its key's bit, so a set bit proves that no slot holds the key (a sure
+// miss) and a cleared one proves nothing. Host slots of one request are
+// mostly contiguous runs, which the low bits spread without collisions.
+// Bit 31 of a word is never cleared (bit 30 stands in for it): a word stays
+// negative, which is all phase C2 asks of a member without a hit position.
+struct HeldFilterBit {
+  uint32_t word;
+  uint32_t mask;
+};
+__device__ __forceinline__ HeldFilterBit held_filter_bit(int32_t key, uint32_t filter_mask) {
+  const uint32_t bit = static_cast<uint32_t>(key) & filter_mask;
+  return {bit >> 5, 1u << min(bit & 31u, 30u)};
 }
 
 __device__ __forceinline__ int warp_inclusive_sum(int value) {
@@ -400,6 +433,24 @@ __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t
 #endif
 }
 
+// Calls visit(i) for each word i of the n-word row that start_int32_row_copy
+// gave this thread to copy: once the thread's copies are complete it may
+// read exactly these, before any block barrier.
+template <typename Visit>
+__device__ __forceinline__ void for_each_own_int32_copy(const int32_t* src, int32_t n, Visit visit) {
+#if __CUDA_ARCH__ >= 800
+  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+#pragma unroll 1
+    for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
+#pragma unroll
+      for (int32_t i = 0; i < 4; ++i) visit(4 * v + i);
+    }
+    return;
+  }
+#endif
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) visit(i);
+}
+
 // Closes the async copies issued since the last commit into one group.
 __device__ __forceinline__ void commit_async_copies() {
 #if __CUDA_ARCH__ >= 800
@@ -483,6 +534,10 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
   warp_copy_rows<4>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
 }
 
+// kEarlyStage: the fused gather stages the misses the held filter proves
+// in phase B (a bulk stage only); a separate instantiation, so that the
+// other launches run none of its instructions.
+template <bool kEarlyStage>
 __global__ void __launch_bounds__(kThreads, 1)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const ResolverSharedLayout layout) {
@@ -650,6 +705,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t union_size = 0;
   int32_t classified = 0;  // entries [0, classified) went through the union loop
   const int32_t coded = min(entries, max_union);  // entries that keep a code in shared memory
+  // Fused gather, early stage: a new key of the union that the held filter
+  // proves absent from the dgi row is a miss, known at B2a, a phase before
+  // C1 names the rest; its host read starts after the chunk's rank scan.
+  // At 100 requests the host reads of a step take longer than phases C2 to
+  // F, so their start is the step's critical path.
+  constexpr bool early_stage = kEarlyStage;
+  uint32_t* const held_filter = reinterpret_cast<uint32_t*>(member_slots);
+  int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
+  const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
+  int32_t staged_early = 0;  // stage rows taken in phase B (block-uniform)
   {
     const int32_t local = kPerThread * tid;  // index of the thread's first entry in a chunk
     int32_t next_position[kPerThread];
@@ -695,21 +760,65 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else if (e < coded) {
         entry_codes[e] = code[0];
       }
+      if (early_stage && base == 0) {
+        // The words of the dgi row this thread copied in phase A (landed by
+        // now) clear their filter bits; B2a publishes the filter. (Empty
+        // slots are skipped: a buffer that is not full yet would otherwise
+        // send thousands of atomics to the one word of key -1.)
+        wait_async_copies<0>();
+        for_each_own_int32_copy(dgi_row, H, [&](int32_t j) {
+          const int32_t held = held_copy[j];
+          if (held < 0) return;
+          const HeldFilterBit bit = held_filter_bit(held, c.held_filter_mask);
+          atomicAnd(held_filter + bit.word, ~bit.mask);
+        });
+      }
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
       bool first_entry[kPerThread];
+      // Early stage: per entry x, 16 bits at 16 * x with the stage row of a
+      // sure miss, or all ones (one register across the scan).
+      uint32_t stage_rows = kFullMask;
       int firsts = 0;
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         first_entry[x] = key[x] >= 0 && hash_values[h[x]] == (kPending | static_cast<uint32_t>(local + x));
         firsts += first_entry[x];
+        if (early_stage && first_entry[x] && key[x] < c.stage_host_rows) {
+          const HeldFilterBit bit = held_filter_bit(key[x], c.held_filter_mask);
+          if (held_filter[bit.word] & bit.mask) {
+            // (Past 0xFFFE sure misses the stage is long full: stage_now is false.)
+            const uint32_t row = min(atomicAdd(scratch + kScratchSureMisses, 1), 0xFFFE);
+            stage_rows &= ~(0xFFFFu << (16 * x)) | (row << (16 * x));
+          }
+        }
       }
       int32_t new_keys;
       int32_t rank = union_size + block_exclusive_sum_small<2>(firsts, scratch + kScratchUnionScan, &new_keys);
       // B2b (inside the scan); the next chunk's writes of the scan
       // buffer come after its own B2a.
+      bool stage_now = false;
+      if (early_stage) {
+        // All or nothing, like the stage after C1 (the count runs over the
+        // chunks, so once it outgrows the stage it stays so): a few misses
+        // are worth a head start, many are better copied by phase E alone.
+        const int32_t sure_misses = scratch[kScratchSureMisses];  // final since B2b
+        stage_now = sure_misses <= stage.rows;
+        if (stage_now) staged_early = sure_misses;
+      }
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         if (!first_entry[x]) continue;
+        const uint32_t stage_row = (stage_rows >> (16 * x)) & 0xFFFFu;
+        if (stage_now && stage_row != 0xFFFFu) {
+          // A key past max_union_rows is no member: its stage row stays unused.
+          const bool member = rank < max_union;
+          if (member) {
+            bulk_copy_to_shared(stage_barrier, stage_base + stage_row * c.stage_row_bytes,
+                                c.stage_host + static_cast<int64_t>(key[x]) * c.stage_host_pitch, c.stage_row_bytes);
+            member_held[rank] = 2;
+          }
+          stage_members[stage_row] = member ? rank : -1;
+        }
         atomicExch(hash_values + h[x], static_cast<uint32_t>(rank));
         if (rank < max_union) {
           member_keys[rank] = key[x];
@@ -722,6 +831,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const int32_t members = min(union_size, max_union);
+  // The stage after C1 continues the early stage's rows. (A sure miss is
+  // held by no slot, so C1 never marks the members staged here as held.)
+  if (tid == 0 && staged_early > 0) scratch[kScratchStagedRows] = staged_early;
   wait_async_copies<0>();
   __syncthreads();  // B2: ranks, member keys, slot counts and the dgi row copy final
 
@@ -773,26 +885,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t member_begin = min(tid * member_run, members);
   const int32_t member_end = min(member_begin + member_run, members);
 
-  // ---- Fused gather, early: a member that no usable slot holds misses
+  // ---- Fused gather, after C1: a member that no usable slot holds misses
   // this step (phase D may still find no slot for it). When all of the
-  // request's misses fit the miss stage, the warps start reading their
-  // host rows into it right away, so the round trip to host memory (a page
-  // walk and a PCIe read, several microseconds) overlaps phases C2, D and F
-  // instead of following them. Larger swap lists go through phase E alone:
+  // request's misses fit the miss stage, the warps start reading the host
+  // rows of those phase B did not stage into it right away, so the round
+  // trip to host memory (a page walk and a PCIe read, several microseconds)
+  // overlaps phases C2, D and F instead of following them (in kernel<true>
+  // only the held filter's misses of it: collisions, or keys that the
+  // filter could not see). Larger swap lists go through phase E alone:
   // async copies from host memory are slow in bulk, and a few staged rows
   // of many only cost bandwidth. (members - held members seen in C1 is
   // the miss count, or less when a corrupt table holds a member twice;
   // either way only the choice, never the bytes, depends on it.)
-  int32_t* const stage_members = reinterpret_cast<int32_t*>(smem + stage.stage_members);
-  if (p.fused_gather && stage.rows > 0 && members - scratch[kScratchHeldMembers] <= stage.rows) {
-    const uint32_t row_bytes = static_cast<uint32_t>(p.gather.row_bytes);
+  const int32_t misses_seen = members - scratch[kScratchHeldMembers];
+  if (p.fused_gather && stage.rows > 0 && misses_seen <= stage.rows && misses_seen > staged_early) {
+    const uint32_t row_bytes = c.stage_row_bytes;
     const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
-    const uint32_t stage_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage.stage));
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
       int32_t g = -1;
       // A source past the host rows zero-fills: phase E does that directly.
-      if (r < member_end && member_held[r] == 0 && member_keys[r] < p.gather.host_rows) g = member_keys[r];
+      if (r < member_end && member_held[r] == 0 && member_keys[r] < c.stage_host_rows) g = member_keys[r];
       const unsigned wanted = __ballot_sync(kFullMask, g >= 0);
       if (wanted == 0) continue;
       int32_t first = 0;
@@ -804,7 +917,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         stage_members[index] = r;
         member_held[r] = 2;
       }
-      const uint8_t* const src = g >= 0 ? p.gather.host + static_cast<int64_t>(g) * p.gather.host_pitch : nullptr;
+      const uint8_t* const src = g >= 0 ? c.stage_host + static_cast<int64_t>(g) * c.stage_host_pitch : nullptr;
       const uint32_t dst = stage_base + static_cast<uint32_t>(index) * row_bytes;
       if (c.bulk_stage) {
         // One bulk copy per row, from the lane that owns it.
@@ -897,6 +1010,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t word = evictable[taken - 1];
     assigned_total = (word >> 16) + ((word & kSlotMask) != kNoSlot);
   }
+  int32_t unstaged_here = 0;  // fused gather: assigned misses phase E must copy
   for (int32_t r = member_begin; r < member_end; ++r) {
     int32_t j = -1;      // the member's slot once served
     int32_t order = -1;  // m' (index among assigned misses) for an assigned miss
@@ -923,6 +1037,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     member_slots[r] = row;
     member_keys[r] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset);
     if (order >= 0) {
+      if (p.fused_gather) unstaged_here += member_held[r] != 2;
       dgi_row[j] = key;
       const int32_t swap_row = c.top_k.quotient(order);
       const int64_t t = t0 + swap_row;
@@ -930,6 +1045,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + column] = key;
       p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + column] = row;
     }
+  }
+  if (p.fused_gather) {
+    const int unstaged_sum = warp_sum(unstaged_here);
+    if (lane == 0 && unstaged_sum != 0) atomicAdd(scratch + kScratchUnstagedMisses, unstaged_sum);
   }
   for (int32_t r = tid; r < q; r += kThreads) {
     const int64_t remaining = static_cast<int64_t>(assigned_total) - static_cast<int64_t>(r) * K;
@@ -959,14 +1078,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // steps at 5% and 20% misses 13-30% slower on an H200: bench/NOTES.md.)
   // The next kernel still sees all of this one's writes: it waits for the
   // whole grid in its wait_for_prior_grid().
-  if (!(p.fused_gather && assigned_total > (stage.rows > 0 ? min(scratch[kScratchStagedRows], stage.rows) : 0))) {
-    allow_dependent_launch();
-  }
+  const bool phase_e = p.fused_gather && scratch[kScratchUnstagedMisses] > 0;  // final since B6
+  if (!phase_e) allow_dependent_launch();
 
   // ---- Phase E (fused gather only): each warp copies the rows of its own
   // assigned misses that were not staged (member_first still holds their
   // first entry), so the host reads overlap phase F of the other warps.
-  if (p.fused_gather && assigned_total > 0) {
+  // Skipped when the stage holds every one.
+  if (phase_e) {
     for (int32_t i = 0; i < member_run; ++i) {
       const int32_t r = member_begin + i;
       const bool assigned = r < member_end && member_first[r] >= 0 && member_held[r] != 2;
@@ -1098,8 +1217,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t staged = min(scratch[kScratchStagedRows], stage.rows);  // final since B4
     if (staged > 0) {
       if (c.bulk_stage) {
-        // Every bulk copy was announced before B4; warp 0 always waits, so
-        // the block outlives the copies into its shared memory.
+        // Every bulk copy was announced before B4 (in phase B or after C1);
+        // warp 0 always waits, so the block outlives the copies into its
+        // shared memory.
         if (tid == 0) mbarrier_arrive(stage_barrier);
         if (warp >= staged) return;
         mbarrier_wait_first_phase(stage_barrier);
@@ -1107,15 +1227,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_async_copies<0>();
         __syncthreads();  // B8
       }
-      const int32_t chunks = static_cast<int32_t>(p.gather.row_bytes / kChunkBytes);
+      const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
       for (int32_t index = warp; index < staged; index += kWarps) {
         const int32_t r = stage_members[index];
-        if (member_first[r] < 0) continue;  // no slot was left for it
+        if (r < 0 || member_first[r] < 0) continue;  // no member, or no slot was left for it
+        // hot_row_offset of the physical row (< 2^31), by the launch's
+        // divisor: the gather's hot block size is the resolver's.
+        const int32_t row = member_slots[r];
+        const int32_t block = c.hot_block_size.quotient(row);
         const int64_t offset =
-            hot_row_offset(member_slots[r], p.gather.hot_block_size, p.gather.hot_block_stride);
-        if (offset >= p.gather.hot_span_rows) continue;
-        uint8_t* const dst = p.gather.hot + offset * p.gather.row_bytes;
-        const uint8_t* const src = smem + stage.stage + static_cast<int64_t>(index) * p.gather.row_bytes;
+            static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
+        if (offset >= c.stage_hot_span_rows) continue;
+        uint8_t* const dst = c.stage_hot + offset * c.stage_row_bytes;
+        const uint8_t* const src = smem + stage.stage + index * c.stage_row_bytes;
         for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
           store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
         }
@@ -1127,20 +1251,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 // cudaFuncSetAttribute is a driver round trip: do it once per device and
 // size, with a lock-free check on the launch path.
 constexpr int kCachedDevices = 64;
-std::atomic<uint32_t> g_configured_shared_bytes[kCachedDevices];
+std::atomic<uint32_t> g_configured_shared_bytes[2][kCachedDevices];  // per instantiation
 std::mutex g_configure_mutex;
 
+template <bool kEarlyStage>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   constexpr uint32_t kDefaultLimit = 48 * 1024;
   if (bytes <= kDefaultLimit) return;
+  std::atomic<uint32_t>* const configured = g_configured_shared_bytes[kEarlyStage ? 1 : 0];
   const bool cached = device >= 0 && device < kCachedDevices;
-  if (cached && g_configured_shared_bytes[device].load(std::memory_order_acquire) >= bytes) return;
+  if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
-  if (cached && g_configured_shared_bytes[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<kEarlyStage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
-  if (cached) g_configured_shared_bytes[device].store(bytes, std::memory_order_release);
+  if (cached) configured[device].store(bytes, std::memory_order_release);
 }
 
 // Rows the fused gather stages early, at most: every miss of a decode step
@@ -1193,13 +1319,32 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   ResolverConstants constants;
   constants.miss_stage = chosen.stage;
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory(device, shared_bytes);
   constants.top_k = FastDivisor::make(params.top_k);
   constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
   constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
       INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
   constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
+  const bool hopper = compute_capability_major(device) >= 9;
+  constants.bulk_stage = hopper;
+  const bool early_stage = hopper && params.fused_gather && chosen.stage.rows > 0 && params.max_union_rows > 0;
+  if (early_stage) {
+    ensure_dynamic_shared_memory<true>(device, shared_bytes);
+  } else {
+    ensure_dynamic_shared_memory<false>(device, shared_bytes);
+  }
+  // The held filter's bits: the largest power of two within member_slots.
+  uint32_t filter_bits = 32;
+  while (filter_bits * 2 <= 32ull * static_cast<uint64_t>(std::max(params.max_union_rows, 1))) filter_bits *= 2;
+  constants.held_filter_mask = filter_bits - 1;
+  constants.stage_host = params.fused_gather ? params.gather.host : nullptr;
+  constants.stage_host_pitch = params.fused_gather ? params.gather.host_pitch : 0;
+  constants.stage_host_rows =
+      params.fused_gather ? static_cast<int32_t>(std::min<int64_t>(params.gather.host_rows, INT32_MAX)) : 0;
+  constants.stage_row_bytes = params.fused_gather ? static_cast<uint32_t>(params.gather.row_bytes) : 0;
+  constants.stage_hot = params.fused_gather ? params.gather.hot : nullptr;
+  constants.stage_hot_block_stride = params.fused_gather ? params.gather.hot_block_stride : 0;
+  constants.stage_hot_span_rows = params.fused_gather ? params.gather.hot_span_rows : 0;
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request =
@@ -1213,8 +1358,6 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
-  const bool hopper = compute_capability_major(device) >= 9;
-  constants.bulk_stage = hopper;
 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
@@ -1229,7 +1372,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = hopper ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&config, resolve_residency_kernel, params, constants, layout),
+  cuda_check(early_stage ? cudaLaunchKernelEx(&config, resolve_residency_kernel<true>, params, constants, layout)
+                         : cudaLaunchKernelEx(&config, resolve_residency_kernel<false>, params, constants, layout),
              "resolve_residency kernel launch");
 }
 

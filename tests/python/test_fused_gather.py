@@ -404,6 +404,85 @@ def test_fused_gather_full_buffers(device):
         assert torch.equal(hot, want_hot)
 
 
+def held_filter_bit(key: int, bits: int) -> int:
+    """The CUDA resolver's held-filter bit of a host slot (resolve_residency.cu,
+    held_filter_bit); only used to pick keys that take each staging path."""
+    return (((key * 0x85EBCA6B) & 0xFFFFFFFF) * bits) >> 32
+
+
+def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
+    """One fused resolve of two requests with full buffers whose misses take
+    every way the CUDA resolver stages host rows: request 0 has a miss its
+    held filter proves absent (staged right after the union's rank scan), a
+    miss whose filter bit a held key shares (copied after phase D) and a
+    provably absent key past max_union_rows (no member: its early stage row
+    stays unused); request 1 has one provable miss, two filter collisions
+    (staged after C1, behind the early one) and a provable miss past the
+    gather's host rows (zero-filled, never staged). Returns the outputs, the
+    final state, the hot cache and the host rows."""
+    block, span, B = 16, 512, 2
+    bits = 32 * max_union_rows
+    gen = torch.Generator().manual_seed(47)
+    host_rows = B * span
+    host = host_copy(torch.randint(-128, 127, (host_rows - 8, row_bytes), generator=gen, dtype=torch.int8), device)
+    held = torch.stack([b * span + torch.randperm(span - 8, generator=gen)[:H] for b in range(B)]).to(torch.int32)
+    topk = torch.empty((B, K), dtype=torch.int32)
+    for b in range(B):
+        mine = held[b].tolist()
+        taken = {held_filter_bit(g, bits) for g in mine}
+        fresh = [g for g in (b * span + torch.randperm(span - 8, generator=gen)).tolist() if g not in mine]
+        sure = [g for g in fresh if held_filter_bit(g, bits) not in taken]
+        colliding = [g for g in fresh if held_filter_bit(g, bits) in taken]
+        hits = mine[:K]
+        if b == 0:
+            # ranks: 0 sure, 1 colliding, 2..11 hits, 12 sure (past the union), 13..15 hits
+            row = [sure[0], colliding[0]] + hits[:10] + [sure[1]] + hits[10:13]
+        else:
+            past_gather = next(g for g in range(host_rows - 8, host_rows) if held_filter_bit(g, bits) not in taken)
+            # 4 misses and 8 hits, 4 of them twice: a union of 12
+            row = [colliding[0], sure[0], colliding[1], past_gather] + hits[:8] + hits[:4]
+        topk[b] = torch.tensor(row, dtype=torch.int32)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
+    for b in range(B):
+        inside = held[b] < host.shape[0]
+        hot[b * H:(b + 1) * H][inside.to(device)] = host[held[b][inside].long()].to(device)
+    dgi = held.clone().to(device)
+    lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+    out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    ops.resolve_residency(
+        topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
+        torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
+        attention_block_stride=block, host_rows=host_rows, max_union_rows=max_union_rows,
+        gather_host_rows=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+    return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+
+
+@pytest.mark.sanitize
+def test_fused_gather_every_staging_path(device):
+    """Misses staged early, staged after C1, copied after phase D, past the
+    union and zero-filled, in one launch (run_crafted_misses): every valid
+    entry's hot row holds its host row (zeros past the gather's host rows),
+    entries past the union are -1, and on CUDA every output, the state and
+    every hot byte equal the CPU backend's."""
+    got, dgi, lru, hot, host = run_crafted_misses(device)
+    assert got["swap_counts"].tolist() == [2, 4]
+    assert (got["hot_rows"][0, 12:] == -1).all() and (got["hot_rows"][0, :12] >= 0).all()
+    assert (got["hot_rows"][1] >= 0).all()
+    valid = got["hot_rows"] >= 0
+    rows = torch.from_numpy(got["hot_rows"][valid]).long()
+    sources = torch.from_numpy(got["resolved"][valid]).long()
+    inside = sources < host.shape[0]
+    assert (~inside).sum() == 1 and not hot[rows[~inside]].any()
+    assert torch.equal(hot[rows[inside]], host[sources[inside]])
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_crafted_misses(CPU)
+        assert_same(got, want, "cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
 # ----------------------------------------------------------------- bad inputs
 
 

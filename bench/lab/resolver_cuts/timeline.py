@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import bench_resolver  # noqa: E402
 from hisparse.bench import measure  # noqa: E402
 
-POINTS = ["entry", "waited", "B1", "union", "B3", "staged", "B6", "F_end", "landed", "exit"]
+POINTS = ["entry", "waited", "B1", "union", "B3", "staged", "B6", "F_end", "landed", "exit", "early_staged",
+          "orphan", "filter_wait", "filter_waited", "before_B2a", "after_B2a"]
 SLOTS, MAX_LAUNCHES, MAX_BLOCKS = 16, 256, 512
 
 
