@@ -404,24 +404,31 @@ def test_fused_gather_full_buffers(device):
         assert torch.equal(hot, want_hot)
 
 
-def held_filter_bit(key: int, bits: int) -> int:
-    """The CUDA resolver's held-filter bit of a host slot (resolve_residency.cu,
-    held_filter_bit); only used to pick keys that take each staging path."""
-    return (((key * 0x85EBCA6B) & 0xFFFFFFFF) * bits) >> 32
+def held_filter_bit(key: int, max_union_rows: int) -> tuple:
+    """The CUDA resolver's held-filter bit of a host slot as (word, bit)
+    (resolve_residency.cu, held_filter_bit and its launcher: key & mask over
+    the largest power of two of bits within 32 * max_union_rows, bit 31 of a
+    word folded onto bit 30); only used to pick keys that take each staging
+    path."""
+    bits = 32
+    while bits * 2 <= 32 * max_union_rows:
+        bits *= 2
+    bit = key & (bits - 1)
+    return bit >> 5, min(bit & 31, 30)
 
 
 def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
-    """One fused resolve of two requests with full buffers whose misses take
+    """One fused resolve of three requests with full buffers whose misses take
     every way the CUDA resolver stages host rows: request 0 has a miss its
     held filter proves absent (staged right after the union's rank scan), a
     miss whose filter bit a held key shares (copied after phase D) and a
     provably absent key past max_union_rows (no member: its early stage row
     stays unused); request 1 has one provable miss, two filter collisions
     (staged after C1, behind the early one) and a provable miss past the
-    gather's host rows (zero-filled, never staged). Returns the outputs, the
-    final state, the hot cache and the host rows."""
-    block, span, B = 16, 512, 2
-    bits = 32 * max_union_rows
+    gather's host rows (zero-filled, never staged); request 2 has two
+    provable misses and nothing else to copy (the block skips phase E).
+    Returns the outputs, the final state, the hot cache and the host rows."""
+    block, span, B = 16, 512, 3
     gen = torch.Generator().manual_seed(47)
     host_rows = B * span
     host = host_copy(torch.randint(-128, 127, (host_rows - 8, row_bytes), generator=gen, dtype=torch.int8), device)
@@ -429,16 +436,20 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
     topk = torch.empty((B, K), dtype=torch.int32)
     for b in range(B):
         mine = held[b].tolist()
-        taken = {held_filter_bit(g, bits) for g in mine}
+        taken = {held_filter_bit(g, max_union_rows) for g in mine}
         fresh = [g for g in (b * span + torch.randperm(span - 8, generator=gen)).tolist() if g not in mine]
-        sure = [g for g in fresh if held_filter_bit(g, bits) not in taken]
-        colliding = [g for g in fresh if held_filter_bit(g, bits) in taken]
+        sure = [g for g in fresh if held_filter_bit(g, max_union_rows) not in taken]
+        colliding = [g for g in fresh if held_filter_bit(g, max_union_rows) in taken]
         hits = mine[:K]
         if b == 0:
             # ranks: 0 sure, 1 colliding, 2..11 hits, 12 sure (past the union), 13..15 hits
             row = [sure[0], colliding[0]] + hits[:10] + [sure[1]] + hits[10:13]
+        elif b == 2:
+            # 2 sure misses and 10 hits, 4 of them twice: a union of 12
+            row = [sure[0], sure[1]] + hits[:10] + hits[:4]
         else:
-            past_gather = next(g for g in range(host_rows - 8, host_rows) if held_filter_bit(g, bits) not in taken)
+            past_gather = next(g for g in range(host_rows - 8, host_rows)
+                               if held_filter_bit(g, max_union_rows) not in taken)
             # 4 misses and 8 hits, 4 of them twice: a union of 12
             row = [colliding[0], sure[0], colliding[1], past_gather] + hits[:8] + hits[:4]
         topk[b] = torch.tensor(row, dtype=torch.int32)
@@ -467,9 +478,9 @@ def test_fused_gather_every_staging_path(device):
     entries past the union are -1, and on CUDA every output, the state and
     every hot byte equal the CPU backend's."""
     got, dgi, lru, hot, host = run_crafted_misses(device)
-    assert got["swap_counts"].tolist() == [2, 4]
+    assert got["swap_counts"].tolist() == [2, 4, 2]
     assert (got["hot_rows"][0, 12:] == -1).all() and (got["hot_rows"][0, :12] >= 0).all()
-    assert (got["hot_rows"][1] >= 0).all()
+    assert (got["hot_rows"][1:] >= 0).all()
     valid = got["hot_rows"] >= 0
     rows = torch.from_numpy(got["hot_rows"][valid]).long()
     sources = torch.from_numpy(got["resolved"][valid]).long()
