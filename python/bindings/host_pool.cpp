@@ -5,6 +5,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -14,10 +15,22 @@
 namespace hisparse_py {
 namespace {
 
+// The pool itself, shared by the Python object and every view's owner: the
+// memory stays mapped while either is alive. Views hold this, not the Python
+// object, so a tensor that outlives the interpreter's teardown (torch keeps
+// some until the very end) leaks a few C++ bytes instead of a nanobind
+// instance, which nanobind would report as a reference leak at exit.
+struct PoolState {
+  hs_host_pool_t handle = nullptr;
+  int live_views = 0;  // changed with the GIL held
+  ~PoolState() { hs_host_pool_destroy(handle); }
+};
+
 class HostPool {
  public:
   HostPool(uint64_t size_bytes, int populate_threads, int registration, int device, bool huge_pages,
-           bool check_memory, uint64_t max_segment_bytes) {
+           bool check_memory, uint64_t max_segment_bytes)
+      : state_(std::make_shared<PoolState>()) {
     hs_host_pool_options_t options;
     hs_host_pool_options_init(&options);
     options.size_bytes = size_bytes;
@@ -30,36 +43,35 @@ class HostPool {
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // populating a large pool takes seconds
-      status = hs_host_pool_create(&options, &handle_);
+      status = hs_host_pool_create(&options, &state_->handle);
     }
     check(status);
   }
-  ~HostPool() { hs_host_pool_destroy(handle_); }
 
   void release(bool force) {
-    if (live_views_ > 0 && !force) {
-      throw std::runtime_error("HostPool.release(): " + std::to_string(live_views_) +
+    if (state_->live_views > 0 && !force) {
+      throw std::runtime_error("HostPool.release(): " + std::to_string(state_->live_views) +
                                " tensor view(s) of the pool are still alive; delete them before releasing "
                                "(or pass force=True if nothing will touch them again)");
     }
     hs_status_t status;
     {
       nb::gil_scoped_release release;
-      status = hs_host_pool_release(handle_);
+      status = hs_host_pool_release(state_->handle);
     }
     check(status);
   }
 
   uintptr_t data_ptr() const {
     void* data = nullptr;
-    check(hs_host_pool_data(handle_, &data));
+    check(hs_host_pool_data(state_->handle, &data));
     return reinterpret_cast<uintptr_t>(data);
   }
 
   nb::dict info() const {
     hs_host_pool_info_t info{};
     info.struct_size = sizeof(info);
-    check(hs_host_pool_get_info(handle_, &info));
+    check(hs_host_pool_get_info(state_->handle, &info));
     nb::dict out;
     out["size_bytes"] = info.size_bytes;
     out["mapped_bytes"] = info.mapped_bytes;
@@ -77,23 +89,23 @@ class HostPool {
   std::vector<std::tuple<uintptr_t, uint64_t>> segments() const {
     hs_host_pool_info_t info{};
     info.struct_size = sizeof(info);
-    check(hs_host_pool_get_info(handle_, &info));
+    check(hs_host_pool_get_info(state_->handle, &info));
     std::vector<std::tuple<uintptr_t, uint64_t>> out;
     for (int32_t i = 0; i < info.num_segments; ++i) {
       void* data = nullptr;
       uint64_t bytes = 0;
-      check(hs_host_pool_segment(handle_, i, &data, &bytes));
+      check(hs_host_pool_segment(state_->handle, i, &data, &bytes));
       out.emplace_back(reinterpret_cast<uintptr_t>(data), bytes);
     }
     return out;
   }
 
-  // A uint8 NumPy array over [offset, offset + nbytes) that keeps this pool
-  // object alive and counted as viewed until the array is gone.
-  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> view_bytes(nb::handle self, uint64_t offset, uint64_t nbytes) {
+  // A uint8 NumPy array over [offset, offset + nbytes) that keeps the pool
+  // mapped and counted as viewed until the array is gone.
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> view_bytes(uint64_t offset, uint64_t nbytes) {
     hs_host_pool_info_t info{};
     info.struct_size = sizeof(info);
-    check(hs_host_pool_get_info(handle_, &info));
+    check(hs_host_pool_get_info(state_->handle, &info));
     if (offset > info.size_bytes || nbytes > info.size_bytes - offset) {
       throw nb::value_error(("offset/nbytes: the view [" + std::to_string(offset) + ", " +
                              std::to_string(offset + nbytes) + ") exceeds the pool's " +
@@ -101,28 +113,21 @@ class HostPool {
                                 .c_str());
     }
     auto* base = reinterpret_cast<uint8_t*>(data_ptr());
-    ++live_views_;
-    struct Owner {
-      HostPool* pool;
-      PyObject* self;
-    };
-    Py_INCREF(self.ptr());
-    auto* owner_state = new Owner{this, self.ptr()};
+    auto* owner_state = new std::shared_ptr<PoolState>(state_);
+    ++state_->live_views;
     nb::capsule owner(owner_state, [](void* p) noexcept {
-      auto* state = static_cast<Owner*>(p);
-      --state->pool->live_views_;
-      Py_DECREF(state->self);
+      auto* state = static_cast<std::shared_ptr<PoolState>*>(p);
+      --(*state)->live_views;
       delete state;
     });
     const size_t shape[1] = {static_cast<size_t>(nbytes)};
     return nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(base + offset, 1, shape, owner);
   }
 
-  int live_views() const { return live_views_; }
+  int live_views() const { return state_->live_views; }
 
  private:
-  hs_host_pool_t handle_ = nullptr;
-  int live_views_ = 0;
+  std::shared_ptr<PoolState> state_;
 };
 
 }  // namespace
@@ -136,11 +141,7 @@ void register_host_pool(nb::module_& m) {
       .def_prop_ro("data_ptr", &HostPool::data_ptr)
       .def("info", &HostPool::info)
       .def("segments", &HostPool::segments)
-      .def("view_bytes",
-           [](nb::handle self, uint64_t offset, uint64_t nbytes) {
-             return nb::cast<HostPool&>(self).view_bytes(self, offset, nbytes);
-           },
-           nb::arg("offset"), nb::arg("nbytes"))
+      .def("view_bytes", &HostPool::view_bytes, nb::arg("offset"), nb::arg("nbytes"))
       .def_prop_ro("live_views", &HostPool::live_views);
   m.attr("REGISTER_AUTO") = static_cast<int>(HS_REGISTER_AUTO);
   m.attr("REGISTER_ALWAYS") = static_cast<int>(HS_REGISTER_ALWAYS);
