@@ -134,7 +134,7 @@ struct ResolverConstants {
   uint32_t stage_row_bytes;
   const uint8_t* stage_host;
   int64_t stage_host_pitch;
-  // Phase G's destination: p.gather's hot cache fields, on the same line.
+  // Phase G's destination: p.gather's hot cache fields, next to the stage's.
   uint8_t* stage_hot;
   int64_t stage_hot_block_stride;
   int64_t stage_hot_span_rows;
