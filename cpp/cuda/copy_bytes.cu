@@ -2,8 +2,8 @@
 // (zero-copy) or device memory, 16 bytes per thread where alignment allows.
 #include <cstdint>
 
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 namespace hisparse {
 namespace cuda {

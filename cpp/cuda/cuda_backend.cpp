@@ -5,9 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.hpp"
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
+#include "core/backend.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 namespace hisparse {
 namespace {

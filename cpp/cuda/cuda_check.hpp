@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "error.hpp"
+#include "core/error.hpp"
 
 namespace hisparse {
 

@@ -6,9 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include "data_movement_params.hpp"
-#include "index_group_params.hpp"
-#include "resolve_residency_params.hpp"
+#include "core/data_movement_params.hpp"
+#include "core/index_group_params.hpp"
+#include "core/resolve_residency_params.hpp"
 
 namespace hisparse {
 namespace cuda {

@@ -37,10 +37,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "hisparse/hisparse.h"
-#include "row_copy.cuh"
+#include "cuda/row_copy.cuh"
 
 namespace hisparse {
 namespace cuda {

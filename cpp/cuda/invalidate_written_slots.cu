@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 
 namespace hisparse {
 namespace cuda {

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
-#include "row_copy.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
+#include "cuda/row_copy.cuh"
 
 namespace hisparse {
 namespace cuda {

@@ -28,12 +28,12 @@
 #include <cstdint>
 #include <mutex>
 
-#include "cuda_check.hpp"
-#include "cuda_kernels.hpp"
-#include "error.hpp"
-#include "resolver_shared_memory.hpp"
-#include "hopper_sync.cuh"
-#include "row_copy.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
+#include "core/error.hpp"
+#include "core/resolver_shared_memory.hpp"
+#include "cuda/hopper_sync.cuh"
+#include "cuda/row_copy.cuh"
 
 namespace hisparse {
 namespace cuda {

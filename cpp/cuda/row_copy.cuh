@@ -16,8 +16,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda_check.hpp"
-#include "error.hpp"
+#include "cuda/cuda_check.hpp"
+#include "core/error.hpp"
 
 namespace hisparse {
 namespace cuda {

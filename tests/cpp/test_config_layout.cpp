@@ -8,7 +8,7 @@
 
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "resolver_shared_memory.hpp"
+#include "core/resolver_shared_memory.hpp"
 
 namespace {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
-#include "error.hpp"
+#include "core/backend.hpp"
+#include "core/error.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "host_pool.hpp"
+#include "core/host_pool.hpp"
 
 namespace {
 

@@ -1,0 +1,313 @@
+#include "core/index_group.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+
+namespace hisparse {
+namespace {
+
+constexpr uint64_t kTensorAlignment = 256;  // cudaMalloc's own alignment
+constexpr size_t kHostMirrorBytes = 4096;   // one page, registered on its own
+
+uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+bool is_matrix(hs_index_group_tensor_t which) {
+  switch (which) {
+    case HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES:
+    case HS_INDEX_GROUP_LRU_SLOTS:
+    case HS_INDEX_GROUP_ATTENTION_INDICES:
+    case HS_INDEX_GROUP_HOT_ROWS:
+    case HS_INDEX_GROUP_RESOLVED_SLOTS:
+    case HS_INDEX_GROUP_MISS_MASK:
+    case HS_INDEX_GROUP_SWAP_HOST_ROWS:
+    case HS_INDEX_GROUP_SWAP_DEVICE_ROWS: return true;
+    default: return false;
+  }
+}
+
+// Runs the group's initialisation on a stream of its own, so that it is
+// ordered on the group's device whatever the caller's current device and
+// streams are, and frees that stream on every path.
+class PrivateStream {
+ public:
+  PrivateStream(Backend& backend, int device)
+      : backend_(backend), device_(device), stream_(backend.create_stream(device)) {}
+  ~PrivateStream() { backend_.destroy_stream(stream_, device_); }
+  PrivateStream(const PrivateStream&) = delete;
+  PrivateStream& operator=(const PrivateStream&) = delete;
+  hs_stream_t get() const { return stream_; }
+
+ private:
+  Backend& backend_;
+  int device_;
+  hs_stream_t stream_;
+};
+
+}  // namespace
+
+void validate_index_group_options(const IndexGroupOptions& o) {
+  if (o.max_num_reqs < 1) {
+    invalid_argument("max_num_reqs: expected at least one request state row, got ", o.max_num_reqs);
+  }
+  if (o.device_buffer_size < 1 || o.device_buffer_size > kMaxDeviceBufferSize) {
+    invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize,
+                     " (hot slots are int16 in lru_slots), got ", o.device_buffer_size);
+  }
+  if (o.max_swap_rows < 1) {
+    invalid_argument("max_swap_rows: expected at least one token row of shared top-k state, got ", o.max_swap_rows);
+  }
+  if (o.top_k < 1) invalid_argument("top_k: expected a positive number of positions, got ", o.top_k);
+  if (o.max_union_rows < 1 || o.max_union_rows > o.device_buffer_size) {
+    invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", o.device_buffer_size,
+                     "), got ", o.max_union_rows);
+  }
+}
+
+IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes)
+    : backend_(backend), device_(device) {
+  device_base_ = static_cast<char*>(backend.allocate(device_bytes, device));
+  host_stats_ = static_cast<int64_t*>(std::aligned_alloc(kHostMirrorBytes, kHostMirrorBytes));
+  if (host_stats_ == nullptr) {
+    backend.deallocate(device_base_, device);
+    throw std::bad_alloc();
+  }
+  std::memset(host_stats_, 0, kHostMirrorBytes);
+  // Page-locked, so that the counter copy is asynchronous and capturable.
+  if (backend.can_register_host_memory()) {
+    try {
+      backend.register_host_memory(host_stats_, kHostMirrorBytes, device);
+    } catch (...) {
+      std::free(host_stats_);
+      backend.deallocate(device_base_, device);
+      throw;
+    }
+    host_registered_ = true;
+  }
+}
+
+IndexGroup::Memory::~Memory() {
+  if (host_registered_) {
+    try {
+      backend_.unregister_host_memory(host_stats_, device_);
+    } catch (...) {
+      // Freeing a page that stays registered is harmless for the allocator;
+      // a destructor has no one to report the failure to.
+    }
+  }
+  std::free(host_stats_);
+  backend_.deallocate(device_base_, device_);
+}
+
+IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : options_(options), backend_(backend) {
+  validate_index_group_options(options_);
+  const uint64_t state = static_cast<uint64_t>(options_.max_num_reqs) * options_.device_buffer_size;
+  const uint64_t shared = static_cast<uint64_t>(options_.max_swap_rows) * options_.top_k;
+  const uint64_t rows = static_cast<uint64_t>(options_.max_swap_rows);
+
+  const uint64_t sizes[kNumTensors] = {
+      state * 4,                  // device_global_indices
+      state * 2,                  // lru_slots
+      static_cast<uint64_t>(options_.device_buffer_size) * 2,  // lru_init
+      shared * 4, shared * 4, shared * 4, shared * 4,          // attention, hot rows, resolved, miss mask
+      rows * 4,                   // valid counts
+      shared * 4, shared * 4,     // swap host rows, swap device rows
+      rows * 4,                   // swap counts
+      HS_NUM_STATS * 8,           // stats
+      0,                          // stats host mirror (separate page)
+  };
+  // Each size is below 2^50 (S, R, K < 2^31, H < 2^15), so the sum of the
+  // aligned sizes cannot overflow 64 bits.
+  uint64_t offset = 0;
+  for (int i = 0; i < kNumTensors; ++i) {
+    offsets_[i] = offset;
+    offset = align_up(offset + sizes[i], kTensorAlignment);
+  }
+  device_bytes_ = offset;
+  memory_ = std::make_unique<Memory>(backend_, options_.device.index, device_bytes_);
+
+  const int32_t device_type = options_.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU;
+  const int64_t S = options_.max_num_reqs, H = options_.device_buffer_size;
+  const int64_t R = options_.max_swap_rows, K = options_.top_k;
+  auto at = [&](hs_index_group_tensor_t which) { return memory_->device_base() + offsets_[which]; };
+  describe(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, at(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), HS_DTYPE_INT32,
+           device_type, S, H);
+  describe(HS_INDEX_GROUP_LRU_SLOTS, at(HS_INDEX_GROUP_LRU_SLOTS), HS_DTYPE_INT16, device_type, S, H);
+  describe(HS_INDEX_GROUP_LRU_INIT, at(HS_INDEX_GROUP_LRU_INIT), HS_DTYPE_INT16, device_type, H, 0);
+  for (hs_index_group_tensor_t which :
+       {HS_INDEX_GROUP_ATTENTION_INDICES, HS_INDEX_GROUP_HOT_ROWS, HS_INDEX_GROUP_RESOLVED_SLOTS,
+        HS_INDEX_GROUP_MISS_MASK, HS_INDEX_GROUP_SWAP_HOST_ROWS, HS_INDEX_GROUP_SWAP_DEVICE_ROWS}) {
+    describe(which, at(which), HS_DTYPE_INT32, device_type, R, K);
+  }
+  describe(HS_INDEX_GROUP_VALID_COUNTS, at(HS_INDEX_GROUP_VALID_COUNTS), HS_DTYPE_INT32, device_type, R, 0);
+  describe(HS_INDEX_GROUP_SWAP_COUNTS, at(HS_INDEX_GROUP_SWAP_COUNTS), HS_DTYPE_INT32, device_type, R, 0);
+  describe(HS_INDEX_GROUP_STATS, at(HS_INDEX_GROUP_STATS), HS_DTYPE_INT64, device_type, HS_NUM_STATS, 0);
+  describe(HS_INDEX_GROUP_STATS_HOST, memory_->host_stats(), HS_DTYPE_INT64,
+           memory_->host_registered() ? HS_DEVICE_CUDA_HOST : HS_DEVICE_CPU, HS_NUM_STATS, 0);
+
+  initialise();
+}
+
+IndexGroup::~IndexGroup() = default;
+
+void IndexGroup::describe(hs_index_group_tensor_t which, void* data, hs_dtype_t dtype, int32_t device_type,
+                          int64_t rows, int64_t columns) {
+  shapes_[which] = {rows, columns};
+  hs_tensor_t& t = tensors_[which];
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = device_type;
+  t.device_index = options_.device.is_cuda() ? options_.device.index : 0;
+  t.ndim = is_matrix(which) ? 2 : 1;
+  t.shape = shapes_[which].data();
+  t.strides = nullptr;
+}
+
+const hs_tensor_t& IndexGroup::tensor(hs_index_group_tensor_t which) const {
+  if (static_cast<int>(which) < 0 || static_cast<int>(which) >= kNumTensors) {
+    invalid_argument("which: expected an hs_index_group_tensor_t in [0, ", static_cast<int>(kNumTensors), "), got ",
+                     static_cast<int>(which));
+  }
+  return tensors_[which];
+}
+
+ResetHotStateParams IndexGroup::reset_params() const {
+  ResetHotStateParams p;
+  p.device_global_indices = data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.lru_slots = data<int16_t>(HS_INDEX_GROUP_LRU_SLOTS);
+  p.lru_init = data<int16_t>(HS_INDEX_GROUP_LRU_INIT);
+  p.num_state_rows = options_.max_num_reqs;
+  p.hot_size = options_.device_buffer_size;
+  p.counters = data<int64_t>(HS_INDEX_GROUP_STATS);
+  p.num_counters = HS_NUM_STATS;
+  p.device = options_.device.index;
+  return p;
+}
+
+void IndexGroup::initialise() {
+  const int device = options_.device.index;
+  const uint64_t shared_bytes = static_cast<uint64_t>(options_.max_swap_rows) * options_.top_k * 4;
+  const uint64_t count_bytes = static_cast<uint64_t>(options_.max_swap_rows) * 4;
+  std::vector<int16_t> lru_init(options_.device_buffer_size);
+  std::iota(lru_init.begin(), lru_init.end(), int16_t{0});
+
+  PrivateStream stream(backend_, device);
+  // Everything -1 first (state, slots, rows, attention), then the masks and
+  // counts 0; the reset kernel writes the hot-region state and counters.
+  backend_.fill_async(memory_->device_base(), 0xFF, device_bytes_, stream.get());
+  backend_.fill_async(data<void>(HS_INDEX_GROUP_MISS_MASK), 0, shared_bytes, stream.get());
+  backend_.fill_async(data<void>(HS_INDEX_GROUP_VALID_COUNTS), 0, count_bytes, stream.get());
+  backend_.fill_async(data<void>(HS_INDEX_GROUP_SWAP_COUNTS), 0, count_bytes, stream.get());
+  backend_.copy_async(data<void>(HS_INDEX_GROUP_LRU_INIT), lru_init.data(), lru_init.size() * sizeof(int16_t),
+                      stream.get());
+  backend_.reset_hot_state(reset_params(), stream.get());
+  backend_.synchronize_stream(stream.get());
+}
+
+void IndexGroup::reset(hs_stream_t stream) { backend_.reset_hot_state(reset_params(), stream); }
+
+void IndexGroup::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
+                                         hs_stream_t stream) {
+  const TensorArg slots(sorted_slots, "sorted_slots");
+  slots.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
+  const TensorArg states(state_indices, "state_indices");
+  states.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
+  if (slots.numel() == 0 || states.numel() == 0) return;
+  InvalidateSortedSlotsParams p;
+  p.device_global_indices = data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.num_state_rows = options_.max_num_reqs;
+  p.hot_size = options_.device_buffer_size;
+  p.sorted_slots = slots.data<int32_t>();
+  p.num_slots = slots.numel();
+  p.state_indices = states.data<int32_t>();
+  p.num_state_indices = states.numel();
+  p.device = options_.device.index;
+  backend_.invalidate_sorted_slots(p, stream);
+}
+
+void IndexGroup::copy_stats_async(hs_stream_t stream) {
+  backend_.copy_async(memory_->host_stats(), data<void>(HS_INDEX_GROUP_STATS), HS_NUM_STATS * sizeof(int64_t),
+                      stream);
+}
+
+std::array<int64_t, HS_NUM_STATS> IndexGroup::read_stats() const {
+  std::array<int64_t, HS_NUM_STATS> values{};
+  std::memcpy(values.data(), memory_->host_stats(), sizeof(values));
+  return values;
+}
+
+void IndexGroup::resolve(const hs_index_group_resolve_args_t& a, hs_stream_t stream) {
+  const TensorArg topk(a.topk_indices, "topk_indices");
+  topk.on(options_.device, "the index group").ndim_is(2).size_is(1, options_.top_k, "the index group's top_k");
+  const int64_t T = topk.size(0);
+  const int64_t R = options_.max_swap_rows;
+  if (a.row_offset < 0 || a.row_offset > R - T) {
+    invalid_argument("row_offset: expected 0 <= row_offset <= max_swap_rows - T = ", R, " - ", T,
+                     " (the shared top-k rows [row_offset, row_offset + T) must fit the group), got ", a.row_offset);
+  }
+  const int64_t K = options_.top_k;
+
+  // Views of the shared rows [row_offset, row_offset + T).
+  const int64_t matrix_shape[2] = {T, K};
+  const int64_t vector_shape[1] = {T};
+  auto rows_of = [&](hs_index_group_tensor_t which) {
+    hs_tensor_t view = tensor(which);
+    const int64_t first = a.row_offset * (view.ndim == 2 ? K : 1);
+    view.data = static_cast<int32_t*>(view.data) + first;
+    view.shape = view.ndim == 2 ? matrix_shape : vector_shape;
+    return view;
+  };
+  const hs_tensor_t dgi = tensor(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  const hs_tensor_t lru = tensor(HS_INDEX_GROUP_LRU_SLOTS);
+  const hs_tensor_t stats = tensor(HS_INDEX_GROUP_STATS);
+  const hs_tensor_t attention = rows_of(HS_INDEX_GROUP_ATTENTION_INDICES);
+  const hs_tensor_t hot_rows = rows_of(HS_INDEX_GROUP_HOT_ROWS);
+  const hs_tensor_t resolved = rows_of(HS_INDEX_GROUP_RESOLVED_SLOTS);
+  const hs_tensor_t miss_mask = rows_of(HS_INDEX_GROUP_MISS_MASK);
+  const hs_tensor_t valid_counts = rows_of(HS_INDEX_GROUP_VALID_COUNTS);
+  const hs_tensor_t swap_host = rows_of(HS_INDEX_GROUP_SWAP_HOST_ROWS);
+  const hs_tensor_t swap_device = rows_of(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
+  const hs_tensor_t swap_counts = rows_of(HS_INDEX_GROUP_SWAP_COUNTS);
+
+  hs_resolve_residency_args_t r;
+  hs_resolve_residency_args_init(&r);
+  r.topk_indices = a.topk_indices;
+  r.req_id_per_token = a.req_id_per_token;
+  r.request_state_indices = a.request_state_indices;
+  r.device_global_indices = &dgi;
+  r.lru_slots = &lru;
+  r.hot_block_table = a.hot_block_table;
+  r.hot_block_size = a.hot_block_size;
+  r.attention_block_stride = a.attention_block_stride == 0 ? a.hot_block_size : a.attention_block_stride;
+  r.host_rows = a.host_rows;
+  r.max_union_rows = options_.max_union_rows;
+  r.out_attention = a.out_attention != nullptr ? a.out_attention : &attention;
+  r.out_hot_rows = &hot_rows;
+  r.out_resolved = &resolved;
+  r.out_miss_mask = &miss_mask;
+  r.out_valid_counts = a.out_valid_counts != nullptr ? a.out_valid_counts : &valid_counts;
+  r.out_swap_host_rows = &swap_host;
+  r.out_swap_device_rows = &swap_device;
+  r.out_swap_counts = &swap_counts;
+  r.source_block_table = a.source_block_table;
+  r.block_size = a.block_size;
+  r.resident_block_table = a.resident_block_table;
+  r.resident_block_size = a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size;
+  r.num_valid_rows = a.num_valid_rows;
+  r.stats = &stats;
+  r.gather_host_rows = a.gather_host_rows;
+  r.gather_hot_cache = a.gather_hot_cache;
+  r.gather_hot_block_stride = a.gather_hot_block_stride;
+  // The resolver's own glue validates every remaining argument and picks
+  // the backend; its error already names the argument.
+  const hs_status_t status = hs_resolve_residency(&r, stream);
+  if (status != HS_SUCCESS) throw Error(status, hs_last_error());
+}
+
+}  // namespace hisparse

@@ -1,0 +1,592 @@
+#include "core/runtime.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+
+namespace hisparse {
+namespace {
+
+constexpr int64_t kRowAlignment = 16;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
+  return out;
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
+  return out;
+}
+
+// Bytes from a tensor's data pointer to the end of its last element (0 when
+// empty): the range a kernel may touch.
+int64_t span_bytes(const TensorArg& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int d = 0; d < t.ndim(); ++d) {
+    if (t.stride(d) < 0) invalid_argument(t.name(), ": expected non-negative strides, got ", t.stride(d));
+    last = checked_add(last, checked_mul(t.size(d) - 1, t.stride(d), t.name()), t.name());
+  }
+  return checked_mul(last + 1, static_cast<int64_t>(dtype_size(t.dtype())), t.name());
+}
+
+void validate_common(const RuntimeOptions& o) {
+  validate_config(o.config);
+  if (o.max_num_reqs < 1) {
+    invalid_argument("max_num_reqs: expected at least one request state row, got ", o.max_num_reqs);
+  }
+  if (o.max_swap_rows < 1) {
+    invalid_argument("max_swap_rows: expected at least one token row of shared top-k state, got ", o.max_swap_rows);
+  }
+  const size_t itemsize = dtype_size(o.kv_dtype);
+  if (itemsize == 0) {
+    fail(HS_ERROR_INVALID_DTYPE, "kv_dtype: expected an hs_dtype_t in [0, ", static_cast<int>(HS_NUM_DTYPES),
+         "), got ", static_cast<int>(o.kv_dtype));
+  }
+  if (o.config.row_bytes % static_cast<int32_t>(itemsize) != 0) {
+    invalid_argument("kv_dtype: row_bytes ", o.config.row_bytes, " is not a whole number of ", dtype_name(o.kv_dtype),
+                     " elements (", itemsize, " bytes each)");
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ StoredTensor
+
+void StoredTensor::assign(const hs_tensor_t& tensor) {
+  if (tensor.ndim < 0 || tensor.ndim > HS_MAX_DIMS) {
+    invalid_argument("tensor: expected 0 to ", HS_MAX_DIMS, " dimensions, got ", tensor.ndim);
+  }
+  tensor_ = tensor;
+  for (int d = 0; d < tensor.ndim; ++d) {
+    shape_[d] = tensor.shape[d];
+    if (tensor.strides != nullptr) strides_[d] = tensor.strides[d];
+  }
+  tensor_.shape = shape_.data();
+  tensor_.strides = tensor.strides != nullptr ? strides_.data() : nullptr;
+}
+
+// ------------------------------------------------------------------ creation
+
+Runtime::Runtime(const RuntimeOptions& options) : options_(options) {
+  validate_common(options_);
+  Backend& backend = backend_for(options_.device);
+  GroupOptions g;
+  g.device = options_.device;
+  g.max_num_reqs = options_.max_num_reqs;
+  g.device_buffer_size = options_.config.device_buffer_size;
+  g.max_swap_rows = options_.max_swap_rows;
+  g.top_k = options_.config.top_k;
+  g.max_union_rows = options_.config.max_union_rows;
+  g.copy_stream = options_.copy_stream;
+  g.topk_ready = options_.topk_ready;
+  group_ = std::make_shared<RuntimeGroup>(g, backend);
+  init_common();
+  group_->set_leader(this);
+}
+
+Runtime::Runtime(const RuntimeOptions& options, Runtime& leader) : options_(options) {
+  if (!leader.is_leader()) {
+    invalid_argument("leader: expected a group leader (a runtime created without a leader), got a follower");
+  }
+  validate_common(options_);
+  const RuntimeOptions& l = leader.options_;
+  auto same = [](const char* name, int64_t mine, int64_t theirs) {
+    if (mine != theirs) {
+      invalid_argument(name, ": a follower must have its group leader's ", name, " (", theirs, "), got ", mine);
+    }
+  };
+  if (options_.device != l.device) {
+    invalid_argument("device: a follower must live on its group leader's device (", l.device.describe(), "), got ",
+                     options_.device.describe());
+  }
+  same("top_k", options_.config.top_k, l.config.top_k);
+  same("device_buffer_size", options_.config.device_buffer_size, l.config.device_buffer_size);
+  same("max_union_rows", options_.config.max_union_rows, l.config.max_union_rows);
+  same("max_num_reqs", options_.max_num_reqs, l.max_num_reqs);
+  same("max_swap_rows", options_.max_swap_rows, l.max_swap_rows);
+  if (options_.copy_stream != nullptr) {
+    invalid_argument("copy_stream: only a group leader takes a copy stream; followers use their leader's");
+  }
+  if (options_.topk_ready != nullptr) {
+    invalid_argument("topk_ready_event: only a group leader takes a top-k-ready event; followers use their leader's");
+  }
+  group_ = leader.group_;
+  init_common();
+  try {
+    group_->add_follower(this);
+  } catch (...) {
+    backend_->destroy_event(ready_event_, options_.device.index);
+    throw;
+  }
+}
+
+void Runtime::init_common() {
+  backend_ = &group_->backend();
+  row_width_ = options_.config.row_bytes / static_cast<int32_t>(dtype_size(options_.kv_dtype));
+  ready_event_ = backend_->create_event(options_.device.index);
+}
+
+Runtime::~Runtime() {
+  group_->remove(this);
+  backend_->destroy_event(ready_event_, options_.device.index);
+}
+
+// ------------------------------------------------------------------ binding
+
+const hs_tensor_t& Runtime::host_cache() const {
+  if (!source_bound_) fail(HS_ERROR_INVALID_STATE, "host_cache: the runtime has no bound source cache");
+  return host_cache_.raw();
+}
+
+const hs_tensor_t& Runtime::hot_cache() const {
+  if (!hot_bound_) fail(HS_ERROR_INVALID_STATE, "hot_cache: the runtime has no bound hot cache");
+  return hot_view_;
+}
+
+void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool) {
+  const TensorArg cache(host_cache, "host_cache");
+  if (cache.device().is_cuda()) {
+    invalid_argument("host_cache: hisparse requires a host-resident KV pool; got a tensor on ",
+                     cache.device().describe());
+  }
+  if (cache.dtype() != options_.kv_dtype || cache.ndim() < 2 || cache.size(cache.ndim() - 1) != row_width_) {
+    const bool dtype_wrong = cache.dtype() != options_.kv_dtype;
+    fail(dtype_wrong ? HS_ERROR_INVALID_DTYPE : HS_ERROR_INVALID_ARGUMENT,
+         "host_cache: hisparse runtime bound to a KV cache with mismatched layout: expected rows of (", row_width_,
+         ", ", dtype_name(options_.kv_dtype), ") = ", row_bytes(), " bytes, got shape ", cache.shape_string(),
+         " of ", dtype_name(cache.dtype()));
+  }
+  // Rows at one pitch: the kernels address host slot g at base + g * pitch.
+  const int last = cache.ndim() - 1;
+  if (row_width_ > 1 && cache.stride(last) != 1) {
+    invalid_argument("host_cache: expected a unit stride in the last (row) dimension, got ", cache.stride(last));
+  }
+  int64_t rows = 1;
+  int64_t pitch = -1;
+  int64_t expected = -1;
+  for (int d = last - 1; d >= 0; --d) {
+    rows *= cache.size(d);
+    if (cache.size(d) == 1) continue;
+    if (expected < 0) {
+      pitch = cache.stride(d);
+      if (pitch < row_width_) {
+        invalid_argument("host_cache: expected a row stride of at least the row width ", row_width_, ", got ", pitch);
+      }
+      expected = pitch * cache.size(d);
+    } else if (cache.stride(d) != expected) {
+      invalid_argument("host_cache: expected rows at one uniform pitch (stride ", expected, " in dimension ", d,
+                       "), got stride ", cache.stride(d), " (shape ", cache.shape_string(),
+                       "); host slot g must be row g of the view");
+    } else {
+      expected *= cache.size(d);
+    }
+  }
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(cache.dtype()));
+  const int64_t pitch_bytes = (pitch < 0 ? row_width_ : pitch) * itemsize;
+  if (pitch_bytes % kRowAlignment != 0) {
+    invalid_argument("host_cache: expected a row pitch that is a multiple of 16 bytes, got ", pitch_bytes, " bytes");
+  }
+  if (rows > 0) cache.aligned(kRowAlignment);
+  const int64_t extent = rows > 0 ? checked_add(checked_mul(rows - 1, pitch_bytes, "host_cache"), row_bytes(),
+                                                "host_cache")
+                                  : 0;
+  const TensorArg pool(registered_host_pool, "registered_host_pool", true);
+  if (pool.present()) {
+    if (pool.device().is_cuda()) {
+      invalid_argument("registered_host_pool: expected host memory, got a tensor on ", pool.device().describe());
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(pool.data<void>());
+    const auto end = begin + static_cast<uintptr_t>(span_bytes(pool));
+    const auto first = reinterpret_cast<uintptr_t>(cache.data<void>());
+    if (first < begin || first + static_cast<uintptr_t>(extent) > end) {
+      invalid_argument("registered_host_pool: expected the registered range that holds host_cache, but host_cache's ",
+                       extent, " bytes at offset ", static_cast<int64_t>(first - begin),
+                       " do not lie within the pool's ", static_cast<int64_t>(end - begin), " bytes");
+    }
+  }
+  // A kernel reading unregistered pageable memory would kill the context.
+  backend_->check_accessible(cache.data<void>(), static_cast<size_t>(extent), options_.device.index, "host_cache");
+
+  const bool was_bound = source_bound_;
+  StoredTensor previous;
+  if (was_bound) previous.assign(host_cache_.raw());
+  const int64_t previous_rows = host_rows_;
+  const int64_t previous_pitch = host_pitch_;
+  host_cache_.assign(*host_cache);
+  host_rows_ = rows;
+  host_pitch_ = pitch < 0 ? row_width_ : pitch;
+  source_bound_ = true;
+  try {
+    dry_run_gather();
+  } catch (...) {
+    source_bound_ = was_bound;
+    host_rows_ = previous_rows;
+    host_pitch_ = previous_pitch;
+    if (was_bound) host_cache_.assign(previous.raw());
+    throw;
+  }
+}
+
+void Runtime::bind_hot_cache(const HotCacheBinding& b) {
+  const TensorArg raw(b.raw_tensor, "raw_tensor");
+  raw.on(options_.device, "the runtime");
+  raw.contiguous();
+  const int64_t slab_bytes = static_cast<int64_t>(raw.nbytes());
+  const int64_t hot_block_size = options_.config.hot_block_size;
+  if (b.block_size != hot_block_size) {
+    invalid_argument("block_size: expected the config's hot_block_size (", hot_block_size,
+                     " rows per hot block), got ", b.block_size);
+  }
+  if (b.num_blocks < 1) invalid_argument("num_blocks: expected at least one hot block, got ", b.num_blocks);
+  if (b.byte_offset < 0 || b.byte_offset % kRowAlignment != 0) {
+    invalid_argument("byte_offset: expected a non-negative multiple of 16 bytes, got ", b.byte_offset);
+  }
+  const int64_t block_bytes = b.block_size * row_bytes();
+  if (b.block_stride < block_bytes || b.block_stride % row_bytes() != 0) {
+    invalid_argument("block_stride: expected a multiple of row_bytes (", row_bytes(),
+                     ") of at least block_size x row_bytes = ", block_bytes, " bytes, got ", b.block_stride);
+  }
+  const int64_t attention_block_stride = b.block_stride / row_bytes();
+  if (attention_block_stride > kInt32Max) {
+    invalid_argument("block_stride: the attention block stride block_stride / row_bytes = ", attention_block_stride,
+                     " rows exceeds INT32_MAX");
+  }
+  const int64_t needed = checked_add(
+      checked_add(b.byte_offset, checked_mul(b.num_blocks - 1, b.block_stride, "raw_tensor"), "raw_tensor"),
+      block_bytes, "raw_tensor");
+  if (needed > slab_bytes) {
+    invalid_argument("raw_tensor: the hot-cache slab is too small: the view needs byte_offset + (num_blocks - 1) x "
+                     "block_stride + block_size x row_bytes = ", b.byte_offset, " + ", b.num_blocks - 1, " x ",
+                     b.block_stride, " + ", block_bytes, " = ", needed, " bytes, the slab has ", slab_bytes,
+                     " bytes (shape ", raw.shape_string(), " of ", dtype_name(raw.dtype()), ")");
+  }
+  char* view_base = raw.data<char>() + b.byte_offset;
+  if (reinterpret_cast<uintptr_t>(view_base) % kRowAlignment != 0) {
+    invalid_argument("byte_offset: the slab's data pointer plus byte_offset must be 16-byte aligned");
+  }
+  const TensorArg table(b.block_table, "block_table");
+  table.dtype_is(HS_DTYPE_INT32).ndim_is(2).row_major_2d().on(options_.device, "the runtime");
+  const int64_t H = options_.config.device_buffer_size;
+  table.size_at_least(1, (H + b.block_size - 1) / b.block_size, "ceil(device_buffer_size / block_size) hot blocks");
+  backend_->check_accessible(view_base, static_cast<size_t>(needed - b.byte_offset), options_.device.index,
+                             "raw_tensor");
+
+  // Commit, then check against the group and the data-movement rules; roll
+  // back on failure so a refused binding leaves the previous one in place.
+  struct Saved {
+    bool bound;
+    std::array<int64_t, 3> shape, strides;
+    hs_tensor_t view;
+    hs_tensor_t table;
+    int64_t blocks, block_size, stride;
+  };
+  Saved saved{hot_bound_, hot_shape_, hot_strides_, hot_view_, hot_block_table_.raw(),
+              hot_num_blocks_, hot_block_size_, attention_block_stride_};
+  StoredTensor saved_table;
+  if (saved.bound) saved_table.assign(saved.table);
+
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
+  hot_shape_ = {b.num_blocks, b.block_size, row_width_};
+  hot_strides_ = {b.block_stride / itemsize, row_width_, 1};
+  hot_view_ = hs_tensor_t{view_base, options_.kv_dtype, raw.raw().device_type, raw.raw().device_index, 3,
+                          hot_shape_.data(), hot_strides_.data()};
+  hot_block_table_.assign(*b.block_table);
+  hot_num_blocks_ = b.num_blocks;
+  hot_block_size_ = b.block_size;
+  attention_block_stride_ = attention_block_stride;
+  hot_bound_ = true;
+  try {
+    check_hot_layout_in_group();
+    dry_run_gather();
+  } catch (...) {
+    hot_bound_ = saved.bound;
+    hot_shape_ = saved.shape;
+    hot_strides_ = saved.strides;
+    hot_view_ = saved.view;
+    hot_view_.shape = hot_shape_.data();
+    hot_view_.strides = hot_strides_.data();
+    if (saved.bound) hot_block_table_.assign(saved_table.raw());
+    hot_num_blocks_ = saved.blocks;
+    hot_block_size_ = saved.block_size;
+    attention_block_stride_ = saved.stride;
+    throw;
+  }
+}
+
+void Runtime::unbind() {
+  source_bound_ = false;
+  host_rows_ = 0;
+  host_pitch_ = 0;
+  hot_bound_ = false;
+  hot_num_blocks_ = 0;
+  hot_block_size_ = 0;
+  attention_block_stride_ = 0;
+  staged_ = Staged{};
+  next_row_ = 0;
+}
+
+void Runtime::check_hot_layout_against(const Runtime& other) const {
+  if (!hot_bound_ || !other.hot_bound_) return;
+  const bool follower = !is_leader();
+  const Runtime& leader = follower ? other : *this;
+  const Runtime& member = follower ? *this : other;
+  if (member.hot_block_size_ != leader.hot_block_size_) {
+    invalid_argument("block_size: every runtime of an index group must use its leader's hot block size (the leader's "
+                     "attention indices assume it): leader ", leader.hot_block_size_, ", follower ",
+                     member.hot_block_size_);
+  }
+  if (member.attention_block_stride_ != leader.attention_block_stride_) {
+    invalid_argument("block_stride: every runtime of an index group must have its leader's attention_block_stride "
+                     "(block_stride / row_bytes; the leader's attention indices assume it): leader ",
+                     leader.attention_block_stride_, " rows, follower ", member.attention_block_stride_, " rows");
+  }
+}
+
+void Runtime::check_hot_layout_in_group() const {
+  if (is_leader()) {
+    for (const Runtime* follower : group_->followers()) check_hot_layout_against(*follower);
+  } else if (group_->leader() != nullptr) {
+    check_hot_layout_against(*group_->leader());
+  }
+}
+
+void Runtime::dry_run_gather() const {
+  if (!source_bound_ || !hot_bound_) return;
+  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), 0, 0);
+  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), 0, 0);
+  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), 0, 0);
+  hs_gather_compact_args_t g;
+  hs_gather_compact_args_init(&g);
+  g.host_rows = host_cache_.get();
+  g.hot_cache = &hot_view_;
+  g.swap_host_rows = host_rows.get();
+  g.swap_device_rows = device_rows.get();
+  g.swap_counts = counts.get();
+  g.hot_block_size = hot_block_size_;
+  g.hot_block_stride = attention_block_stride_;
+  const hs_status_t status = hs_gather_compact(&g, group_->copy_stream());
+  if (status != HS_SUCCESS) throw Error(status, str("the bound caches fail the gather's checks: ", hs_last_error()));
+}
+
+// ------------------------------------------------------------------ decode step
+
+void Runtime::begin_forward() {
+  next_row_ = 0;
+  staged_ = Staged{};
+  if (is_leader()) group_->set_resolved_rows(0);
+}
+
+void Runtime::require_bound(const char* operation) const {
+  if (!source_bound_ || !hot_bound_) {
+    fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the runtime is not bound (", operation,
+         " needs bind_source_cache and bind_hot_cache first; source cache ", source_bound_ ? "bound" : "unbound",
+         ", hot cache ", hot_bound_ ? "bound" : "unbound", ")");
+  }
+}
+
+int64_t Runtime::token_rows(const hs_runtime_swap_in_args_t& a) const {
+  if (a.num_tokens < 0) {
+    invalid_argument("num_tokens: expected 0 (the rows of topk_indices) or more, got ", a.num_tokens);
+  }
+  if (a.topk_indices != nullptr) {
+    const TensorArg topk(a.topk_indices, "topk_indices");
+    topk.ndim_is(2);
+    if (a.num_tokens != 0 && a.num_tokens != topk.size(0)) {
+      invalid_argument("num_tokens: expected 0 or the rows of topk_indices (", topk.size(0), "), got ", a.num_tokens);
+    }
+    return topk.size(0);
+  }
+  if (is_leader()) invalid_argument("topk_indices: expected a tensor (the group leader resolves it), got NULL");
+  if (a.num_tokens == 0) {
+    invalid_argument("num_tokens: a follower called without topk_indices must give the token rows of the step, got 0");
+  }
+  return a.num_tokens;
+}
+
+void Runtime::resolve(const hs_runtime_swap_in_args_t& a, int64_t first_row, int64_t /*num_rows*/) {
+  hs_index_group_resolve_args_t r;
+  hs_index_group_resolve_args_init(&r);
+  r.topk_indices = a.topk_indices;
+  r.req_id_per_token = a.req_id_per_token;
+  r.request_state_indices = a.request_state_indices;
+  r.hot_block_table = hot_block_table_.get();
+  r.hot_block_size = hot_block_size_;
+  r.attention_block_stride = attention_block_stride_;
+  r.host_rows = host_rows_;
+  r.row_offset = first_row;
+  r.source_block_table = a.source_block_table;
+  if (a.block_size < 0) {
+    invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
+  }
+  r.block_size = a.source_block_table == nullptr ? 0 : (a.block_size == 0 ? options_.config.block_size : a.block_size);
+  r.resident_block_table = a.resident_block_table;
+  r.resident_block_size = a.resident_block_size;
+  r.num_valid_rows = a.num_valid_rows;
+  r.out_attention = a.out_attention;
+  r.out_valid_counts = a.out_valid_counts;
+  if (a.fused_gather != 0) {
+    // The resolve launch copies this layer's rows itself, with the caches
+    // and stride stage() would give gather_compact.
+    r.gather_host_rows = host_cache_.get();
+    r.gather_hot_cache = &hot_view_;
+    r.gather_hot_block_stride = attention_block_stride_;
+  }
+  check_status(hs_index_group_resolve(group_->index_group(), &r, group_->copy_stream()));
+}
+
+void Runtime::stage(int64_t first_row, int64_t num_rows) {
+  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), first_row, num_rows);
+  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), first_row, num_rows);
+  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), first_row, num_rows);
+  hs_gather_compact_args_t g;
+  hs_gather_compact_args_init(&g);
+  g.host_rows = host_cache_.get();
+  g.hot_cache = &hot_view_;
+  g.swap_host_rows = host_rows.get();
+  g.swap_device_rows = device_rows.get();
+  g.swap_counts = counts.get();
+  g.hot_block_size = hot_block_size_;
+  g.hot_block_stride = attention_block_stride_;
+  check_status(hs_gather_compact(&g, group_->copy_stream()));
+  mark_staged(first_row, num_rows);
+}
+
+void Runtime::mark_staged(int64_t first_row, int64_t num_rows) {
+  backend_->record_event(ready_event_, group_->copy_stream());
+  staged_ = Staged{true, first_row, num_rows};
+}
+
+SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t stream) {
+  require_bound("swap_in");
+  const int64_t num_rows = token_rows(a);
+  const int64_t first_row = next_row_;
+  const int64_t stop = first_row + num_rows;
+  const int64_t capacity = options_.max_swap_rows;
+  if (stop > capacity) {
+    invalid_argument("hisparse swap rows exceed the configured speculative decode capacity: stop=", stop,
+                     ", capacity=", capacity, " (max_swap_rows bounds the token rows of all swap_in calls of one "
+                     "forward; call begin_forward at the start of each forward)");
+  }
+  if (a.prefetch != 0 && a.prefetch != 1) invalid_argument("prefetch: expected 0 or 1, got ", a.prefetch);
+  if (a.fused_gather != 0 && a.fused_gather != 1) {
+    invalid_argument("fused_gather: expected 0 or 1, got ", a.fused_gather);
+  }
+  if (a.group_gather != 0 && a.group_gather != 1) {
+    invalid_argument("group_gather: expected 0 or 1, got ", a.group_gather);
+  }
+  check_hot_layout_in_group();
+
+  if (is_leader()) {
+    // Everything that can be refused is refused before anything is enqueued.
+    const std::vector<Runtime*>& followers = group_->followers();
+    const bool prefetch = a.prefetch != 0;
+    if (a.group_gather != 0 && !prefetch) {
+      invalid_argument("group_gather: stages the followers of a prefetch batch, so it needs prefetch = 1; got "
+                       "group_gather = 1 with prefetch = 0");
+    }
+    for (size_t i = 0; prefetch && i < followers.size(); ++i) {
+      if (!followers[i]->source_bound_ || !followers[i]->hot_bound_) {
+        fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: follower ", i,
+             " of the group is not bound (bind_source_cache and bind_hot_cache), so a prefetch batch cannot stage it");
+      }
+    }
+    FollowerSpan span;
+    if (a.group_gather != 0) {
+      std::string why;
+      if (!followers_span(&span, &why)) {
+        invalid_argument("group_gather: the followers' host caches do not tile one token-major span (", why,
+                         "); bind follower l to host[:, l] of one [slots, layers, W] view, or pass group_gather = 0");
+      }
+    }
+    group_->copy_waits_for_topk(stream, a.ignore_topk_ready != 0);
+    resolve(a, first_row, num_rows);
+    group_->set_resolved_rows(stop);
+    if (a.fused_gather != 0) {
+      mark_staged(first_row, num_rows);  // the resolve launch already copied this layer's rows
+    } else {
+      stage(first_row, num_rows);
+    }
+    // The leader staged alone first: its attention waits for its own rows
+    // only. Then the followers: one gather each by default, so that each
+    // follower's attention waits for its own bytes only; one group gather
+    // when asked (more bytes per second, but every follower waits for all).
+    if (a.group_gather != 0) {
+      stage_followers_together(span, first_row, num_rows);
+    } else if (prefetch) {
+      for (Runtime* follower : followers) follower->stage(first_row, num_rows);
+    }
+  } else if (group_->leader() == nullptr) {
+    fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the group leader was destroyed, so nothing "
+         "resolves this follower's rows");
+  } else if (stop > group_->resolved_rows()) {
+    fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the group leader resolved ",
+         group_->resolved_rows(), " token rows in this forward, this follower asks for rows [", first_row, ", ", stop,
+         "); call swap_in on the leader first (and begin_forward on every runtime at the start of each forward)");
+  }
+
+  bool prefetched = false;
+  if (staged_.active) {
+    if (staged_.first_row != first_row || staged_.num_rows != num_rows) {
+      fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched for these rows: the leader staged rows [",
+           staged_.first_row, ", ", staged_.first_row + staged_.num_rows, ") of this layer, this call asks for [",
+           first_row, ", ", stop, "); every runtime of a group must swap in the same token rows in the same order");
+    }
+    prefetched = !is_leader();
+  } else {
+    group_->copy_waits_for(stream);
+    stage(first_row, num_rows);
+  }
+  backend_->stream_wait_event(stream, ready_event_);
+  staged_ = Staged{};
+  next_row_ = stop;
+  return SwapInResult{first_row, num_rows, prefetched};
+}
+
+void Runtime::reset_hot_state(hs_stream_t stream) {
+  // The reset runs on the copy stream between both streams' earlier and later
+  // work. Recording on the caller's stream first keeps it capturable: the
+  // copy stream joins the capture before the caller's stream waits on it.
+  group_->copy_waits_for(stream);
+  check_status(hs_index_group_reset(group_->index_group(), group_->copy_stream()));
+  group_->stream_waits_for_copy(stream);
+}
+
+void Runtime::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
+                                      hs_stream_t stream) {
+  check_status(hs_index_group_invalidate_sorted_slots(group_->index_group(), sorted_slots, state_indices, stream));
+}
+
+void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream) {
+  if (!source_bound_) {
+    fail(HS_ERROR_INVALID_STATE, "mirror_rows: the runtime has no bound source cache to mirror into "
+         "(call bind_source_cache first)");
+  }
+  TensorArg(src_rows, "src_rows").on(options_.device, "the runtime");
+  check_status(hs_mirror_rows(src_rows, host_cache_.get(), slot_mapping, stream));
+}
+
+void Runtime::copy_stats_async(hs_stream_t stream) {
+  check_status(hs_index_group_copy_stats_async(group_->index_group(), stream));
+}
+
+RuntimeStats Runtime::stats() const {
+  RuntimeStats s;
+  check_status(hs_index_group_read_stats(group_->index_group(), s.counters.data(), HS_NUM_STATS));
+  s.num_layers = group_->size();
+  const int64_t hits = s.counters[HS_STAT_HITS];
+  const int64_t misses = s.counters[HS_STAT_MISSES];
+  s.hit_rate = hits + misses > 0 ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0;
+  s.group_row_bytes = group_->row_bytes();
+  s.bytes_moved = static_cast<uint64_t>(std::max<int64_t>(misses, 0)) * s.group_row_bytes;
+  return s;
+}
+
+}  // namespace hisparse

@@ -1,0 +1,192 @@
+// The per-layer runtime (the seed's HiSparseRuntime): binds one layer's
+// host (source) cache and its hot-cache view in a shared GPU slab, and runs
+// swap_in every decode step. The group leader resolves residency once for
+// the whole index group; followers reuse the leader's swap list and move
+// only their own bytes, on the group's copy stream, prefetched by the leader
+// when the batch allows it (in one launch for all of them when the caller
+// asks with group_gather and their host rows of a slot lie side by side: a
+// token-major host layout). The
+// orchestration (which stream waits for what, which rows a call takes,
+// which misuse is refused) lives here; the kernels are reached through the
+// C ABI of the index group and the data-movement ops, so their argument
+// checks apply unchanged.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/backend.hpp"
+#include "hisparse/hisparse.h"
+#include "core/runtime_group.hpp"
+#include "core/tensor.hpp"
+
+namespace hisparse {
+
+struct RuntimeOptions {
+  hs_config_t config{};
+  Device device;
+  int32_t max_num_reqs = 0;
+  int32_t max_swap_rows = 0;  // resolved (never 0)
+  hs_dtype_t kv_dtype = HS_DTYPE_UINT8;
+  hs_stream_t copy_stream = nullptr;  // leader only, borrowed
+  Event topk_ready = nullptr;         // leader only, borrowed
+};
+
+struct HotCacheBinding {
+  const hs_tensor_t* raw_tensor = nullptr;
+  int64_t byte_offset = 0;
+  int64_t block_stride = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  const hs_tensor_t* block_table = nullptr;
+};
+
+struct SwapInResult {
+  int64_t first_row = 0;
+  int64_t num_rows = 0;
+  bool prefetched = false;
+};
+
+struct RuntimeStats {
+  int32_t num_layers = 0;
+  std::array<int64_t, HS_NUM_STATS> counters{};
+  double hit_rate = 0.0;
+  uint64_t group_row_bytes = 0;
+  uint64_t bytes_moved = 0;
+};
+
+// A descriptor copied out of a caller's hs_tensor_t, owning its shape and
+// strides (the caller's arrays need not outlive the call that gave them).
+class StoredTensor {
+ public:
+  StoredTensor() = default;
+  StoredTensor(const StoredTensor&) = delete;
+  StoredTensor& operator=(const StoredTensor&) = delete;
+  void assign(const hs_tensor_t& tensor);
+  const hs_tensor_t* get() const { return &tensor_; }
+  const hs_tensor_t& raw() const { return tensor_; }
+
+ private:
+  std::array<int64_t, HS_MAX_DIMS> shape_{};
+  std::array<int64_t, HS_MAX_DIMS> strides_{};
+  hs_tensor_t tensor_{};
+};
+
+class Runtime {
+ public:
+  // A leader: validates the options and creates the group (blocking).
+  explicit Runtime(const RuntimeOptions& options);
+  // A follower joining `leader`'s group; the group-wide sizes must agree.
+  Runtime(const RuntimeOptions& options, Runtime& leader);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  bool is_leader() const { return group_->leader() == this; }
+  RuntimeGroup& group() const { return *group_; }
+  const RuntimeOptions& options() const { return options_; }
+  int32_t row_bytes() const { return options_.config.row_bytes; }
+  int32_t row_width() const { return row_width_; }
+
+  bool source_bound() const { return source_bound_; }
+  bool hot_bound() const { return hot_bound_; }
+  bool staged() const { return staged_.active; }
+  int64_t host_rows() const { return source_bound_ ? host_rows_ : 0; }
+  int64_t hot_num_blocks() const { return hot_bound_ ? hot_num_blocks_ : 0; }
+  int64_t hot_block_size() const { return hot_block_size_; }
+  int64_t attention_block_stride() const { return hot_bound_ ? attention_block_stride_ : 0; }
+  int64_t next_row() const { return next_row_; }
+  const hs_tensor_t& host_cache() const;
+  const hs_tensor_t& hot_cache() const;
+  // True on a leader whose followers' layout allows group_gather (one
+  // hs_gather_compact_group for all of them): at least two followers, all
+  // bound, whose host rows of one slot form one contiguous span and whose hot
+  // views share one layout. Read from the current bindings; false on a
+  // follower.
+  bool followers_staged_together() const;
+
+  void bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool);
+  void bind_hot_cache(const HotCacheBinding& binding);
+  void unbind();
+
+  void begin_forward();
+  SwapInResult swap_in(const hs_runtime_swap_in_args_t& args, hs_stream_t stream);
+  void reset_hot_state(hs_stream_t stream);
+  void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices, hs_stream_t stream);
+  void mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream);
+  void copy_stats_async(hs_stream_t stream);
+  RuntimeStats stats() const;
+
+ private:
+  struct Staged {
+    bool active = false;
+    int64_t first_row = 0;
+    int64_t num_rows = 0;
+  };
+
+  void init_common();
+  // Throws unless this runtime and the runtime it is compared with agree on
+  // what the leader's attention indices assume (block size, block stride).
+  void check_hot_layout_against(const Runtime& other) const;
+  void check_hot_layout_in_group() const;
+  void require_bound(const char* operation) const;
+  int64_t token_rows(const hs_runtime_swap_in_args_t& args) const;
+  // The group's resolve on the copy stream; with args.fused_gather the same
+  // launch also copies this layer's missed rows (the leader's own stage()).
+  void resolve(const hs_runtime_swap_in_args_t& args, int64_t first_row, int64_t num_rows);
+  // Gathers this layer's missed rows of [first_row, first_row + num_rows) on
+  // the copy stream and records the layer's ready event after them.
+  void stage(int64_t first_row, int64_t num_rows);
+  // Records the layer's ready event on the copy stream after everything
+  // enqueued there so far and marks rows [first_row, first_row + num_rows)
+  // staged: the end of stage(), and all a fused-gather leader has left to do
+  // after its resolve.
+  void mark_staged(int64_t first_row, int64_t num_rows);
+
+  // Where the followers' host rows of one slot lie back to back: follower f
+  // is piece (f's host base - base) / row_bytes of a [host_rows, pieces, W]
+  // view at `base` with slot stride `pitch` elements.
+  struct FollowerSpan {
+    const char* base = nullptr;
+    int64_t pitch = 0;
+    int32_t pieces = 0;
+  };
+  // The span when the followers tile (see followers_staged_together()).
+  // Otherwise false, and `why` (when given) says which condition failed;
+  // nothing is allocated unless it fails with `why`.
+  bool followers_span(FollowerSpan* span, std::string* why) const;
+  // Stages every follower's missed rows of [first_row, first_row + num_rows)
+  // from the span with hs_gather_compact_group (one launch per
+  // HS_MAX_GATHER_GROUP_PIECES pieces) and marks each follower staged.
+  void stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows);
+  // The gather on the copy stream with zero rows: every host-side check of
+  // the data-movement op on the bound caches, nothing enqueued.
+  void dry_run_gather() const;
+
+  RuntimeOptions options_;
+  std::shared_ptr<RuntimeGroup> group_;
+  Backend* backend_ = nullptr;
+  Event ready_event_ = nullptr;
+  int32_t row_width_ = 0;
+
+  bool source_bound_ = false;
+  StoredTensor host_cache_;
+  int64_t host_rows_ = 0;
+  int64_t host_pitch_ = 0;  // elements between host slots (the row width when host_rows_ <= 1)
+
+  bool hot_bound_ = false;
+  std::array<int64_t, 3> hot_shape_{};
+  std::array<int64_t, 3> hot_strides_{};
+  hs_tensor_t hot_view_{};
+  StoredTensor hot_block_table_;
+  int64_t hot_num_blocks_ = 0;
+  int64_t hot_block_size_ = 0;
+  int64_t attention_block_stride_ = 0;
+
+  int64_t next_row_ = 0;
+  Staged staged_;
+};
+
+}  // namespace hisparse

@@ -1,0 +1,42 @@
+// The seed's HiSparseSlotInvalidator: drops the hot copies of rewritten host
+// slots in many index groups with one launch of invalidate_written_slots.
+// The kernel finds the groups' tables through a device array of their data
+// pointers; that array is built once per set of tables (keyed by the
+// pointers themselves, so a recycled address still maps to the right array)
+// and kept until the invalidator is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "hisparse/hisparse.h"
+#include "core/tensor.hpp"
+
+namespace hisparse {
+
+class SlotInvalidator {
+ public:
+  SlotInvalidator(const Device& device, Backend& backend) : device_(device), backend_(backend) {}
+  ~SlotInvalidator();
+  SlotInvalidator(const SlotInvalidator&) = delete;
+  SlotInvalidator& operator=(const SlotInvalidator&) = delete;
+
+  const Device& device() const { return device_; }
+  size_t cached_sets() const { return cache_.size(); }
+
+  // `tables`: each group's device_global_indices, int32 [S, H], one shape,
+  // on the invalidator's device. Blocking only the first time a set is seen.
+  void run(const std::vector<const hs_tensor_t*>& tables, const hs_tensor_t* request_state_indices,
+           const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots, hs_stream_t stream);
+
+ private:
+  const int64_t* pointers_for(const std::vector<const hs_tensor_t*>& tables);
+
+  Device device_;
+  Backend& backend_;
+  std::map<std::vector<uintptr_t>, void*> cache_;
+};
+
+}  // namespace hisparse

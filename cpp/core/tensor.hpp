@@ -1,0 +1,68 @@
+// Validation of borrowed hs_tensor_t descriptors. Every public entry point
+// checks its tensors through TensorArg so that a bad argument fails with a
+// message naming it, what was expected and what was given.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "hisparse/hisparse.h"
+
+namespace hisparse {
+
+const char* dtype_name(hs_dtype_t dtype);
+size_t dtype_size(hs_dtype_t dtype);
+
+// Where memory can be read by a kernel: host memory (plain or page-locked)
+// runs the CPU backend, device memory the CUDA backend.
+struct Device {
+  enum Kind { kCpu, kCuda } kind = kCpu;
+  int index = 0;
+
+  bool operator==(const Device& other) const {
+    return kind == other.kind && (kind == kCpu || index == other.index);
+  }
+  bool operator!=(const Device& other) const { return !(*this == other); }
+  bool is_cuda() const { return kind == kCuda; }
+  std::string describe() const;
+};
+
+class TensorArg {
+ public:
+  // `tensor` may be NULL only for optional arguments (present() is false).
+  TensorArg(const hs_tensor_t* tensor, const char* name, bool optional = false);
+
+  bool present() const { return tensor_ != nullptr; }
+  const char* name() const { return name_; }
+  const hs_tensor_t& raw() const { return *tensor_; }
+  hs_dtype_t dtype() const { return tensor_->dtype; }
+  int ndim() const { return tensor_->ndim; }
+  int64_t size(int dim) const;
+  int64_t stride(int dim) const;  // in elements, derived when strides == NULL
+  int64_t numel() const;
+  uint64_t nbytes() const { return static_cast<uint64_t>(numel()) * dtype_size(dtype()); }
+  Device device() const;
+  bool is_contiguous() const;
+  std::string shape_string() const;
+
+  template <typename T>
+  T* data() const { return static_cast<T*>(tensor_->data); }
+
+  // Checks; each throws an Error naming the argument and returns *this.
+  const TensorArg& dtype_is(hs_dtype_t expected) const;
+  const TensorArg& ndim_is(int expected) const;
+  const TensorArg& size_is(int dim, int64_t expected, const char* why = nullptr) const;
+  const TensorArg& size_at_least(int dim, int64_t minimum, const char* why = nullptr) const;
+  const TensorArg& contiguous() const;
+  const TensorArg& unit_stride(int dim) const;     // stride(dim) == 1
+  const TensorArg& row_major_2d() const;            // unit column stride, row stride >= columns
+  const TensorArg& on(const Device& expected, const char* reference) const;
+  const TensorArg& aligned(size_t bytes) const;
+
+ private:
+  const hs_tensor_t* tensor_;
+  const char* name_;
+};
+
+}  // namespace hisparse

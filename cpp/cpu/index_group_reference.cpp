@@ -1,0 +1,30 @@
+#include "cpu/index_group_reference.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hisparse {
+
+void reset_hot_state_reference(const ResetHotStateParams& p) {
+  const int64_t hot = p.hot_size;
+  std::fill_n(p.device_global_indices, p.num_state_rows * hot, -1);
+  for (int64_t s = 0; s < p.num_state_rows; ++s) {
+    std::memcpy(p.lru_slots + s * hot, p.lru_init, static_cast<size_t>(hot) * sizeof(int16_t));
+  }
+  if (p.counters != nullptr) std::fill_n(p.counters, p.num_counters, int64_t{0});
+}
+
+void invalidate_sorted_slots_reference(const InvalidateSortedSlotsParams& p) {
+  if (p.num_slots == 0) return;
+  const int64_t hot = p.hot_size;
+  for (int64_t i = 0; i < p.num_state_indices; ++i) {
+    const int64_t s = p.state_indices[i];
+    if (s < 0 || s >= p.num_state_rows) continue;
+    int32_t* row = p.device_global_indices + s * hot;
+    for (int64_t j = 0; j < hot; ++j) {
+      if (sorted_contains(p.sorted_slots, p.num_slots, row[j])) row[j] = -1;
+    }
+  }
+}
+
+}  // namespace hisparse
