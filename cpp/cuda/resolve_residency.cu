@@ -32,8 +32,12 @@
 #include "cuda/cuda_kernels.hpp"
 #include "core/error.hpp"
 #include "core/resolver_shared_memory.hpp"
+#include "cuda/async_copy.cuh"
+#include "cuda/block_scan.cuh"
+#include "cuda/fast_divisor.cuh"
 #include "cuda/hopper_sync.cuh"
 #include "cuda/row_copy.cuh"
+#include "cuda/union_table.cuh"
 
 namespace hisparse {
 namespace cuda {
@@ -45,15 +49,6 @@ static_assert(kWarps == 32, "block scans give one warp total to each lane of a w
 
 constexpr int64_t kInt32Max = INT32_MAX;
 constexpr int64_t kMaxEntries = int64_t{1} << 30;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
-
-// Union hash table.
-constexpr int32_t kEmptyKey = -1;
-constexpr uint32_t kNoRank = 0xFFFFFFFFu;
-// While a chunk is ranked, a new key's value holds kPending | (index in the
-// chunk of its first occurrence); ranks (< 2^15) are always smaller, so atomicMin never
-// disturbs an already ranked key.
-constexpr uint32_t kPending = 0x80000000u;
 
 // slot_info after phase C1: usable bit, member rank + 1 (0: holds no member).
 constexpr uint32_t kSlotUsable = 0x8000u;
@@ -70,36 +65,6 @@ constexpr int32_t kNoSlot = 0xFFFF;
 constexpr uint16_t kCodeResident = 0xFFFE;
 constexpr uint16_t kCodeInvalid = 0xFFFF;
 static_assert(kResolverMaxHashCapacity == kCodeResident, "hash slots must stay below the entry code markers");
-
-// Division by a launch constant as a multiply-high and a shift (round-up
-// method of Granlund and Montgomery with a 33-bit multiplier 2^32 + m):
-// exact for every numerator below 2^31, which covers every entry index,
-// position and slot here. A hardware-less 32-bit division costs ~20
-// instructions, and a 1024-thread block resolving one request is bound by
-// instruction issue.
-struct FastDivisor {
-  uint32_t divisor = 1;
-  uint32_t multiplier = 1;
-  uint32_t shift = 0;
-
-  static FastDivisor make(int32_t d) {
-    FastDivisor f;
-    f.divisor = static_cast<uint32_t>(d);
-    uint32_t log2_ceil = 0;
-    while ((uint64_t{1} << log2_ceil) < f.divisor) ++log2_ceil;
-    f.shift = log2_ceil;
-    const uint64_t excess = (uint64_t{1} << log2_ceil) - f.divisor;  // < divisor
-    f.multiplier = static_cast<uint32_t>((excess << 32) / f.divisor + 1);
-    return f;
-  }
-  __device__ __forceinline__ int32_t quotient(int32_t n) const {
-    const uint32_t u = static_cast<uint32_t>(n);
-    return static_cast<int32_t>((__umulhi(u, multiplier) + u) >> shift);
-  }
-  __device__ __forceinline__ int32_t remainder(int32_t n, int32_t q) const {
-    return n - q * static_cast<int32_t>(divisor);
-  }
-};
 
 // Per-launch constants derived on the host.
 struct ResolverConstants {
@@ -187,74 +152,6 @@ __device__ __forceinline__ Entry classify(const ResolveResidencyParams& p, const
   return entry;
 }
 
-// The union table: linear probing over slots from a home slot, looked up
-// in aligned buckets of 4 keys read with one 16-byte load. A key only lands
-// past slots that were taken, and keys are never removed, so a lookup may
-// stop at the first empty slot at or after the home slot. Capacity (a
-// multiple of 32) stays above 1.5x the keys, so probes end.
-constexpr int32_t kBucketSlots = 4;
-
-__device__ __forceinline__ uint32_t hash_home(int32_t key, int32_t capacity) {
-  return __umulhi(static_cast<uint32_t>(key) * 0x9E3779B1u, static_cast<uint32_t>(capacity));
-}
-
-// Mask (bit i for slot i) of the bucket's slots equal to `value`.
-__device__ __forceinline__ uint32_t bucket_match(const int4& bucket, int32_t value) {
-  return (bucket.x == value ? 1u : 0u) | (bucket.y == value ? 2u : 0u) | (bucket.z == value ? 4u : 0u) |
-         (bucket.w == value ? 8u : 0u);
-}
-
-// Slot of each key[x] >= 0, inserting it if absent (two threads inserting
-// one key probe the same slots, so they meet at one). The N probes advance
-// together, so their compare-and-swaps are in flight at the same time
-// instead of one key's probe chain waiting on the other's.
-template <int N>
-__device__ __forceinline__ void hash_insert(int32_t* keys, int32_t capacity, const int32_t (&key)[N],
-                                            uint32_t (&slot)[N]) {
-  bool pending[N];
-#pragma unroll
-  for (int x = 0; x < N; ++x) {
-    pending[x] = key[x] >= 0;
-    slot[x] = pending[x] ? hash_home(key[x], capacity) : 0;
-  }
-  while (true) {
-    int32_t previous[N];
-    bool any = false;
-#pragma unroll
-    for (int x = 0; x < N; ++x) {
-      if (pending[x]) previous[x] = atomicCAS(keys + slot[x], kEmptyKey, key[x]);
-    }
-#pragma unroll
-    for (int x = 0; x < N; ++x) {
-      if (!pending[x]) continue;
-      if (previous[x] == kEmptyKey || previous[x] == key[x]) {
-        pending[x] = false;
-      } else if (++slot[x] == static_cast<uint32_t>(capacity)) {
-        slot[x] = 0;
-      }
-      any |= pending[x];
-    }
-    if (!any) return;
-  }
-}
-
-// Rank of `key` (kNoRank when absent); only while no thread inserts.
-__device__ __forceinline__ uint32_t hash_rank(const int32_t* keys, const uint32_t* values, int32_t capacity,
-                                              int32_t key) {
-  const uint32_t home = hash_home(key, capacity);
-  const uint32_t buckets = static_cast<uint32_t>(capacity) / kBucketSlots;
-  uint32_t bucket = home / kBucketSlots;
-  uint32_t probed = 0xFu << (home % kBucketSlots);  // slots of the first bucket at or after home
-  while (true) {
-    const int4 held = reinterpret_cast<const int4*>(keys)[bucket];
-    const uint32_t found = bucket_match(held, key);
-    if (found != 0) return values[bucket * kBucketSlots + __ffs(found) - 1];
-    if ((bucket_match(held, kEmptyKey) & probed) != 0) return kNoRank;
-    probed = 0xFu;
-    if (++bucket == buckets) bucket = 0;
-  }
-}
-
 // Fused gather's held filter: the words of member_slots (all ones until
 // phase C2) with one bit per key & mask; each word of the dgi row clears
 // its key's bit, so a set bit proves that no slot holds the key (a sure
@@ -269,85 +166,6 @@ struct HeldFilterBit {
 __device__ __forceinline__ HeldFilterBit held_filter_bit(int32_t key, uint32_t filter_mask) {
   const uint32_t bit = static_cast<uint32_t>(key) & filter_mask;
   return {bit >> 5, 1u << min(bit & 31u, 30u)};
-}
-
-__device__ __forceinline__ int warp_inclusive_sum(int value) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int delta = 1; delta < 32; delta <<= 1) {
-    const int other = __shfl_up_sync(kFullMask, value, delta);
-    if (lane >= delta) value += other;
-  }
-  return value;
-}
-
-// Warp reductions: one REDUX instruction from sm_80 on.
-__device__ __forceinline__ int warp_sum(int value) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_add_sync(kFullMask, value);
-#else
-#pragma unroll
-  for (int delta = 16; delta > 0; delta >>= 1) value += __shfl_xor_sync(kFullMask, value, delta);
-  return value;
-#endif
-}
-__device__ __forceinline__ int warp_min(int value) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_min_sync(kFullMask, value);
-#else
-#pragma unroll
-  for (int delta = 16; delta > 0; delta >>= 1) value = min(value, __shfl_xor_sync(kFullMask, value, delta));
-  return value;
-#endif
-}
-__device__ __forceinline__ int warp_max(int value) {
-#if __CUDA_ARCH__ >= 800
-  return __reduce_max_sync(kFullMask, value);
-#else
-#pragma unroll
-  for (int delta = 16; delta > 0; delta >>= 1) value = max(value, __shfl_xor_sync(kFullMask, value, delta));
-  return value;
-#endif
-}
-
-// Inclusive prefix sum over the lanes of values below 2^Bits: one ballot
-// per bit instead of five dependent shuffles.
-template <int Bits>
-__device__ __forceinline__ int warp_inclusive_sum_small(int value) {
-  const unsigned up_to_lane = kFullMask >> (31 - (threadIdx.x & 31));
-  int sum = 0;
-#pragma unroll
-  for (int bit = 0; bit < Bits; ++bit) {
-    sum += __popc(__ballot_sync(kFullMask, (value >> bit) & 1) & up_to_lane) << bit;
-  }
-  return sum;
-}
-
-// Exclusive prefix sum over threads in thread order, plus the block total,
-// from each thread's value and its inclusive prefix within the warp.
-// Contains the one barrier between writing `warp_totals` and reading it; the
-// caller keeps a barrier between this read and the next write of the buffer.
-__device__ __forceinline__ int block_exclusive_sum_from_warp(int value, int inclusive, int* warp_totals,
-                                                             int* block_total) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  if (lane == 31) warp_totals[warp] = inclusive;
-  __syncthreads();
-  // Every warp sums the warp totals itself (two reductions, no second
-  // barrier): lane i holds warp i's total.
-  const int total = warp_totals[lane];
-  *block_total = warp_sum(total);
-  return warp_sum(lane < warp ? total : 0) + inclusive - value;
-}
-
-__device__ __forceinline__ int block_exclusive_sum(int value, int* warp_totals, int* block_total) {
-  return block_exclusive_sum_from_warp(value, warp_inclusive_sum(value), warp_totals, block_total);
-}
-
-// The same for values below 2^Bits.
-template <int Bits>
-__device__ __forceinline__ int block_exclusive_sum_small(int value, int* warp_totals, int* block_total) {
-  return block_exclusive_sum_from_warp(value, warp_inclusive_sum_small<Bits>(value), warp_totals, block_total);
 }
 
 __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParams& p, int64_t t, int32_t k) {
@@ -393,107 +211,6 @@ __device__ void write_request_inactive(const ResolveResidencyParams& p, const Re
 __device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int index, int64_t value) {
   if (value != 0) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p.stats + index), static_cast<unsigned long long>(value));
-  }
-}
-
-// Copies n int16 between a global row and shared memory (16-byte aligned),
-// with 16-byte accesses when the global side allows it.
-__device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src, int32_t n) {
-  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    const int32_t vectors = n / 8;
-#pragma unroll 1
-    for (int32_t v = threadIdx.x; v < vectors; v += kThreads) {
-      reinterpret_cast<uint4*>(dst)[v] = reinterpret_cast<const uint4*>(src)[v];
-    }
-  } else {
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
-  }
-}
-
-// Starts copying n int32 from global to shared memory (16-byte aligned)
-// without holding registers, as one commit group; wait_async_copies()
-// completes them. Ampere and later copy asynchronously, older devices
-// synchronously.
-__device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t* src, int32_t n) {
-#if __CUDA_ARCH__ >= 800
-  const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-#pragma unroll 1
-    for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 4 * v));
-    }
-  } else {
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared + 4 * i), "l"(src + i));
-    }
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-#else
-  for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
-#endif
-}
-
-// Calls visit(i) for each word i of the n-word row that start_int32_row_copy
-// gave this thread to copy: once the thread's copies are complete it may
-// read exactly these, before any block barrier.
-template <typename Visit>
-__device__ __forceinline__ void for_each_own_int32_copy(const int32_t* src, int32_t n, Visit visit) {
-#if __CUDA_ARCH__ >= 800
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-#pragma unroll 1
-    for (int32_t v = threadIdx.x; v < n / 4; v += kThreads) {
-#pragma unroll
-      for (int32_t i = 0; i < 4; ++i) visit(4 * v + i);
-    }
-    return;
-  }
-#endif
-  for (int32_t i = threadIdx.x; i < n; i += kThreads) visit(i);
-}
-
-// Closes the async copies issued since the last commit into one group.
-__device__ __forceinline__ void commit_async_copies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
-// The same for n int16 (cp.async moves 4, 8 or 16 bytes, so rows that are
-// not 16-byte granular are copied synchronously); one commit group too.
-__device__ __forceinline__ void start_int16_row_copy(int16_t* dst, const int16_t* src, int32_t n) {
-#if __CUDA_ARCH__ >= 800
-  if (n % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-#pragma unroll 1
-    for (int32_t v = threadIdx.x; v < n / 8; v += kThreads) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared + 16 * v), "l"(src + 8 * v));
-    }
-  } else {
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
-  }
-  asm volatile("cp.async.commit_group;\n" ::);
-#else
-  for (int32_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
-#endif
-}
-
-// Waits for all but the `pending` most recently committed copy groups.
-template <int pending>
-__device__ __forceinline__ void wait_async_copies() {
-#if __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
-#endif
-}
-
-// Pulls the 128-byte lines of n int32 into this SM's L1, so that the
-// scattered __ldg reads of a table row later hit L1 instead of waiting on
-// L2 or DRAM in the middle of a phase.
-__device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127};
-  const uintptr_t end = reinterpret_cast<uintptr_t>(row + n);
-#pragma unroll 1
-  for (uintptr_t line = begin + 128 * threadIdx.x; line < end; line += 128 * kThreads) {
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
   }
 }
 
@@ -553,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* const evictable = reinterpret_cast<int32_t*>(smem + layout.evictable);
   uint16_t* const entry_codes = reinterpret_cast<uint16_t*>(smem + layout.entry_codes);
   uint8_t* const member_held = smem + layout.member_held;
-  const int32_t capacity = layout.hash_capacity;
+  const UnionTableView table{hash_keys, hash_values, layout.hash_capacity};
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -599,20 +316,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   // in phase C1) into the evictable words, which are free until phase C2.
   int32_t* const held_copy = evictable;
   if (state_in_range) {
-    start_int16_row_copy(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
-    start_int32_row_copy(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
-    prefetch_int32_row(hot_table, c.hot_table_entries);
+    start_int16_row_copy<kThreads>(lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
+    start_int32_row_copy<kThreads>(held_copy, p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    prefetch_int32_row<kThreads>(hot_table, c.hot_table_entries);
     // The request's top-k rows are only known after the row scan (B1); in
     // the usual batch every request has T / B consecutive rows, so fetch
     // those now (a wrong guess costs bandwidth, never correctness).
     if (c.rows_per_request > 0) {
       const int32_t rows = c.rows_per_request;
       for (int32_t r = 0; r < min(rows, 4); ++r) {
-        prefetch_int32_row(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
+        prefetch_int32_row<kThreads>(p.topk_indices + static_cast<int64_t>(b * rows + r) * p.topk_row_stride, K);
       }
     }
-    if (source != nullptr) prefetch_int32_row(source, p.source_table_width);
-    if (resident != nullptr) prefetch_int32_row(resident, p.resident_table_width);
+    if (source != nullptr) prefetch_int32_row<kThreads>(source, p.source_table_width);
+    if (resident != nullptr) prefetch_int32_row<kThreads>(resident, p.resident_table_width);
   }
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
@@ -742,14 +459,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (entry.kind == kHot) key[x] = entry.host_slot;
         }
       }
-      hash_insert(hash_keys, capacity, key, h);
+      table.insert(key, h);
       // Lanes leave the probe loop after different rounds; without this the
       // warp runs the rest of the chunk once per group of them.
       __syncwarp();
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         if (key[x] >= 0) {
-          atomicMin(hash_values + h[x], kPending | static_cast<uint32_t>(local + x));
+          table.offer_first(h[x], local + x);
           code[x] = static_cast<uint16_t>(h[x]);
         }
       }
@@ -766,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // slots are skipped: a buffer that is not full yet would otherwise
         // send thousands of atomics to the one word of key -1.)
         wait_async_copies<0>();
-        for_each_own_int32_copy(dgi_row, H, [&](int32_t j) {
+        for_each_own_int32_copy<kThreads>(dgi_row, H, [&](int32_t j) {
           const int32_t held = held_copy[j];
           if (held < 0) return;
           const HeldFilterBit bit = held_filter_bit(held, c.held_filter_mask);
@@ -781,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int firsts = 0;
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
-        first_entry[x] = key[x] >= 0 && hash_values[h[x]] == (kPending | static_cast<uint32_t>(local + x));
+        first_entry[x] = key[x] >= 0 && table.is_first_in_chunk(h[x], local + x);
         firsts += first_entry[x];
         if (early_stage && first_entry[x] && key[x] < c.stage_host_rows) {
           const HeldFilterBit bit = held_filter_bit(key[x], c.held_filter_mask);
@@ -819,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           stage_members[stage_row] = member ? rank : -1;
         }
-        atomicExch(hash_values + h[x], static_cast<uint32_t>(rank));
+        table.set_rank(h[x], static_cast<uint32_t>(rank));
         if (rank < max_union) {
           member_keys[rank] = key[x];
           member_first[rank] = base + local + x;
@@ -862,7 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                  kInt32Max)) {
           info = kSlotUsable;
           if (held[x] >= 0) {
-            const uint32_t rank = hash_rank(hash_keys, hash_values, capacity, held[x]);
+            const uint32_t rank = table.find(held[x]);
             if (rank < static_cast<uint32_t>(max_union)) {
               info |= rank + 1;
               member_held[rank] = 1;
@@ -934,13 +651,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
         const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
         for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-#if __CUDA_ARCH__ >= 800
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(row_dst + kChunkBytes * chunk),
-                       "l"(row_src + kChunkBytes * chunk));
-#else
-          reinterpret_cast<uint4*>(smem + stage.stage)[(row_dst - stage_base) / kChunkBytes + chunk] =
-              load_chunk(row_src + kChunkBytes * chunk);
-#endif
+          start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk,
+                                     smem + stage.stage + (row_dst - stage_base) + kChunkBytes * chunk,
+                                     row_src + kChunkBytes * chunk);
         }
       }
     }
@@ -1094,7 +807,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int32_t e = member_first[r];
         row = member_slots[r];
         if (e < classified && e < coded) {
-          g = hash_keys[entry_codes[e]];
+          g = table.key_at(entry_codes[e]);
         } else {
           g = classify(p, c, source, resident, entry_position(e)).host_slot;
         }
@@ -1104,7 +817,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- Phase F: state out, then per-entry outputs.
-  copy_int16_row(lru_row, reinterpret_cast<const int16_t*>(slot_info), H);
+  copy_int16_row<kThreads>(lru_row, reinterpret_cast<const int16_t*>(slot_info), H);
 
   int32_t* const row_counts = scratch + kScratchRowCounts;
   int32_t* const totals = scratch + kScratchTotals;
@@ -1132,11 +845,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t rank = kNoRank;
         if (code < kCodeResident) {
           entry.kind = kHot;
-          entry.host_slot = hash_keys[code];
-          rank = hash_values[code];
+          entry.host_slot = table.key_at(code);
+          rank = table.value_at(code);
         } else if (code == kCodeResident) {
           entry = classify(p, c, source, resident, topk[r * p.topk_row_stride + k]);
-          if (entry.kind == kHot) rank = hash_rank(hash_keys, hash_values, capacity, entry.host_slot);
+          if (entry.kind == kHot) rank = table.find(entry.host_slot);
         }
         int32_t row = -1, address = -1;
         int32_t miss = 0;
