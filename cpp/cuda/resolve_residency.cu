@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const ResolverSharedLayout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const ResolverWorkspace ws(smem, layout);
-  Gather gather(p, c, ws);
+  Gather gather(c, ws);
   ResolverRequest request;
   if (!find_request(p, c, ws, gather, request)) return;           // A      | B1
   count_slot_occurrences(p, ws);                                  // B
@@ -851,11 +851,13 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
                              params.fused_gather ? kMissStageRows : 0, limit, kResolverMaxSlackHalves);
   const bool hopper = compute_capability_major(device) >= 9;
   const ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
-  if (hopper && params.fused_gather && chosen.stage.rows > 0 && params.max_union_rows > 0) {
+  if (!params.fused_gather) {
+    launch<NoGather>(params, constants, chosen.layout, device, hopper, stream);
+  } else if (hopper && chosen.stage.rows > 0 && params.max_union_rows > 0) {
     // The held filter needs the bulk stage and room in it.
     launch<FusedGatherEarlyStage>(params, constants, chosen.layout, device, hopper, stream);
   } else {
-    launch<FusedGatherWhenAsked>(params, constants, chosen.layout, device, hopper, stream);
+    launch<FusedGather>(params, constants, chosen.layout, device, hopper, stream);
   }
 }
 

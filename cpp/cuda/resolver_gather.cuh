@@ -37,7 +37,7 @@ struct NoGather {
   // Per union chunk, between the rank scan and the ranks' publication.
   struct ChunkStage {};
 
-  __device__ __forceinline__ NoGather(const ResolveResidencyParams&, const ResolverConstants&, const ResolverWorkspace&) {}
+  __device__ __forceinline__ NoGather(const ResolverConstants&, const ResolverWorkspace&) {}
 
   // Phase A, before the grid dependency wait (shared memory only).
   __device__ __forceinline__ void prepare(const ResolverConstants&) const {}
@@ -110,9 +110,8 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
 // async copies and a block barrier.
 class FusedGather : public NoGather {
  public:
-  __device__ __forceinline__ FusedGather(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                         const ResolverWorkspace& ws)
-      : NoGather(p, c, ws),
+  __device__ __forceinline__ FusedGather(const ResolverConstants& c, const ResolverWorkspace& ws)
+      : NoGather(c, ws),
         stage_barrier_(static_cast<uint32_t>(__cvta_generic_to_shared(ws.scratch + kScratchStageBarrier))),
         stage_members_(reinterpret_cast<int32_t*>(ws.base + c.miss_stage.stage_members)),
         stage_base_(static_cast<uint32_t>(__cvta_generic_to_shared(ws.base + c.miss_stage.stage))) {}
@@ -277,42 +276,6 @@ class FusedGather : public NoGather {
   int unstaged_here_ = 0;     // this thread's assigned misses that phase E copies
 };
 
-// The fused gather when p.fused_gather asks for it, decided at run time: one
-// instantiation for the resolve alone and the fused gather without the early
-// stage.
-class FusedGatherWhenAsked : public FusedGather {
- public:
-  __device__ __forceinline__ FusedGatherWhenAsked(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                  const ResolverWorkspace& ws)
-      : FusedGather(p, c, ws), fused_(p.fused_gather) {}
-
-  __device__ __forceinline__ void prepare(const ResolverConstants& c) const {
-    if (fused_) FusedGather::prepare(c);
-  }
-  __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& ws, int held_here) {
-    if (fused_) FusedGather::after_slot_match(ws, held_here);
-  }
-  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                  int32_t members, const MemberRun& run) {
-    if (fused_) FusedGather::after_slot_scan(c, ws, members, run);
-  }
-  __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& ws, int32_t r) {
-    if (fused_) FusedGather::note_assigned_miss(ws, r);
-  }
-  __device__ __forceinline__ void after_assignment(const ResolverWorkspace& ws) {
-    if (fused_) FusedGather::after_assignment(ws);
-  }
-  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {
-    return fused_ && FusedGather::copies_assigned(ws);
-  }
-  __device__ __forceinline__ void finish(const ResolverConstants& c, const ResolverWorkspace& ws) {
-    if (fused_) FusedGather::finish(c, ws);
-  }
-
- private:
-  bool fused_;
-};
-
 // The held filter: the words of member_slots (all ones until phase C2) with
 // one bit per key & mask; each word of the dgi row clears its key's bit, so a
 // set bit proves that no slot holds the key (a sure miss) and a cleared one
@@ -343,9 +306,8 @@ class FusedGatherEarlyStage : public FusedGather {
     bool now = false;  // the chunk's sure misses are staged
   };
 
-  __device__ __forceinline__ FusedGatherEarlyStage(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                   const ResolverWorkspace& ws)
-      : FusedGather(p, c, ws) {}
+  __device__ __forceinline__ FusedGatherEarlyStage(const ResolverConstants& c, const ResolverWorkspace& ws)
+      : FusedGather(c, ws) {}
 
   // The words of the dgi row this thread copied in phase A (landed by now)
   // clear their filter bits; B2a publishes the filter. Empty slots are
