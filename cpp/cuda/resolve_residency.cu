@@ -699,14 +699,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const ResolverWorkspace ws(smem, layout);
   Gather gather(c, ws);
   ResolverRequest request;
-  if (!find_request(p, c, ws, gather, request)) return;           // A      | B1
-  count_slot_occurrences(p, ws);                                  // B
-  const UnionSummary u = build_union(p, c, ws, request, gather);  // B      | B2a, B2b per chunk; B2
-  match_slots(p, c, ws, request, gather);                         // C1     | B3
+  if (!find_request(p, c, ws, gather, request)) return;                      // A  | B1
+  count_slot_occurrences(p, ws);                                             // B
+  const UnionSummary u = build_union(p, c, ws, request, gather);             // B  | B2a, B2b per chunk; B2
+  match_slots(p, c, ws, request, gather);                                    // C1 | B3
   const MemberRun run = member_run(u.members);
-  gather.after_slot_scan(c, ws, u.members, run);
-  const LruWalk walk = walk_lru(p, ws);                                           // C2 | B4
-  const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);      // D  | B5, B6
+  gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
+  const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
+  const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);  // D  | B5, B6
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
   // and G here; one that copies rows in phase E lets it start only at its
@@ -715,9 +715,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool copies = gather.copies_assigned(ws);
   if (!copies) allow_dependent_launch();
   if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
-  write_outputs(p, c, ws, request, u);                                            // F  | B7 per 32 token rows
-  count_request(p, ws, request, u, a);
-  gather.finish(c, ws);  // G | B8
+  write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
+  count_request(p, ws, request, u, a);                                       // F
+  gather.finish(c, ws);                                                      // G  | B8
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size

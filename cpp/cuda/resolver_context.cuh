@@ -99,8 +99,8 @@ struct ResolverWorkspace {
 
   __device__ __forceinline__ ResolverWorkspace(unsigned char* smem, const ResolverSharedLayout& layout)
       : base(smem),
-        table{reinterpret_cast<int32_t*>(smem + layout.hash_keys), reinterpret_cast<uint32_t*>(smem + layout.hash_values),
-              layout.hash_capacity},
+        table{reinterpret_cast<int32_t*>(smem + layout.hash_keys),
+              reinterpret_cast<uint32_t*>(smem + layout.hash_values), layout.hash_capacity},
         member_slots(reinterpret_cast<int32_t*>(smem + layout.member_slots)),
         slot_info(reinterpret_cast<uint16_t*>(smem + layout.slot_info)),
         scratch(reinterpret_cast<int32_t*>(smem + layout.scratch)),

@@ -37,39 +37,51 @@ struct NoGather {
   // Per union chunk, between the rank scan and the ranks' publication.
   struct ChunkStage {};
 
-  __device__ __forceinline__ NoGather(const ResolverConstants&, const ResolverWorkspace&) {}
+  __device__ __forceinline__ NoGather(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 
   // Phase A, before the grid dependency wait (shared memory only).
-  __device__ __forceinline__ void prepare(const ResolverConstants&) const {}
-  // Phase B, per union chunk: before B2a (the chunk's first entries still
-  // unknown), after B2a per entry of the thread (first: its key's first
-  // entry in the chunk), after the rank scan (B2b), and per first entry
-  // before its rank is published; then once after the union is complete,
-  // before B2.
-  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams&, const ResolverConstants&,
-                                                       const ResolverWorkspace&, const ResolverRequest&, int32_t) {}
-  __device__ __forceinline__ void find_sure_miss(const ResolverConstants&, const ResolverWorkspace&, ChunkStage&, int,
-                                                 bool, int32_t) {}
-  __device__ __forceinline__ void after_rank_scan(const ResolverConstants&, const ResolverWorkspace&, ChunkStage&) {}
-  __device__ __forceinline__ void stage_new_key(const ResolverConstants&, const ResolverWorkspace&, const ChunkStage&,
-                                                int, int32_t, int32_t, int32_t) {}
-  __device__ __forceinline__ void after_union(const ResolverWorkspace&) {}
+  __device__ __forceinline__ void prepare(const ResolverConstants& /*c*/) const {}
+
+  // Phase B, per union chunk at `base`: before B2a (the chunk's first entries
+  // still unknown); after B2a per entry x of the thread (first_entry: the
+  // entry is its key's first in the chunk); after the rank scan (B2b); per
+  // first entry before its rank is published. Then once, the union
+  // complete, before B2.
+  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& /*p*/,
+                                                       const ResolverConstants& /*c*/,
+                                                       const ResolverWorkspace& /*ws*/,
+                                                       const ResolverRequest& /*request*/, int32_t /*base*/) {}
+  __device__ __forceinline__ void find_sure_miss(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                 ChunkStage& /*chunk*/, int /*x*/, bool /*first_entry*/,
+                                                 int32_t /*key*/) {}
+  __device__ __forceinline__ void after_rank_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                  ChunkStage& /*chunk*/) {}
+  __device__ __forceinline__ void stage_new_key(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                const ChunkStage& /*chunk*/, int /*x*/, int32_t /*rank*/,
+                                                int32_t /*max_union*/, int32_t /*key*/) {}
+  __device__ __forceinline__ void after_union(const ResolverWorkspace& /*ws*/) {}
+
   // Phase C1, before B3: the members this thread found held.
-  __device__ __forceinline__ void after_slot_match(const ResolverWorkspace&, int) {}
+  __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& /*ws*/, int /*held_here*/) {}
+
   // After B3 (C1's results final), before phase C2.
-  __device__ __forceinline__ void after_slot_scan(const ResolverConstants&, const ResolverWorkspace&, int32_t,
-                                                  const MemberRun&) {}
+  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                  int32_t /*members*/, const MemberRun& /*run*/) {}
+
   // Phase D: per assigned miss (rank r), then once before B6.
-  __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace&, int32_t) {}
-  __device__ __forceinline__ void after_assignment(const ResolverWorkspace&) {}
+  __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& /*ws*/, int32_t /*r*/) {}
+  __device__ __forceinline__ void after_assignment(const ResolverWorkspace& /*ws*/) {}
+
   // After B6: whether phase E copies rows (the next launch may start only
-  // after them), and phase E itself.
-  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace&) const { return false; }
-  __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams&, const ResolverConstants&,
-                                                const ResolverWorkspace&, const ResolverRequest&, int32_t, int32_t,
-                                                const MemberRun&) {}
+  // after them), and phase E itself, called only when it does.
+  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& /*ws*/) const { return false; }
+  __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                const ResolverWorkspace& /*ws*/, const ResolverRequest& /*request*/,
+                                                int32_t /*classified*/, int32_t /*coded*/,
+                                                const MemberRun& /*run*/) {}
+
   // Phase G, the block's last step.
-  __device__ __forceinline__ void finish(const ResolverConstants&, const ResolverWorkspace&) {}
+  __device__ __forceinline__ void finish(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 };
 
 // The warp copies the rows of the lanes with `has_row` set (host slot `g`,
