@@ -574,6 +574,7 @@ def test_fused_gather_bad_inputs_cuda():
 
 
 @requires_cuda
+@pytest.mark.sanitize
 @pytest.mark.parametrize("stage_rows", [0, 1])
 def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows):
     """Rows so long that the CUDA resolver's miss stage holds one row, or none
