@@ -56,7 +56,7 @@ struct ResolverSharedLayout {
   uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
                               // then the new LRU order (int16)
   uint32_t member_held = 0;   // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
-                              // 2 when r missed and its host row was staged early (fused gather)
+                              // 2 when r misses and its host row is in the miss stage (fused gather)
   uint32_t scratch = 0;       // int32 [kResolverScratchWords]
   // uninitialised
   uint32_t member_keys = 0;   // int32 [max_union_rows]: host slot of each union member
@@ -89,9 +89,7 @@ HS_HOST_DEVICE inline uint32_t resolver_align16(uint64_t bytes) {
 // 3 (1.5x) is the minimum, which keeps linear probing short and is what a
 // configuration must fit; the launch takes up to kResolverMaxSlackHalves when
 // the device's shared memory allows, since a lower load factor shortens the
-// longest probe of a warp (H200, 100 requests: 17.5 -> 15.7 us at 3x; in
-// session 6, resolve alone 0.2-0.4 us faster at 4x than at 3x, and 0.3-0.9
-// us slower at 2x).
+// longest probe of a warp (the warp waits for its slowest lane).
 constexpr int32_t kResolverMinSlackHalves = 3;
 constexpr int32_t kResolverMaxSlackHalves = 8;
 

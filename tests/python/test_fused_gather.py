@@ -406,7 +406,7 @@ def test_fused_gather_full_buffers(device):
 
 def held_filter_bit(key: int, max_union_rows: int) -> tuple:
     """The CUDA resolver's held-filter bit of a host slot as (word, bit)
-    (resolve_residency.cu, held_filter_bit and its launcher: key & mask over
+    (resolver_gather.cuh, held_filter_bit, and the launcher: key & mask over
     the largest power of two of bits within 32 * max_union_rows, bit 31 of a
     word folded onto bit 30); only used to pick keys that take each staging
     path."""
@@ -571,3 +571,36 @@ def test_fused_gather_bad_inputs_cuda():
          gather_host_rows=unpinned, gather_hot_cache=lane.hot)
     if torch.cuda.device_count() > 1:
         fail("gather_host_rows", gather_host_rows=lane.host.to("cuda:1"), gather_hot_cache=lane.hot)
+
+
+@requires_cuda
+@pytest.mark.sanitize
+@pytest.mark.parametrize("stage_rows", [0, 1])
+def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows):
+    """Rows so long that the CUDA resolver's miss stage holds one row, or none
+    (the shared memory the union leaves has room for no more): with none, the
+    sm_90 launch takes the fused gather without the early stage and copies
+    every miss after phase D; with one, a request stages its misses only when
+    it has at most one. Every output, the state, the counters and every hot
+    byte equal resolve + gather_compact and the CPU backend's fused gather."""
+    device = torch.device("cuda")
+    base = Shape(row_bytes=16, hot_block_size=16, hot_block_stride=16, steps=3)
+    need = hisparse._C.resolver_shared_memory_bytes(base.H, base.max_union_rows)
+    limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    # A stage of n rows takes 16 bytes of row owners (n <= 4) and n rows.
+    one_row = (limit - need - 16) // 16 * 16
+    row_bytes = one_row if stage_rows == 1 else one_row + 16
+    assert need + 16 + row_bytes * stage_rows <= limit < need + 16 + row_bytes * (stage_rows + 1)
+    monkeypatch.setitem(ROW_DTYPES, row_bytes, torch.uint8)
+    shape = Shape(row_bytes=row_bytes, hot_block_size=16, hot_block_stride=16, steps=3)
+    world = World(shape, seed=41 + stage_rows)
+    fused, separate = Lane(world, device, fused=True), Lane(world, device, fused=False)
+    reference = Lane(world, CPU, fused=True)
+    moved = 0
+    for step in range(shape.steps):
+        topk, valid = world.next_topk(), world.num_valid_rows(step)
+        got = fused.step(topk, valid)
+        assert_same(got, separate.step(topk, valid), f"step {step}: fused vs resolve + gather_compact")
+        assert_same(got, reference.step(topk, valid), f"step {step}: cuda vs cpu")
+        moved += int(np.clip(got["swap_counts"][: world.T], 0, shape.K).sum())
+    assert moved == got["stats"][2] > 0

@@ -1,0 +1,390 @@
+// The fused gather of the CUDA residency resolver (docs/residency.md, "Fused
+// gather"), as the kernel's compile-time policy: resolve_residency_kernel
+// <Gather> calls the hooks below at fixed points of its phases, and each
+// policy type decides what they do.
+//
+//   NoGather               every hook is empty: the resolve alone.
+//   FusedGather            the swap list's host rows are copied to their hot
+//                          rows: the misses of a request whose misses all fit
+//                          the miss stage are staged after C1 and written out
+//                          in phase G; otherwise every assigned miss is
+//                          copied directly in phase E.
+//   FusedGatherEarlyStage  FusedGather plus the held filter (sm_90, bulk
+//                          stage only): while the union is built, the misses
+//                          the filter proves are staged right after the
+//                          union's rank scan, a phase before C1.
+//
+// Which rows are copied never depends on the stages; only when their bytes
+// move does. A policy object lives in registers for the whole kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "core/resolve_residency_params.hpp"
+#include "core/resolver_shared_memory.hpp"
+#include "cuda/async_copy.cuh"
+#include "cuda/block_scan.cuh"
+#include "cuda/hopper_sync.cuh"
+#include "cuda/resolver_context.cuh"
+#include "cuda/row_copy.cuh"
+
+namespace hisparse {
+namespace cuda {
+
+// The hook points, each a no-op here; the fused policies hide the ones they
+// use. Arguments are what the phase has at that point.
+struct NoGather {
+  // Per union chunk, between the rank scan and the ranks' publication.
+  struct ChunkStage {};
+
+  __device__ __forceinline__ NoGather(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
+
+  // Phase A, before the grid dependency wait (shared memory only).
+  __device__ __forceinline__ void prepare(const ResolverConstants& /*c*/) const {}
+
+  // Phase B, per union chunk at `base`: before B2a (the chunk's first entries
+  // still unknown); after B2a per entry x of the thread (first_entry: the
+  // entry is its key's first in the chunk); after the rank scan (B2b); per
+  // first entry before its rank is published. Then once, the union
+  // complete, before B2.
+  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& /*p*/,
+                                                       const ResolverConstants& /*c*/,
+                                                       const ResolverWorkspace& /*ws*/,
+                                                       const ResolverRequest& /*request*/, int32_t /*base*/) {}
+  __device__ __forceinline__ void find_sure_miss(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                 ChunkStage& /*chunk*/, int /*x*/, bool /*first_entry*/,
+                                                 int32_t /*key*/) {}
+  __device__ __forceinline__ void after_rank_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                  ChunkStage& /*chunk*/) {}
+  __device__ __forceinline__ void stage_new_key(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                const ChunkStage& /*chunk*/, int /*x*/, int32_t /*rank*/,
+                                                int32_t /*max_union*/, int32_t /*key*/) {}
+  __device__ __forceinline__ void after_union(const ResolverWorkspace& /*ws*/) {}
+
+  // Phase C1, before B3: the members this thread found held.
+  __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& /*ws*/, int /*held_here*/) {}
+
+  // After B3 (C1's results final), before phase C2.
+  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
+                                                  int32_t /*members*/, const MemberRun& /*run*/) {}
+
+  // Phase D: per assigned miss (rank r), then once before B6.
+  __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& /*ws*/, int32_t /*r*/) {}
+  __device__ __forceinline__ void after_assignment(const ResolverWorkspace& /*ws*/) {}
+
+  // After B6: whether phase E copies rows (the next launch may start only
+  // after them), and phase E itself, called only when it does.
+  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& /*ws*/) const { return false; }
+  __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                const ResolverWorkspace& /*ws*/, const ResolverRequest& /*request*/,
+                                                int32_t /*classified*/, int32_t /*coded*/,
+                                                const MemberRun& /*run*/) {}
+
+  // Phase G, the block's last step.
+  __device__ __forceinline__ void finish(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
+};
+
+// The warp copies the rows of the lanes with `has_row` set (host slot `g`,
+// physical hot row `row`), exactly as gather_compact would copy those swap
+// entries: a destination outside the hot cache is skipped, a source past the
+// host rows zero-fills.
+__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row,
+                                                        int32_t g, int32_t row, int lane) {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  if (has_row) {
+    const int64_t offset = hot_row_offset(row, g_params.hot_block_size, g_params.hot_block_stride);
+    if (offset < g_params.hot_span_rows) {
+      dst = g_params.hot + offset * g_params.row_bytes;
+      if (g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
+    }
+  }
+  const unsigned rows = __ballot_sync(kFullMask, dst != nullptr);
+  if (rows == 0) return;
+  // Lane e takes the row of the e-th lane with one, as warp_copy_rows wants.
+  const int n = __popc(rows);
+  const int from = lane < n ? static_cast<int>(__fns(rows, 0, lane + 1)) : 0;
+  const uint8_t* my_src = reinterpret_cast<const uint8_t*>(
+      __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+  uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
+  // Four loads in flight per lane: the block already holds 64 registers per
+  // thread, and one step's few misses fit one pass.
+  warp_copy_rows<4>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
+}
+
+// The miss stage (ResolverMissStage, appended to the workspace): rows of
+// row_bytes in shared memory, stage_members[i] = the member whose host row
+// lands in row i (-1: none). A request stages all of its misses or none
+// (the stage is small: a few misses are worth a head start, many are better
+// moved by phase E's direct loads, which keep more bytes in flight). On
+// sm_90 each staged row is one bulk copy counted in by the stage's mbarrier,
+// so only the warps that write staged rows out wait for them; before, 16-byte
+// async copies and a block barrier.
+class FusedGather : public NoGather {
+ public:
+  __device__ __forceinline__ FusedGather(const ResolverConstants& c, const ResolverWorkspace& ws)
+      : NoGather(c, ws),
+        stage_barrier_(static_cast<uint32_t>(__cvta_generic_to_shared(ws.scratch + kScratchStageBarrier))),
+        stage_members_(reinterpret_cast<int32_t*>(ws.base + c.miss_stage.stage_members)),
+        stage_base_(static_cast<uint32_t>(__cvta_generic_to_shared(ws.base + c.miss_stage.stage))) {}
+
+  __device__ __forceinline__ void prepare(const ResolverConstants& c) const {
+    if (threadIdx.x == 0 && c.miss_stage.rows > 0 && c.bulk_stage) mbarrier_init_one_arrival(stage_barrier_);
+  }
+
+  __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& ws, int held_here) {
+    const int held_sum = warp_sum(held_here);
+    if ((threadIdx.x & 31) == 0 && held_sum != 0) atomicAdd(ws.scratch + kScratchHeldMembers, held_sum);
+  }
+
+  // A member that no usable slot holds misses this step (phase D may still
+  // find no slot for it). When all of the request's misses fit the miss
+  // stage, the warps start reading the host rows of those not staged yet
+  // into it right away, so the round trip to host memory (a page walk and a
+  // PCIe read) overlaps phases C2, D and F instead of following them. In
+  // FusedGatherEarlyStage these are the misses the held filter could not
+  // prove (collisions, or keys it could not see). (members - held members
+  // seen in C1 is the miss count, or less when a corrupt table holds a
+  // member twice; either way only the choice, never the bytes, depends on it.)
+  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                  int32_t members, const MemberRun& run) {
+    const ResolverMissStage& stage = c.miss_stage;
+    const int lane = threadIdx.x & 31;
+    const int32_t misses_seen = members - ws.scratch[kScratchHeldMembers];
+    if (stage.rows > 0 && misses_seen <= stage.rows && misses_seen > staged_early_) {
+      const uint32_t row_bytes = c.stage_row_bytes;
+      const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
+      for (int32_t i = 0; i < run.length; ++i) {
+        const int32_t r = run.begin + i;
+        int32_t g = -1;
+        // A source past the host rows zero-fills: phase E does that directly.
+        if (r < run.end && ws.member_held[r] == 0 && ws.member_keys[r] < c.stage_host_rows) g = ws.member_keys[r];
+        const unsigned wanted = __ballot_sync(kFullMask, g >= 0);
+        if (wanted == 0) continue;
+        int32_t first = 0;
+        if (lane == 0) first = atomicAdd(ws.scratch + kScratchStagedRows, __popc(wanted));
+        first = __shfl_sync(kFullMask, first, 0);
+        const int32_t index = first + __popc(wanted & ((1u << lane) - 1u));
+        const bool staged_here = g >= 0 && index < stage.rows;
+        if (staged_here) {
+          stage_members_[index] = r;
+          ws.member_held[r] = kMemberStaged;
+        }
+        const uint8_t* const src = g >= 0 ? c.stage_host + static_cast<int64_t>(g) * c.stage_host_pitch : nullptr;
+        const uint32_t dst = stage_base_ + static_cast<uint32_t>(index) * row_bytes;
+        if (c.bulk_stage) {
+          // One bulk copy per row, from the lane that owns it.
+          if (staged_here) bulk_copy_to_shared(stage_barrier_, dst, src, row_bytes);
+          continue;
+        }
+        // Sixteen bytes per lane: the warp moves the rows one after another.
+        // Indices grow with the lane, so the first one past the stage ends it.
+        for (unsigned left = wanted; left != 0; left &= left - 1u) {
+          const int from = __ffs(left) - 1;
+          const int32_t row_index = __shfl_sync(kFullMask, index, from);
+          if (row_index >= stage.rows) break;
+          const uint8_t* const row_src =
+              reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+          const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
+          for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+            start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk,
+                                       ws.base + stage.stage + (row_dst - stage_base_) + kChunkBytes * chunk,
+                                       row_src + kChunkBytes * chunk);
+          }
+        }
+      }
+      if (!c.bulk_stage) commit_async_copies();
+    }
+  }
+
+  // Phase D counts the assigned misses phase E must copy (those not staged).
+  __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& ws, int32_t r) {
+    unstaged_here_ += ws.member_held[r] != kMemberStaged;
+  }
+  __device__ __forceinline__ void after_assignment(const ResolverWorkspace& ws) {
+    const int unstaged_sum = warp_sum(unstaged_here_);
+    if ((threadIdx.x & 31) == 0 && unstaged_sum != 0) atomicAdd(ws.scratch + kScratchUnstagedMisses, unstaged_sum);
+  }
+
+  // Final since B6. A block left with no host reads of its own lets the
+  // next programmatic launch start at once; one with phase-E copies only at
+  // its exit, so that its copies do not share the SM with the next kernel.
+  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {
+    return ws.scratch[kScratchUnstagedMisses] > 0;
+  }
+
+  // Phase E: each warp copies the rows of its own assigned misses that were
+  // not staged (member_first still holds their first entry), so the host
+  // reads overlap phase F of the other warps. Runs only when
+  // copies_assigned.
+  __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                int32_t classified, int32_t coded, const MemberRun& run) {
+    const int lane = threadIdx.x & 31;
+    for (int32_t i = 0; i < run.length; ++i) {
+      const int32_t r = run.begin + i;
+      const bool assigned = r < run.end && ws.member_first[r] >= 0 && ws.member_held[r] != kMemberStaged;
+      int32_t g = -1, row = -1;
+      if (assigned) {
+        const int32_t e = ws.member_first[r];
+        row = ws.member_slots[r];
+        if (e < classified && e < coded) {
+          g = ws.table.key_at(ws.entry_codes[e]);
+        } else {
+          g = classify(p, c, request.source, request.resident, request.position(p, c, e)).host_slot;
+        }
+      }
+      warp_copy_assigned_rows(p.gather, assigned, g, row, lane);
+    }
+  }
+
+  // Phase G (staged misses): the warps move the staged rows of the misses
+  // that got a slot to their hot rows. With bulk copies the warps that move
+  // rows wait on the stage's mbarrier; otherwise every thread waits for its
+  // own async copies and a block barrier (B8) publishes all of them.
+  __device__ __forceinline__ void finish(const ResolverConstants& c, const ResolverWorkspace& ws) {
+    const ResolverMissStage& stage = c.miss_stage;
+    if (stage.rows <= 0) return;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int32_t staged = min(ws.scratch[kScratchStagedRows], stage.rows);  // final since B4
+    if (staged > 0) {
+      if (c.bulk_stage) {
+        // Every bulk copy was announced before B4 (in phase B or after C1);
+        // warp 0 always waits, so the block outlives the copies into its
+        // shared memory.
+        if (threadIdx.x == 0) mbarrier_arrive(stage_barrier_);
+        if (warp >= staged) return;
+        mbarrier_wait_first_phase(stage_barrier_);
+      } else {
+        wait_async_copies<0>();
+        __syncthreads();  // B8
+      }
+      const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
+      for (int32_t index = warp; index < staged; index += kResolverWarps) {
+        const int32_t r = stage_members_[index];
+        if (r < 0 || ws.member_first[r] < 0) continue;  // no member, or no slot was left for it
+        // hot_row_offset of the physical row (< 2^31), by the launch's
+        // divisor: the gather's hot block size is the resolver's.
+        const int32_t row = ws.member_slots[r];
+        const int32_t block = c.hot_block_size.quotient(row);
+        const int64_t offset =
+            static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
+        if (offset >= c.stage_hot_span_rows) continue;
+        uint8_t* const dst = c.stage_hot + offset * c.stage_row_bytes;
+        const uint8_t* const src = ws.base + stage.stage + index * c.stage_row_bytes;
+        for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+          store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
+        }
+      }
+    }
+  }
+
+ protected:
+  uint32_t stage_barrier_;   // shared address of the stage's mbarrier
+  int32_t* stage_members_;   // int32 [stage rows]
+  uint32_t stage_base_;      // shared address of stage row 0
+  int32_t staged_early_ = 0;  // stage rows taken in phase B (block-uniform)
+  int unstaged_here_ = 0;     // this thread's assigned misses that phase E copies
+};
+
+// The held filter: the words of member_slots (all ones until phase C2) with
+// one bit per key & mask; each word of the dgi row clears its key's bit, so a
+// set bit proves that no slot holds the key (a sure miss) and a cleared one
+// proves nothing. Host slots of one request are mostly contiguous runs,
+// which the low bits spread without collisions. Bit 31 of a word is never
+// cleared (bit 30 stands in for it): a word stays negative, which is all
+// phase C2 asks of a member without a hit position.
+struct HeldFilterBit {
+  uint32_t word;
+  uint32_t mask;
+};
+__device__ __forceinline__ HeldFilterBit held_filter_bit(int32_t key, uint32_t filter_mask) {
+  const uint32_t bit = static_cast<uint32_t>(key) & filter_mask;
+  return {bit >> 5, 1u << min(bit & 31u, 30u)};
+}
+
+// A new key of the union that the held filter proves absent from the dgi row
+// is a miss, known at B2a of its chunk; when the request's sure misses fit
+// the stage, their host reads start right after the chunk's rank scan. The
+// stage after C1 continues with the misses the filter could not prove. The
+// launcher picks this policy only with a bulk stage (sm_90) that has rows.
+class FusedGatherEarlyStage : public FusedGather {
+ public:
+  // Per entry x of the thread in the chunk, 16 bits at 16 * x: the stage
+  // row of a sure miss, or all ones (one register across the scan).
+  struct ChunkStage {
+    uint32_t rows = kFullMask;
+    bool now = false;  // the chunk's sure misses are staged
+  };
+
+  __device__ __forceinline__ FusedGatherEarlyStage(const ResolverConstants& c, const ResolverWorkspace& ws)
+      : FusedGather(c, ws) {}
+
+  // The words of the dgi row this thread copied in phase A (landed by now)
+  // clear their filter bits; B2a publishes the filter. Empty slots are
+  // skipped: a buffer that is not full yet would otherwise send thousands of
+  // atomics to the one word of key -1.
+  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                       const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                       int32_t base) {
+    if (base != 0) return;
+    wait_async_copies<0>();
+    uint32_t* const held_filter = ws.held_filter();
+    const int32_t* const held_copy = ws.held_copy();
+    for_each_own_int32_copy<kResolverThreads>(request.dgi_row, p.hot_size, [&](int32_t j) {
+      const int32_t held = held_copy[j];
+      if (held < 0) return;
+      const HeldFilterBit bit = held_filter_bit(held, c.held_filter_mask);
+      atomicAnd(held_filter + bit.word, ~bit.mask);
+    });
+  }
+
+  __device__ __forceinline__ void find_sure_miss(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                 ChunkStage& chunk, int x, bool first_entry, int32_t key) {
+    if (first_entry && key < c.stage_host_rows) {
+      const HeldFilterBit bit = held_filter_bit(key, c.held_filter_mask);
+      if (ws.held_filter()[bit.word] & bit.mask) {
+        // (Past 0xFFFE sure misses the stage is long full: the chunk stages nothing.)
+        const uint32_t row = min(atomicAdd(ws.scratch + kScratchSureMisses, 1), 0xFFFE);
+        chunk.rows &= ~(0xFFFFu << (16 * x)) | (row << (16 * x));
+      }
+    }
+  }
+
+  // All or nothing, like the stage after C1 (the count runs over the chunks,
+  // so once it outgrows the stage it stays so).
+  __device__ __forceinline__ void after_rank_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                  ChunkStage& chunk) {
+    const int32_t sure_misses = ws.scratch[kScratchSureMisses];  // final since B2b
+    chunk.now = sure_misses <= c.miss_stage.rows;
+    if (chunk.now) staged_early_ = sure_misses;
+  }
+
+  // The first entry x of a new key, ranked `rank`: a sure miss starts its
+  // host row's bulk copy. A key past max_union_rows is no member: its stage
+  // row stays unused.
+  __device__ __forceinline__ void stage_new_key(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                const ChunkStage& chunk, int x, int32_t rank, int32_t max_union,
+                                                int32_t key) {
+    const uint32_t stage_row = (chunk.rows >> (16 * x)) & 0xFFFFu;
+    if (chunk.now && stage_row != 0xFFFFu) {
+      const bool member = rank < max_union;
+      if (member) {
+        bulk_copy_to_shared(stage_barrier_, stage_base_ + stage_row * c.stage_row_bytes,
+                            c.stage_host + static_cast<int64_t>(key) * c.stage_host_pitch, c.stage_row_bytes);
+        ws.member_held[rank] = kMemberStaged;
+      }
+      stage_members_[stage_row] = member ? rank : -1;
+    }
+  }
+
+  // The stage after C1 continues the early stage's rows. (A sure miss is
+  // held by no slot, so C1 never marks the members staged here as held.)
+  __device__ __forceinline__ void after_union(const ResolverWorkspace& ws) {
+    if (threadIdx.x == 0 && staged_early_ > 0) ws.scratch[kScratchStagedRows] = staged_early_;
+  }
+};
+
+}  // namespace cuda
+}  // namespace hisparse
