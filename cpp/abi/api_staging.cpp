@@ -62,7 +62,8 @@ HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging
                                               hs_tensor_t* out) {
   return api_guard([&] {
     const StagingPlan& p = require_plan(plan);
-    *require_pointer(out, "out") = p.tensor(which);
+    hs_tensor_t* destination = require_pointer(out, "out");
+    *destination = p.tensor(which);
   });
 }
 
