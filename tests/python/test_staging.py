@@ -839,3 +839,36 @@ def test_plan_views_keep_their_memory_alive(device):
     del numpy_plan
     gc.collect()
     assert numpy_rows.tolist() == [[0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23]]
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,cols,block_size,capacity", [(3, 5, 64, 0), (64, 32, 64, 2048), (1500, 24, 16, 30000)])
+def test_cuda_matches_the_cpu_reference_at_production_sizes(rows, cols, block_size, capacity):
+    """Large batches (more rows than one scan block, many sort tiles), CUDA against the CPU backend bit for bit."""
+    gen = torch.Generator().manual_seed(rows + capacity)
+    table = torch.randint(-1, 5000, (rows, cols), generator=gen, dtype=torch.int64)
+    table[:, :4] = torch.randint(1, 40, (1, 4), generator=gen)  # a shared prefix
+    lens = torch.randint(0, cols * block_size + 50, (rows,), generator=gen)
+    pages = torch.randint(0, 3000, (rows + 3, 2 * cols), generator=gen, dtype=torch.int32)
+    pages[torch.rand(pages.shape, generator=gen) < 0.5] = 0
+    states = torch.randperm(rows + 3, generator=gen)[:rows].to(torch.int32)
+    states[::7] = -1
+    plans = {}
+    for name in ("cpu", "cuda"):
+        plan = hisparse.build_staging_plan(table.to(name), lens.to(name), block_size, capacity)
+        before = plan.miss_mask.cpu().clone()
+        plan.ensure_gpu_sources(pages.to(name), states.to(name), block_size // 2)
+        plans[name] = (plan, before)
+    torch.cuda.synchronize()
+    (cpu, cpu_before), (cuda, cuda_before) = plans["cpu"], plans["cuda"]
+    assert torch.equal(cpu_before, cuda_before)
+    for name in ("block_table", "row_ids", "dst_rows", "miss_mask", "gpu_row_ids"):
+        assert torch.equal(getattr(cpu, name), getattr(cuda, name).cpu()), name
+    assert (cpu.miss_mask > 0).any() and (capacity == 0 or (cpu.gpu_row_ids >= 0).any())
+    host = random_bytes((5000 * block_size, 32), gen)
+    resident = random_bytes((3000, block_size // 2, 32), gen)
+    staged_cpu = staging.gather_prefill_cache(cpu, host, resident)
+    staged_cuda = staging.gather_prefill_cache(cuda, host.pin_memory(), resident.cuda())
+    torch.cuda.synchronize()
+    loaded = ((cpu.gpu_row_ids >= 0) | (cpu.miss_mask > 0)).view(-1)
+    assert torch.equal(staged_cpu.reshape(-1, 32)[loaded], staged_cuda.cpu().reshape(-1, 32)[loaded])
