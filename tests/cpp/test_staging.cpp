@@ -6,7 +6,13 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <random>
 #include <vector>
+
+#ifdef HISPARSE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
@@ -485,6 +491,126 @@ TEST(StagingPlan, EmptyShapesGiveOnlyTheNullBlock) {
   hs::Tensor states_t(states.data(), HS_DTYPE_INT32, {2});
   plan.ensure_gpu_sources(resident_t, states_t, 2);
   EXPECT_EQ(plan.info().has_gpu_sources, 0);  // no batch rows: nothing to resolve
+}
+
+#ifdef HISPARSE_WITH_CUDA
+// Device memory holding a copy of `bytes`, freed on scope exit.
+std::shared_ptr<uint8_t> on_device(const void* bytes, size_t size) {
+  void* data = nullptr;
+  EXPECT_EQ(cudaMalloc(&data, size == 0 ? 16 : size), cudaSuccess);
+  if (size > 0) EXPECT_EQ(cudaMemcpy(data, bytes, size, cudaMemcpyHostToDevice), cudaSuccess);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(data), [](uint8_t* p) { cudaFree(p); });
+}
+
+std::vector<int32_t> download(const hs_tensor_t& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpy(out.data(), t.data, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+#endif
+
+// On a CUDA device: plans (owned and borrowed storage), GPU sources, the
+// prefill gather from a registered HostPool and a device resident cache,
+// and the remap, all equal to the CPU backend's.
+TEST(StagingCuda, MatchesTheCpuBackend) {
+  int count = 0;
+  ASSERT_EQ(hs_cuda_device_count(&count), HS_SUCCESS) << hs_last_error();
+  if (count == 0) GTEST_SKIP() << "no CUDA device";
+#ifndef HISPARSE_WITH_CUDA
+  GTEST_SKIP() << "built without the CUDA backend";
+#else
+  const int64_t rows = 1100, cols = 12, block_size = 16, capacity = 9000, row_bytes = 64, host_blocks = 3000;
+  std::mt19937 rng(7);
+  std::vector<int64_t> table(static_cast<size_t>(rows * cols));
+  for (auto& v : table) v = static_cast<int64_t>(rng() % (host_blocks + 20)) - 5;  // negatives and ids past the host
+  std::vector<int32_t> lens(static_cast<size_t>(rows));
+  for (auto& v : lens) v = static_cast<int32_t>(rng() % (cols * block_size + 40));
+  std::vector<int32_t> pages(static_cast<size_t>((rows + 2) * 2 * cols));
+  for (auto& v : pages) v = rng() % 3 == 0 ? static_cast<int32_t>(rng() % 500) : 0;
+  std::vector<int32_t> states(static_cast<size_t>(rows));
+  for (size_t b = 0; b < states.size(); ++b) states[b] = b % 9 == 0 ? -1 : static_cast<int32_t>(b + 1);
+
+  hs::Tensor table_t(table.data(), HS_DTYPE_INT64, {rows, cols});
+  hs::Tensor lens_t(lens.data(), HS_DTYPE_INT32, {rows});
+  hs::Tensor pages_t(pages.data(), HS_DTYPE_INT32, {rows + 2, 2 * cols});
+  hs::Tensor states_t(states.data(), HS_DTYPE_INT32, {rows});
+  hs::StagingPlan cpu(HS_DEVICE_CPU, -1, rows, cols, block_size, capacity);
+  cpu.build(table_t, lens_t);
+  cpu.ensure_gpu_sources(pages_t, states_t, block_size / 2);
+
+  auto table_d = on_device(table.data(), table.size() * 8);
+  auto lens_d = on_device(lens.data(), lens.size() * 4);
+  auto pages_d = on_device(pages.data(), pages.size() * 4);
+  auto states_d = on_device(states.data(), states.size() * 4);
+  hs::Tensor gtable(table_d.get(), HS_DTYPE_INT64, {rows, cols}, HS_DEVICE_CUDA, 0);
+  hs::Tensor glens(lens_d.get(), HS_DTYPE_INT32, {rows}, HS_DEVICE_CUDA, 0);
+  hs::Tensor gpages(pages_d.get(), HS_DTYPE_INT32, {rows + 2, 2 * cols}, HS_DEVICE_CUDA, 0);
+  hs::Tensor gstates(states_d.get(), HS_DTYPE_INT32, {rows}, HS_DEVICE_CUDA, 0);
+
+  hs_staging_plan_options_t o = hs::StagingPlan::options(HS_DEVICE_CUDA, 0, rows, cols, block_size, capacity);
+  const uint64_t bytes = hs::StagingPlan::storage_bytes(o);
+  std::vector<uint8_t> zeros(bytes, 0);
+  auto storage = on_device(zeros.data(), bytes);
+  hs::Tensor storage_t(storage.get(), HS_DTYPE_UINT8, {static_cast<int64_t>(bytes)}, HS_DEVICE_CUDA, 0);
+  o.storage = storage_t;
+  hs::StagingPlan borrowed(o);
+  hs::StagingPlan owned(HS_DEVICE_CUDA, 0, rows, cols, block_size, capacity);
+  for (hs::StagingPlan* gpu : {&borrowed, &owned}) {
+    gpu->build(gtable, glens);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(download(gpu->tensor(HS_STAGING_PLAN_BLOCK_TABLE)), plan_tensor(cpu, HS_STAGING_PLAN_BLOCK_TABLE));
+    EXPECT_EQ(download(gpu->tensor(HS_STAGING_PLAN_ROW_IDS)), plan_tensor(cpu, HS_STAGING_PLAN_ROW_IDS));
+    EXPECT_EQ(download(gpu->tensor(HS_STAGING_PLAN_DST_ROWS)), plan_tensor(cpu, HS_STAGING_PLAN_DST_ROWS));
+    gpu->ensure_gpu_sources(gpages, gstates, block_size / 2);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(download(gpu->tensor(HS_STAGING_PLAN_GPU_ROW_IDS)), plan_tensor(cpu, HS_STAGING_PLAN_GPU_ROW_IDS));
+    EXPECT_EQ(download(gpu->tensor(HS_STAGING_PLAN_MISS_MASK)), plan_tensor(cpu, HS_STAGING_PLAN_MISS_MASK));
+  }
+
+  // One layer's gather: registered host rows, device resident rows.
+  Bytes host(host_blocks * block_size, row_bytes, 3);
+  Bytes resident(500 * block_size / 2, row_bytes, 90);
+  const int64_t staged_rows = (capacity + 1) * block_size;
+  Bytes staged(staged_rows, row_bytes, 0);
+  hs::Tensor host_t(host.base, HS_DTYPE_UINT8, {host.rows, row_bytes});
+  hs::Tensor resident_t(resident.base, HS_DTYPE_UINT8, {500, block_size / 2, row_bytes});
+  hs::Tensor staged_t(staged.base, HS_DTYPE_UINT8, {staged_rows, row_bytes});
+  cpu.gather_prefill_cache(host_t, resident_t, staged_t);
+
+  hs_host_pool_options_t pool_options;
+  hs_host_pool_options_init(&pool_options);
+  pool_options.size_bytes = static_cast<uint64_t>(host.rows * row_bytes);
+  pool_options.registration = HS_REGISTER_ALWAYS;
+  pool_options.device_index = 0;
+  pool_options.populate_threads = 1;
+  pool_options.check_memory = 0;
+  hs::HostPool pool(pool_options);
+  std::memcpy(pool.data(), host.base, host.rows * row_bytes);
+  hs::Tensor pinned_t(pool.data(), HS_DTYPE_UINT8, {host.rows, row_bytes});
+  auto resident_d = on_device(resident.base, resident.rows * row_bytes);
+  hs::Tensor gresident(resident_d.get(), HS_DTYPE_UINT8, {500, block_size / 2, row_bytes}, HS_DEVICE_CUDA, 0);
+  void* staged_raw = nullptr;
+  ASSERT_EQ(cudaMalloc(&staged_raw, staged_rows * row_bytes), cudaSuccess);
+  std::shared_ptr<void> staged_owner(staged_raw, [](void* p) { cudaFree(p); });
+  hs::Tensor gstaged(staged_raw, HS_DTYPE_UINT8, {staged_rows, row_bytes}, HS_DEVICE_CUDA, 0);
+  owned.gather_prefill_cache(pinned_t, gresident, gstaged);
+  std::vector<uint8_t> got(static_cast<size_t>(staged_rows * row_bytes));
+  ASSERT_EQ(cudaMemcpy(got.data(), staged_raw, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  const std::vector<int32_t> row_ids = plan_tensor(cpu, HS_STAGING_PLAN_ROW_IDS);
+  const std::vector<int32_t> gpu_rows = plan_tensor(cpu, HS_STAGING_PLAN_GPU_ROW_IDS);
+  int64_t compared = 0;
+  for (int64_t j = 0; j < staged_rows; ++j) {
+    if (gpu_rows[j] < 0 && (row_ids[j] < 0 || row_ids[j] >= host.rows)) continue;  // unspecified rows
+    ++compared;
+    ASSERT_EQ(std::memcmp(got.data() + j * row_bytes, staged.base + j * row_bytes, row_bytes), 0) << "row " << j;
+  }
+  EXPECT_GT(compared, 1000);
+  // Plain (unregistered) host memory cannot be read by the kernel.
+  expect_error(hs_gather_prefill_cache(owned.get(), host_t, gresident, gstaged, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"host_cache"});
+#endif
 }
 
 }  // namespace

@@ -45,19 +45,7 @@ def _same_device(name: str, value: Any, reference_name: str, reference: Any) -> 
 
 @dataclass
 class StagingPlan:
-    """Where every staged row comes from; built by :func:`build_staging_plan`.
-
-    ``block_table``: int32 ``[B, C]``, the request block table renumbered
-    into the staged cache (0 = null block and unreferenced entries).
-    ``row_ids``: int32 ``[1, N]`` with ``N = (capacity + 1) * block_size``,
-    the host slot staged into row ``j`` (-1: unused row). ``dst_rows``:
-    int32 ``[1, N]``, ``0..N-1``. ``miss_mask``: int32 ``[1, N]``, 1 where
-    row ``j`` is loaded from the host cache. ``gpu_row_ids`` (after
-    :meth:`ensure_gpu_sources`): int32 ``[1, N]``, the flat resident-cache
-    row that already holds row ``j`` (-1: none); those rows have
-    ``miss_mask == 0``. ``gpu_source_key``: which resident table
-    ``gpu_row_ids`` was computed for.
-    """
+    """Where every staged row comes from; built by :func:`build_staging_plan`."""
 
     block_table: Any
     row_ids: Any
@@ -73,23 +61,7 @@ class StagingPlan:
         return self.row_ids.shape[1] // self.block_size
 
     def ensure_gpu_sources(self, resident_state_rows: Any, state_indices: Any, resident_block_size: int) -> None:
-        """Serve staged rows that have a GPU-resident copy from the resident cache.
-
-        ``resident_state_rows``: int ``[S, R]``, a resident group's persistent
-        table by state row (page ``p`` of state row ``s`` is resident block
-        ``resident_state_rows[s, p]``, > 0 when resident). ``state_indices``:
-        int ``[>= B]``, the state row of each batch row of the plan. Each
-        staged host block takes the resident pages of the first (row-major)
-        block-table entry that references it. Rows found resident get
-        ``gpu_row_ids = page * resident_block_size + offset`` and leave the
-        miss mask; :func:`gather_prefill_cache` copies them device to device.
-
-        Computed once per plan and resident table: a second call with the same
-        table (same storage) and page size returns at once. Returns without
-        resident sources when ``block_size`` is not a multiple of
-        ``resident_block_size`` (or it is <= 0), when the plan has no batch
-        rows, or when ``state_indices`` has fewer than B entries.
-        """
+        """Serve staged rows that have a GPU-resident copy from the resident cache."""
         _index_tensor("resident_state_rows", resident_state_rows, 2)
         _index_tensor("state_indices", state_indices, 1)
         if isinstance(resident_block_size, bool) or not isinstance(resident_block_size, int):
@@ -165,17 +137,7 @@ class StagingPlan:
 
 
 def staging_remap(block_table: Any, block_size: int) -> Tuple[Any, Any]:
-    """Renumber the block ids of ``block_table`` densely, without a
-    data-dependent output allocation.
-
-    The distinct ids of ``{0} U max(block_table, 0)`` in ascending order get
-    compact ids 0, 1, 2, ... (the null block keeps 0; negative ids count as
-    0). Returns ``(new_table, row_ids)``: ``new_table`` int32 of
-    ``block_table``'s shape holds the compact ids; ``row_ids`` int32
-    ``[1, (numel + 1) * block_size]`` holds, for compact id ``k`` and offset
-    ``o``, the host slot ``id_k * block_size + o``, or -1 past the last
-    distinct id. Shapes depend only on ``block_table.shape``.
-    """
+    """Renumber the block ids of ``block_table`` densely into outputs of fixed shapes."""
     _index_tensor("block_table", block_table)
     _int_arg("block_size", block_size, 1)
     device = block_table.device
@@ -200,17 +162,7 @@ def staging_remap(block_table: Any, block_size: int) -> Tuple[Any, Any]:
 
 
 def build_staging_plan(block_table: Any, seq_lens: Any, block_size: int, staging_block_capacity: int) -> StagingPlan:
-    """The staging plan of a prefill batch, built on ``block_table``'s device.
-
-    ``block_table``: int ``[B, C]`` host block ids per request.
-    ``seq_lens``: int ``[>= B]``; request ``b`` reads its first
-    ``ceil(seq_lens[b] / block_size)`` blocks. The batch's blocks are packed
-    request after request into ``staging_block_capacity`` slots; entries past
-    the capacity or past column C are not staged (their renumbered entry is
-    0). The staged blocks are then renumbered with :func:`staging_remap`, so
-    the staged cache has ``staging_block_capacity + 1`` blocks. Asynchronous
-    and layer-independent: build once per batch, gather per layer.
-    """
+    """The staging plan of a prefill batch, built on ``block_table``'s device."""
     _index_tensor("block_table", block_table, 2)
     _index_tensor("seq_lens", seq_lens, 1)
     _int_arg("block_size", block_size, 1)
@@ -262,15 +214,7 @@ def build_staging_plan(block_table: Any, seq_lens: Any, block_size: int, staging
 
 
 def gather_resident_rows(source: Any, destination: Any, row_ids: Any) -> None:
-    """``destination[j] = source row row_ids[j]`` for every j, bytes unchanged.
-
-    ``source``: a resident cache ``[num_blocks, block_size, W]`` (any
-    strides); flat row ``r`` is ``source[r // block_size, r % block_size]``.
-    ``destination``: ``[N, W']`` rows of the same byte size (a different dtype
-    is reinterpreted, not converted). ``row_ids``: int ``[N]``. An id outside
-    the cache (negative, e.g. -1 for "not resident", or past the end) copies
-    row 0; callers overwrite or ignore those rows.
-    """
+    """``destination[j] = source row row_ids[j]`` for every j, bytes unchanged."""
     if not isinstance(source, torch.Tensor):
         raise TypeError(f"source: expected a torch.Tensor, got {type(source).__name__}")
     if not isinstance(destination, torch.Tensor):
@@ -314,22 +258,7 @@ def gather_prefill_cache(
     *,
     min_rows: int = MIN_STAGED_PREFILL_ROWS,
 ) -> Any:
-    """Stage one layer's rows for ``plan``; returns ``[num_blocks, block_size, W]``.
-
-    ``host_cache``: the layer's host cache (rows of width W, host slot g =
-    row g; pinned or registered when the plan is on CUDA), of the staged
-    dtype; when it has 3 or more dimensions its dimension 1 must be the plan's
-    block size. ``resident_cache``: the resident group's paged GPU cache,
-    required when the plan has resident sources (:meth:`StagingPlan.ensure_gpu_sources`),
-    whose block size must be the resident page size given there.
-
-    The buffer is allocated on the plan's device with room for at least
-    ``min_rows`` rows (see :data:`MIN_STAGED_PREFILL_ROWS`). Rows with a
-    resident copy are copied device to device first, then every row of the
-    miss mask is loaded from the host cache (the gather_plan rule).
-    Unused rows (``row_ids < 0``) hold unspecified bytes. Runs on torch's
-    current stream; no host sync.
-    """
+    """Stage one layer's rows for ``plan``; returns ``[num_blocks, block_size, W]``."""
     if not isinstance(plan, StagingPlan):
         raise TypeError(f"plan: expected a hisparse.StagingPlan, got {type(plan).__name__}")
     if not isinstance(host_cache, torch.Tensor):
