@@ -19,7 +19,7 @@ graph. The exact semantics are in docs/staging.md.
 from __future__ import annotations
 
 import sys
-from typing import Any, Tuple
+from typing import Any
 
 from . import _C
 from ._tensors import export, export_optional, stream_handle
@@ -64,13 +64,13 @@ def _same_module(name: str, value: Any, module: Any) -> None:
         )
 
 
-def _device(value: Any) -> Tuple[int, int]:
+def _device(value: Any) -> tuple[int, int]:
     """(hs_device_type_t, device index) of an array."""
     kind, index = value.__dlpack_device__()
     return (_CUDA, int(index)) if int(kind) == _DLPACK_CUDA else (_CPU, 0)
 
 
-def _empty(module: Any, like: Any, shape: Tuple[int, ...], dtype: Any) -> Any:
+def _empty(module: Any, like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     """An uninitialised array of ``module`` on ``like``'s device, 64-byte aligned."""
     if module.__name__ == "torch":
         dtype = getattr(module, dtype) if isinstance(dtype, str) else dtype
@@ -105,15 +105,16 @@ def build_staging_plan(
     device_type, device_index = _device(block_table)
     storage = None  # NumPy: the plan's own memory
     if module.__name__ == "torch":
-        nbytes = StagingPlan.storage_bytes(device_type, device_index, shape[0], shape[1], block_size,
-                                           staging_block_capacity)
+        nbytes = StagingPlan.storage_bytes(
+            device_type, device_index, shape[0], shape[1], block_size, staging_block_capacity
+        )
         storage = _empty(module, block_table, (nbytes,), "uint8")
     plan = StagingPlan(device_type, device_index, shape[0], shape[1], block_size, staging_block_capacity, storage)
     plan.build(block_table, seq_lens, stream_handle(stream, block_table, seq_lens))
     return plan
 
 
-def staging_remap(block_table: Any, block_size: int, *, stream: Any = None) -> Tuple[Any, Any]:
+def staging_remap(block_table: Any, block_size: int, *, stream: Any = None) -> tuple[Any, Any]:
     """Renumber the block ids of ``block_table`` densely, without a
     data-dependent output allocation.
 
@@ -136,9 +137,14 @@ def staging_remap(block_table: Any, block_size: int, *, stream: Any = None) -> T
     new_table = _empty(module, block_table, shape, "int32")
     row_ids = _empty(module, block_table, (1, (numel + 1) * block_size), "int32")
     workspace = _empty(module, block_table, (nbytes,), "uint8")
-    _C.staging_remap(export(block_table, "block_table"), block_size, export(new_table, "out_block_table"),
-                     export(row_ids, "out_row_ids"), export(workspace, "workspace"),
-                     stream_handle(stream, block_table))
+    _C.staging_remap(
+        export(block_table, "block_table"),
+        block_size,
+        export(new_table, "out_block_table"),
+        export(row_ids, "out_row_ids"),
+        export(workspace, "workspace"),
+        stream_handle(stream, block_table),
+    )
     return new_table, row_ids
 
 
@@ -152,8 +158,12 @@ def gather_resident_rows(source: Any, destination: Any, row_ids: Any, *, stream:
     ``[N]``. An id outside the cache (negative, e.g. -1 for "not resident",
     or past the end) copies row 0; callers overwrite or ignore those rows.
     """
-    _C.gather_resident_rows(export(source, "source"), export(destination, "destination"), export(row_ids, "row_ids"),
-                            stream_handle(stream, destination, source))
+    _C.gather_resident_rows(
+        export(source, "source"),
+        export(destination, "destination"),
+        export(row_ids, "row_ids"),
+        stream_handle(stream, destination, source),
+    )
 
 
 def gather_prefill_cache(
@@ -195,6 +205,11 @@ def gather_prefill_cache(
     min_blocks = -(-min_rows // block_size)
     staged = _empty(module, plan.row_ids, (max(num_blocks, min_blocks), block_size, width), host_cache.dtype)
     staged = staged[:num_blocks]
-    _C.gather_prefill_cache(plan, export(host_cache, "host_cache"), export_optional(resident_cache, "resident_cache"),
-                            export(staged, "staged"), stream_handle(stream, staged))
+    _C.gather_prefill_cache(
+        plan,
+        export(host_cache, "host_cache"),
+        export_optional(resident_cache, "resident_cache"),
+        export(staged, "staged"),
+        stream_handle(stream, staged),
+    )
     return staged

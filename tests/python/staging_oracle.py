@@ -10,7 +10,7 @@ library's rule for larger ones is tested against explicit expectations).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -25,7 +25,7 @@ def _int_arg(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _index_tensor(name: str, value: Any, ndim: Optional[int] = None) -> Any:
+def _index_tensor(name: str, value: Any, ndim: int | None = None) -> Any:
     """``value`` as a torch tensor of an integer dtype (and ``ndim`` dimensions)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
@@ -53,7 +53,7 @@ class StagingPlan:
     miss_mask: Any
     block_size: int
     gpu_row_ids: Any = None
-    gpu_source_key: Optional[Tuple[int, int]] = None
+    gpu_source_key: tuple[int, int] | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -136,7 +136,7 @@ class StagingPlan:
         self.gpu_source_key = key
 
 
-def staging_remap(block_table: Any, block_size: int) -> Tuple[Any, Any]:
+def staging_remap(block_table: Any, block_size: int) -> tuple[Any, Any]:
     """Renumber the block ids of ``block_table`` densely into outputs of fixed shapes."""
     _index_tensor("block_table", block_table)
     _int_arg("block_size", block_size, 1)

@@ -1,21 +1,21 @@
 """Prefill staging (hisparse.staging): staging_remap, build_staging_plan,
 StagingPlan.ensure_gpu_sources, gather_resident_rows and gather_prefill_cache
 (free function and Runtime method), each compared with a plain-Python model
-that loops over blocks; shapes that depend on input shapes only; no host
-syncs and CUDA-graph capture on CUDA; bad inputs."""
+that loops over blocks and, on random inputs, with the torch oracle
+(staging_oracle.py) bit for bit; NumPy inputs; ids past the int32 row range;
+shapes that depend on input shapes only; no host syncs and CUDA-graph capture
+on CUDA, where CUDA also meets the CPU reference at production sizes; bad
+inputs."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
-
 import hisparse
-from hisparse import staging
-
+import pytest
 import staging_oracle
-
 from conftest import requires_cuda
+from hisparse import staging
 
 torch = pytest.importorskip("torch")
 
