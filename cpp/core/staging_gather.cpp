@@ -82,8 +82,8 @@ void StagingPlan::gather_prefill_cache(const hs_tensor_t* host_cache_t, const hs
   const TensorArg staged(staged_t, "staged");
   staged.on(device, "the plan");
   if (staged.dtype() != host.dtype()) {
-    fail(HS_ERROR_INVALID_DTYPE, "staged: expected dtype ", dtype_name(host.dtype()), " (the dtype of host_cache), got ",
-         dtype_name(staged.dtype()));
+    fail(HS_ERROR_INVALID_DTYPE, "staged: expected dtype ", dtype_name(host.dtype()),
+         " (the dtype of host_cache), got ", dtype_name(staged.dtype()));
   }
   const UniformRows destination = uniform_rows(staged);
   same_row_bytes(staged, destination.row_bytes, host, source.row_bytes);

@@ -131,6 +131,7 @@ void StagingPlan::build(const hs_tensor_t* block_table_t, const hs_tensor_t* seq
   const TensorArg table(block_table_t, "block_table");
   const bool table_int64 = index_dtype(table);
   table.row_major_2d().on(device, "the plan");
+  index_table_extent(table);
   table.size_is(0, sizes_.num_rows, "the plan's num_rows");
   table.size_is(1, sizes_.num_cols, "the plan's num_cols");
   const TensorArg lens(seq_lens_t, "seq_lens");
@@ -194,6 +195,7 @@ void StagingPlan::ensure_gpu_sources(const hs_tensor_t* resident_state_rows_t, c
   const TensorArg resident(resident_state_rows_t, "resident_state_rows");
   const bool resident_int64 = index_dtype(resident);
   resident.row_major_2d().on(device, "the plan");
+  index_table_extent(resident);
   const TensorArg states(state_indices_t, "state_indices");
   const bool states_int64 = index_dtype(states);
   states.ndim_is(1).unit_stride(0).on(device, "the plan");

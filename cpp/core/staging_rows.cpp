@@ -1,11 +1,28 @@
 #include "core/staging_rows.hpp"
 
+#include <cstdlib>
+
 namespace hisparse {
 namespace {
 
 constexpr int64_t kAlignment = 16;
+// Byte extents of tensors must stay far from int64 overflow, whatever
+// strides a caller writes into a descriptor.
+constexpr int64_t kMaxExtent = int64_t{1} << 56;
 
 int64_t itemsize(const TensorArg& t) { return static_cast<int64_t>(dtype_size(t.dtype())); }
+
+// `count` steps of the stride of dimension `dim`, in bytes; refused when
+// they cannot be a real extent (so no offset computed from them overflows).
+int64_t span(const TensorArg& t, int64_t count, int dim) {
+  const int64_t stride = t.stride(dim);
+  const bool bounded = stride >= -kMaxExtent && stride <= kMaxExtent;
+  if (!bounded || (count > 0 && std::abs(stride) > kMaxExtent / count / itemsize(t))) {
+    invalid_argument(t.name(), ": stride ", stride, " in dimension ", dim, " over ", count,
+                     " steps exceeds any memory extent (shape ", t.shape_string(), ")");
+  }
+  return count * stride * itemsize(t);
+}
 
 int64_t last_dim_row_bytes(const TensorArg& t) {
   const int last = t.ndim() - 1;
@@ -29,25 +46,30 @@ UniformRows uniform_rows(const TensorArg& t) {
   }
   UniformRows rows;
   rows.row_bytes = last_dim_row_bytes(t);
+  const int64_t width = t.size(t.ndim() - 1);
   rows.count = 1;
   for (int d = 0; d < t.ndim() - 1; ++d) rows.count *= t.size(d);
   // The innermost leading dimension of more than one row sets the pitch;
   // every outer one must continue it.
-  int64_t pitch = t.size(t.ndim() - 1);
-  int64_t next = -1;
-  for (int d = t.ndim() - 2; d >= 0; --d) {
-    if (t.size(d) == 1) continue;
-    if (next < 0) {
-      pitch = t.stride(d);
-      if (pitch < t.size(t.ndim() - 1)) {
-        invalid_argument(t.name(), ": expected a row stride of at least the row width ", t.size(t.ndim() - 1),
-                         " elements, got ", pitch, " (shape ", t.shape_string(), ")");
+  int pitch_dim = -1;
+  for (int d = t.ndim() - 2; d >= 0 && pitch_dim < 0; --d) {
+    if (t.size(d) > 1) pitch_dim = d;
+  }
+  int64_t pitch = width;
+  if (pitch_dim >= 0) {
+    span(t, rows.count - 1, pitch_dim);  // bounds every product below
+    pitch = t.stride(pitch_dim);
+    if (pitch < width) {
+      invalid_argument(t.name(), ": expected a row stride of at least the row width ", width, " elements, got ",
+                       pitch, " (shape ", t.shape_string(), ")");
+    }
+    int64_t next = pitch * t.size(pitch_dim);
+    for (int d = pitch_dim - 1; d >= 0; --d) {
+      if (t.size(d) == 1) continue;
+      if (t.stride(d) != next) {
+        invalid_argument(t.name(), ": expected rows at one uniform pitch (stride ", next, " in dimension ", d,
+                         "), got stride ", t.stride(d), " (shape ", t.shape_string(), ")");
       }
-      next = pitch * t.size(d);
-    } else if (t.stride(d) != next) {
-      invalid_argument(t.name(), ": expected rows at one uniform pitch (stride ", next, " in dimension ", d,
-                       "), got stride ", t.stride(d), " (shape ", t.shape_string(), ")");
-    } else {
       next *= t.size(d);
     }
   }
@@ -73,10 +95,14 @@ PagedRows paged_rows(const TensorArg& t) {
   rows.blocks = t.size(0);
   rows.block_size = t.size(1);
   int64_t pitches[2] = {0, 0};
+  int64_t reach = rows.row_bytes;  // bytes from the base to the end of the last row
   for (int d = 0; d < 2; ++d) {
-    const int64_t stride = t.size(d) > 1 ? t.stride(d) : 0;
-    if (stride < 0) invalid_argument(t.name(), ": expected non-negative strides, got ", stride, " in dimension ", d);
-    pitches[d] = stride * itemsize(t);
+    if (t.size(d) <= 1) continue;
+    if (t.stride(d) < 0) {
+      invalid_argument(t.name(), ": expected non-negative strides, got ", t.stride(d), " in dimension ", d);
+    }
+    reach += span(t, t.size(d) - 1, d);
+    pitches[d] = t.stride(d) * itemsize(t);
     if (pitches[d] % kAlignment != 0) {
       invalid_argument(t.name(), ": expected strides of multiples of 16 bytes, got ", pitches[d],
                        " bytes in dimension ", d, " (shape ", t.shape_string(), ")");
@@ -87,9 +113,13 @@ PagedRows paged_rows(const TensorArg& t) {
   rows.base = t.data<uint8_t>();
   if (rows.blocks > 0 && rows.block_size > 0) {
     t.aligned(kAlignment);
-    rows.extent = (rows.blocks - 1) * rows.block_pitch + (rows.block_size - 1) * rows.row_pitch + rows.row_bytes;
+    rows.extent = reach;
   }
   return rows;
+}
+
+void index_table_extent(const TensorArg& t) {
+  if (t.numel() > 0) span(t, t.size(0) - 1, 0);
 }
 
 bool index_dtype(const TensorArg& t) {

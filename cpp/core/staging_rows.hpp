@@ -39,6 +39,9 @@ struct PagedRows {
 // 16 bytes, 16-byte rows and a 16-byte aligned base.
 PagedRows paged_rows(const TensorArg& t);
 
+// Refuses a 2-D index table whose row stride reaches past any real extent.
+void index_table_extent(const TensorArg& t);
+
 // An int32 or int64 tensor of indices; returns whether it is int64.
 bool index_dtype(const TensorArg& t);
 

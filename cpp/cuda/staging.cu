@@ -82,7 +82,9 @@ RemapScratch carve_remap_scratch(const StagingRemapParams& p) {
   s.num_distinct = reinterpret_cast<int32_t*>(start + 3 * array_bytes);
   s.temp = start + 3 * array_bytes + kAlignment;
   const size_t used = static_cast<size_t>(static_cast<uint8_t*>(s.temp) - static_cast<uint8_t*>(p.workspace));
-  if (used > p.workspace_bytes) fail(HS_ERROR_INTERNAL, "staging_remap: workspace of ", p.workspace_bytes, " bytes too small");
+  if (used > p.workspace_bytes) {
+    fail(HS_ERROR_INTERNAL, "staging_remap: workspace of ", p.workspace_bytes, " bytes too small");
+  }
   s.temp_bytes = p.workspace_bytes - used;
   return s;
 }

@@ -290,13 +290,17 @@ void register_staging(nb::module_& m) {
            "Serve staged rows that have a GPU-resident copy from the resident cache (docs/staging.md); cached per "
            "resident table and page size.")
       .def_prop_ro(
-          "block_table", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_BLOCK_TABLE); }, "int32 [B, C]: the renumbered block table.")
+          "block_table", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_BLOCK_TABLE); },
+          "int32 [B, C]: the renumbered block table.")
       .def_prop_ro(
-          "row_ids", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_ROW_IDS); }, "int32 [1, N]: host slot staged into row j (-1: unused).")
+          "row_ids", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_ROW_IDS); },
+          "int32 [1, N]: host slot staged into row j (-1: unused).")
       .def_prop_ro(
-          "dst_rows", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_DST_ROWS); }, "int32 [1, N]: 0 .. N-1.")
+          "dst_rows", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_DST_ROWS); },
+          "int32 [1, N]: 0 .. N-1.")
       .def_prop_ro(
-          "miss_mask", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_MISS_MASK); }, "int32 [1, N]: 1 where row j is loaded from the host cache.")
+          "miss_mask", [](const StagingPlan& p) { return p.tensor(HS_STAGING_PLAN_MISS_MASK); },
+          "int32 [1, N]: 1 where row j is loaded from the host cache.")
       .def_prop_ro("gpu_row_ids", &StagingPlan::gpu_row_ids,
                    "int32 [1, N]: flat resident-cache row of row j (-1: none); None without GPU sources.")
       .def_prop_ro("gpu_source_key", &StagingPlan::gpu_source_key,

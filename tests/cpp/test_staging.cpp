@@ -206,7 +206,9 @@ struct Bytes {
   Bytes(int64_t rows, int64_t row_bytes, int fill) : rows(rows), row_bytes(row_bytes) {
     storage.resize(static_cast<size_t>(rows * row_bytes + 16));
     base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(storage.data()) + 15) / 16 * 16);
-    for (int64_t r = 0; r < rows; ++r) std::memset(base + r * row_bytes, static_cast<int>((fill + r) & 0xff), row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memset(base + r * row_bytes, static_cast<int>((fill + r) & 0xff), static_cast<size_t>(row_bytes));
+    }
   }
   uint8_t row(int64_t r) const { return base[r * row_bytes]; }
   int64_t rows;
@@ -300,6 +302,9 @@ TEST(GatherResidentRows, StridedSourceOutOfRangeRowsAndInt64Ids) {
   hs::Tensor flat_source(slab.base, HS_DTYPE_UINT8, {48, 16});
   expect_error(hs_gather_resident_rows(flat_source, out_t, ids_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"source", "paged cache", "[48, 16]"});
+  hs::Tensor far_source = hs::Tensor(slab.base, HS_DTYPE_UINT8, {6, 4, 16}).strides({int64_t{1} << 58, 16, 1});
+  expect_error(hs_gather_resident_rows(far_source, out_t, ids_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"source", "stride", "exceeds any memory extent"});
   hs::Tensor empty_source(slab.base, HS_DTYPE_UINT8, {0, 4, 16});
   expect_error(hs_gather_resident_rows(empty_source, out_t, ids_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"source", "at least one row"});
@@ -352,7 +357,8 @@ TEST(StagingRemap, RenumbersByHandIntoCallerTensors) {
   uint64_t ignored = 0;
   expect_error(hs_staging_remap_workspace_bytes(HS_DEVICE_CPU, -1, int64_t{1} << 30, 4, &ignored),
                HS_ERROR_INVALID_ARGUMENT, {"block_table", "int32 row ids"});
-  expect_error(hs_staging_remap_workspace_bytes(7, -1, 4, 4, &ignored), HS_ERROR_INVALID_ARGUMENT, {"device_type", "7"});
+  expect_error(hs_staging_remap_workspace_bytes(7, -1, 4, 4, &ignored), HS_ERROR_INVALID_ARGUMENT,
+               {"device_type", "7"});
 }
 
 TEST(StagingPlanOptions, ErrorsNameTheOption) {
@@ -446,6 +452,12 @@ TEST(StagingPlan, RejectedCallsLeaveThePlanAsItWas) {
   hs::Tensor cuda_lens(c.lens.data(), HS_DTYPE_INT32, {2}, HS_DEVICE_CUDA, 0);
   expect_error(hs_staging_plan_build(p, c.table_t, cuda_lens, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"seq_lens", "expected a tensor on cpu", "cuda:0"});
+  hs::Tensor far_rows = hs::Tensor(c.table.data(), HS_DTYPE_INT32, {2, 2}).strides({int64_t{1} << 61, 1});
+  expect_error(hs_staging_plan_build(p, far_rows, c.lens_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"block_table", "stride", "exceeds any memory extent"});
+  hs::Tensor far_pages = hs::Tensor(c.resident.data(), HS_DTYPE_INT32, {3, 4}).strides({int64_t{1} << 60, 1});
+  expect_error(hs_staging_plan_ensure_gpu_sources(p, far_pages, c.states_t, 2, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"resident_state_rows", "exceeds any memory extent"});
   hs::Tensor resident_1d(c.resident.data(), HS_DTYPE_INT32, {12});
   expect_error(hs_staging_plan_ensure_gpu_sources(p, resident_1d, c.states_t, 2, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"resident_state_rows", "2 dimensions"});

@@ -682,7 +682,8 @@ def test_build_staging_plan_matches_the_oracle(device):
         table, seq_lens, block_size, capacity = oracle_case(rng)
         lens = seq_lens + [rng.randint(-5, 50) for _ in range(rng.randint(0, 2))]
         dtype = rng.choice([torch.int32, torch.int64])
-        cpu_table, cpu_lens = torch.tensor(table, dtype=dtype), torch.tensor(lens, dtype=rng.choice([torch.int32, torch.int64]))
+        cpu_table = torch.tensor(table, dtype=dtype)
+        cpu_lens = torch.tensor(lens, dtype=rng.choice([torch.int32, torch.int64]))
         plan = hisparse.build_staging_plan(cpu_table.to(device), cpu_lens.to(device), block_size, capacity)
         expected = staging_oracle.build_staging_plan(cpu_table, cpu_lens, block_size, capacity)
         for name in ("block_table", "row_ids", "dst_rows", "miss_mask"):
@@ -757,7 +758,8 @@ def test_gather_prefill_cache_matches_the_oracle(device, with_resident):
     host = host_memory(host_cpu, device)
     resident_cpu = random_bytes((30, 2, width), gen)
     for case in range(30):
-        table, seq_lens, _, capacity = random_case(rng, block_size=block_size, pool=host_blocks + 4)  # some past the cache
+        # Ids up to host_blocks + 4: some rows lie past the host cache.
+        table, seq_lens, _, capacity = random_case(rng, block_size=block_size, pool=host_blocks + 4)
         cpu_table, cpu_lens = torch.tensor(table, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32)
         plan = hisparse.build_staging_plan(cpu_table.to(device), cpu_lens.to(device), block_size, capacity)
         expected_plan = staging_oracle.build_staging_plan(cpu_table, cpu_lens, block_size, capacity)
@@ -801,7 +803,8 @@ def test_numpy_inputs_run_the_cpu_backend_and_give_numpy_outputs():
     resident = np.full((4, 2, 16), 200, dtype=np.uint8)
     staged = staging.gather_prefill_cache(plan, host, resident)
     assert isinstance(staged, np.ndarray) and staged.shape == (3, 4, 16)
-    assert (staged[1, :2] == host[3, :2]).all() and (staged[1, 2:] == 200).all() and (staged[2, 2:] == host[5, 2:]).all()
+    assert (staged[1, :2] == host[3, :2]).all() and (staged[1, 2:] == 200).all()
+    assert (staged[2, 2:] == host[5, 2:]).all()
     # A read-only host cache is accepted: the gather only reads it.
     host.setflags(write=False)
     staging.gather_prefill_cache(plan, host, resident)
