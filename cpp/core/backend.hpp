@@ -13,6 +13,7 @@
 #include "core/data_movement_params.hpp"
 #include "core/index_group_params.hpp"
 #include "core/resolve_residency_params.hpp"
+#include "core/staging_params.hpp"
 #include "core/tensor.hpp"
 
 namespace hisparse {
@@ -105,6 +106,24 @@ class Backend {
   }
   virtual void swap_blocks_batch(const SwapBlocksParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement swap_blocks_batch");
+  }
+  // Prefill-staging kernels (staging_params.hpp). Not pure, for the same
+  // reason; the CPU and CUDA backends override all of them.
+  // Scratch bytes staging_remap needs over `count` entries on `device`.
+  virtual size_t staging_remap_workspace_bytes(int64_t /*count*/, int /*device*/) const {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement staging_remap");
+  }
+  virtual void staging_remap(const StagingRemapParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement staging_remap");
+  }
+  virtual void build_staging_plan(const StagingBuildParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement build_staging_plan");
+  }
+  virtual void staging_gpu_sources(const StagingGpuSourcesParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement staging_gpu_sources");
+  }
+  virtual void gather_resident_rows(const GatherResidentRowsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement gather_resident_rows");
   }
   // True when `pointer` is device memory of this backend's devices, which a
   // host loop must never dereference (raw addresses given to the CPU backend).

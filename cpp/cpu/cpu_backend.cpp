@@ -8,6 +8,7 @@
 #include "cpu/data_movement_reference.hpp"
 #include "cpu/index_group_reference.hpp"
 #include "cpu/resolve_residency_reference.hpp"
+#include "cpu/staging_reference.hpp"
 
 namespace hisparse {
 namespace {
@@ -85,6 +86,20 @@ class CpuBackend final : public Backend {
   void mirror_rows(const MirrorRowsParams& params, hs_stream_t) override { mirror_rows_reference(params); }
   void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override {
     swap_blocks_batch_reference(params);
+  }
+
+  size_t staging_remap_workspace_bytes(int64_t count, int) const override {
+    return staging_remap_reference_workspace_bytes(count);
+  }
+  void staging_remap(const StagingRemapParams& params, hs_stream_t) override { staging_remap_reference(params); }
+  void build_staging_plan(const StagingBuildParams& params, hs_stream_t) override {
+    build_staging_plan_reference(params);
+  }
+  void staging_gpu_sources(const StagingGpuSourcesParams& params, hs_stream_t) override {
+    staging_gpu_sources_reference(params);
+  }
+  void gather_resident_rows(const GatherResidentRowsParams& params, hs_stream_t) override {
+    gather_resident_rows_reference(params);
   }
 };
 

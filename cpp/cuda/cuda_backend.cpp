@@ -192,6 +192,26 @@ class CudaBackend final : public Backend {
     CudaDeviceGuard guard(params.device);
     cuda::launch_swap_blocks_batch(params, as_cuda(stream));
   }
+  size_t staging_remap_workspace_bytes(int64_t count, int device) const override {
+    CudaDeviceGuard guard(device);
+    return cuda::staging_remap_workspace_bytes(count);
+  }
+  void staging_remap(const StagingRemapParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_staging_remap(params, as_cuda(stream));
+  }
+  void build_staging_plan(const StagingBuildParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_build_staging_plan(params, as_cuda(stream));
+  }
+  void staging_gpu_sources(const StagingGpuSourcesParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_staging_gpu_sources(params, as_cuda(stream));
+  }
+  void gather_resident_rows(const GatherResidentRowsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_gather_resident_rows(params, as_cuda(stream));
+  }
   bool is_device_memory(const void* pointer) const override {
     if (!available()) return false;
     cudaPointerAttributes attributes{};

@@ -9,6 +9,7 @@
 #include "core/data_movement_params.hpp"
 #include "core/index_group_params.hpp"
 #include "core/resolve_residency_params.hpp"
+#include "core/staging_params.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -22,6 +23,12 @@ void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream);
 void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaStream_t stream);
 void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream);
 void launch_swap_blocks_batch(const SwapBlocksParams& params, cudaStream_t stream);
+// Prefill staging (staging.cu). The workspace size asks the current device.
+size_t staging_remap_workspace_bytes(int64_t count);
+void launch_staging_remap(const StagingRemapParams& params, cudaStream_t stream);
+void launch_build_staging_plan(const StagingBuildParams& params, cudaStream_t stream);
+void launch_staging_gpu_sources(const StagingGpuSourcesParams& params, cudaStream_t stream);
+void launch_gather_resident_rows(const GatherResidentRowsParams& params, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace hisparse

@@ -67,5 +67,6 @@ void register_ops(nb::module_& m);
 void register_index_group(nb::module_& m);
 void register_data_movement(nb::module_& m);
 void register_runtime(nb::module_& m);
+void register_staging(nb::module_& m);
 
 }  // namespace hisparse_py

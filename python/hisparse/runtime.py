@@ -524,7 +524,7 @@ class Runtime:
         ``config.block_size``. Returns ``[num_blocks, block_size, row_width]``
         on the plan's device (which must be the runtime's).
         """
-        from . import staging  # noqa: PLC0415 (torch is only needed once staging runs)
+        from . import staging  # noqa: PLC0415
 
         if not isinstance(plan, staging.StagingPlan):
             raise TypeError(f"plan: expected a hisparse.StagingPlan, got {type(plan).__name__}")

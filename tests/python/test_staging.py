@@ -1,19 +1,21 @@
 """Prefill staging (hisparse.staging): staging_remap, build_staging_plan,
 StagingPlan.ensure_gpu_sources, gather_resident_rows and gather_prefill_cache
 (free function and Runtime method), each compared with a plain-Python model
-that loops over blocks; shapes that depend on input shapes only; no host
-syncs and CUDA-graph capture on CUDA; bad inputs."""
+that loops over blocks and, on random inputs, with the torch oracle
+(staging_oracle.py) bit for bit; NumPy inputs; ids past the int32 row range;
+shapes that depend on input shapes only; no host syncs and CUDA-graph capture
+on CUDA, where CUDA also meets the CPU reference at production sizes; bad
+inputs."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
-
 import hisparse
+import pytest
+import staging_oracle
+from conftest import requires_cuda, sanitize_subset
 from hisparse import staging
-
-from conftest import requires_cuda
 
 torch = pytest.importorskip("torch")
 
@@ -564,6 +566,7 @@ def test_bad_inputs(device):
 
 
 @requires_cuda
+@pytest.mark.sanitize
 def test_staging_never_syncs_with_the_host():
     rng = random.Random(9)
     table, seq_lens, block_size, capacity = random_case(rng, rows=5, cols=8, block_size=8, pool=60)
@@ -634,3 +637,245 @@ def test_staging_in_cuda_graph():
         for j, row in enumerate(expected_staged(plan, host_cpu, resident_cpu.reshape(-1, width))):
             if row is not None:
                 assert torch.equal(rows_out[j], row), (replay, j)
+
+
+# ---------------------------------------------------------------- the C++ core against the torch oracle
+
+
+def oracle_case(rng, *, max_id=None):
+    """random_case, with some ids near the top of the int32 row range of its block size."""
+    table, seq_lens, block_size, capacity = random_case(rng)
+    top = (2**31 - block_size) // block_size  # largest id whose rows fit int32
+    if max_id is None and rng.random() < 0.3:
+        for row in table:
+            for c in range(len(row)):
+                if rng.random() < 0.2:
+                    row[c] = top - rng.randint(0, 3)
+    return table, seq_lens, block_size, capacity
+
+
+def to_device(values, dtype, device):
+    return torch.tensor(values, dtype=dtype).to(device)
+
+
+def test_staging_remap_matches_the_oracle(device):
+    rng = random.Random(21)
+    for case in range(200):
+        shape = rng.choice([(0,), (1,), (rng.randint(1, 40),), (rng.randint(1, 5), rng.randint(1, 7)), (2, 3, 4)])
+        block_size = rng.choice([1, 2, 3, 8, 64])
+        top = (2**31 - block_size) // block_size
+        numel = 1
+        for n in shape:
+            numel *= n
+        values = [rng.choice([-9, -1, 0, rng.randint(1, 30), rng.randint(1, 30), top, top - 1]) for _ in range(numel)]
+        dtype = rng.choice([torch.int32, torch.int64])
+        table = torch.tensor(values, dtype=dtype).view(shape)
+        new_table, row_ids = staging.staging_remap(table.to(device), block_size)
+        expected_table, expected_rows = staging_oracle.staging_remap(table, block_size)
+        assert new_table.device.type == device.type and new_table.dtype == torch.int32
+        assert torch.equal(new_table.cpu(), expected_table), (case, values, block_size)
+        assert torch.equal(row_ids.cpu(), expected_rows), (case, values, block_size)
+
+
+def test_build_staging_plan_matches_the_oracle(device):
+    rng = random.Random(22)
+    for case in range(300):
+        table, seq_lens, block_size, capacity = oracle_case(rng)
+        lens = seq_lens + [rng.randint(-5, 50) for _ in range(rng.randint(0, 2))]
+        dtype = rng.choice([torch.int32, torch.int64])
+        cpu_table = torch.tensor(table, dtype=dtype)
+        cpu_lens = torch.tensor(lens, dtype=rng.choice([torch.int32, torch.int64]))
+        plan = hisparse.build_staging_plan(cpu_table.to(device), cpu_lens.to(device), block_size, capacity)
+        expected = staging_oracle.build_staging_plan(cpu_table, cpu_lens, block_size, capacity)
+        for name in ("block_table", "row_ids", "dst_rows", "miss_mask"):
+            got = getattr(plan, name)
+            assert got.dtype == torch.int32 and got.device.type == device.type
+            assert torch.equal(got.cpu(), getattr(expected, name)), (case, name, table, lens, block_size, capacity)
+        assert plan.num_blocks == expected.num_blocks and plan.block_size == block_size
+
+
+def test_ensure_gpu_sources_matches_the_oracle(device):
+    """Calls in sequence on one plan and its oracle (on the same tensors, so both key their cache alike): new
+    tables, cache hits, padding and unknown state rows, page sizes that do not divide the block size."""
+    rng = random.Random(23)
+    for case in range(100):
+        table, seq_lens, _, capacity = oracle_case(rng)
+        block_size = rng.choice([4, 8, 16])
+        capacity = max(capacity, rng.randint(1, 12))
+        bt = torch.tensor(table, dtype=torch.int32, device=device)
+        lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+        plan = hisparse.build_staging_plan(bt, lens, block_size, capacity)
+        expected = staging_oracle.build_staging_plan(bt, lens, block_size, capacity)
+        rows = len(table)
+        top = (2**31 - 8) // 8  # the largest page whose rows fit int32 at every page size tried
+        tables = []
+        for _ in range(3):
+            num_states = rng.choice([0, 1, 6, 6, 8])
+            width = rng.choice([0, 1, len(table[0]), 3 * len(table[0]), 2 * block_size * len(table[0])])
+            pages = [[rng.choice([0, -3, rng.randint(1, 50), rng.randint(1, 50), top]) for _ in range(width)]
+                     for _ in range(num_states)]
+            dtype = rng.choice([torch.int32, torch.int64])
+            tables.append(torch.tensor(pages, dtype=dtype).view(num_states, width).to(device))
+        for step in range(8):
+            pages = rng.choice(tables)
+            states = [rng.choice([rng.randint(0, 5)] * 4 + [-1, 9]) for _ in range(rows + rng.choice([-1, 0, 0, 0, 2]))]
+            states = torch.tensor(states, dtype=rng.choice([torch.int32, torch.int64]), device=device)
+            resident_block_size = rng.choice([1, 2, 4, 4, 8, 3, 0])
+            plan.ensure_gpu_sources(pages, states, resident_block_size)
+            expected.ensure_gpu_sources(pages, states, resident_block_size)
+            context = (case, step, resident_block_size, states.tolist())
+            assert plan.gpu_source_key == expected.gpu_source_key, context
+            assert (plan.gpu_row_ids is None) == (expected.gpu_row_ids is None), context
+            if plan.gpu_row_ids is not None:
+                assert torch.equal(plan.gpu_row_ids.cpu(), expected.gpu_row_ids.cpu()), context
+            assert torch.equal(plan.miss_mask.cpu(), expected.miss_mask.cpu()), context
+
+
+def test_gather_resident_rows_matches_the_oracle(device):
+    rng = random.Random(24)
+    gen = torch.Generator().manual_seed(24)
+    for case in range(40):
+        blocks, block_size, width = rng.randint(1, 9), rng.choice([1, 2, 4, 16]), rng.choice([16, 32, 48])
+        slab = random_bytes((blocks, 2, block_size, width), gen)
+        source = slab[:, rng.randint(0, 1)]
+        count = rng.randint(0, 30)
+        ids = torch.tensor([rng.randint(-3, blocks * block_size + 3) for _ in range(count)],
+                           dtype=rng.choice([torch.int32, torch.int64]))
+        destination = random_bytes((count, width), gen)
+        expected = destination.clone()
+        staging_oracle.gather_resident_rows(source, expected, ids)
+        got = destination.to(device)
+        staging.gather_resident_rows(source.to(device), got, ids.to(device))
+        sync(device)
+        assert torch.equal(got.cpu(), expected), case
+
+
+@pytest.mark.parametrize("with_resident", [False, True])
+def test_gather_prefill_cache_matches_the_oracle(device, with_resident):
+    rng = random.Random(25 + with_resident)
+    gen = torch.Generator().manual_seed(25)
+    block_size, width, host_blocks = 8, 32, 48
+    host_cpu = random_bytes((host_blocks, block_size, width), gen)
+    host = host_memory(host_cpu, device)
+    resident_cpu = random_bytes((30, 2, width), gen)
+    for case in range(30):
+        # Ids up to host_blocks + 4: some rows lie past the host cache.
+        table, seq_lens, _, capacity = random_case(rng, block_size=block_size, pool=host_blocks + 4)
+        cpu_table, cpu_lens = torch.tensor(table, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32)
+        plan = hisparse.build_staging_plan(cpu_table.to(device), cpu_lens.to(device), block_size, capacity)
+        expected_plan = staging_oracle.build_staging_plan(cpu_table, cpu_lens, block_size, capacity)
+        resident = None
+        if with_resident:
+            pages = torch.randint(0, 30, (len(table), 4 * len(table[0])), generator=gen, dtype=torch.int32)
+            states = torch.arange(len(table), dtype=torch.int32)
+            plan.ensure_gpu_sources(pages.to(device), states.to(device), 2)
+            expected_plan.ensure_gpu_sources(pages, states, 2)
+            resident = resident_cpu.to(device)
+        staged = staging.gather_prefill_cache(plan, host, resident)
+        expected = staging_oracle.gather_prefill_cache(expected_plan, host_cpu, resident_cpu if with_resident else None)
+        sync(device)
+        # Rows read from neither cache are unspecified; every other row is the oracle's.
+        rows = flat(expected_plan.row_ids)
+        gpu = flat(expected_plan.gpu_row_ids) if expected_plan.gpu_row_ids is not None else [-1] * len(rows)
+        got, want = staged.cpu().reshape(-1, width), expected.reshape(-1, width)
+        for j, (r, g) in enumerate(zip(rows, gpu)):
+            if g >= 0 or 0 <= r < host_blocks * block_size:
+                assert torch.equal(got[j], want[j]), (case, j)
+
+
+def test_numpy_inputs_run_the_cpu_backend_and_give_numpy_outputs():
+    np = pytest.importorskip("numpy")
+    rng = random.Random(26)
+    for case in range(40):
+        table, seq_lens, block_size, capacity = oracle_case(rng)
+        plan = hisparse.build_staging_plan(np.array(table, dtype=np.int64).reshape(len(table), -1),
+                                           np.array(seq_lens, dtype=np.int32), block_size, capacity)
+        expected = staging_oracle.build_staging_plan(torch.tensor(table), torch.tensor(seq_lens), block_size, capacity)
+        for name in ("block_table", "row_ids", "dst_rows", "miss_mask"):
+            assert isinstance(getattr(plan, name), np.ndarray)
+            assert getattr(plan, name).tolist() == getattr(expected, name).tolist(), (case, name)
+    new_table, row_ids = staging.staging_remap(np.array([[7, 3, 7], [0, -5, 12]], dtype=np.int32), 2)
+    assert isinstance(new_table, np.ndarray) and new_table.tolist() == [[2, 1, 2], [0, 0, 3]]
+    assert row_ids.tolist() == [[0, 1, 6, 7, 14, 15, 24, 25] + [-1] * 6]
+    plan = hisparse.build_staging_plan(np.array([[3, 5]], dtype=np.int32), np.array([8]), 4, 2)
+    plan.ensure_gpu_sources(np.array([[0, 2, 3, 0]], dtype=np.int32), np.array([0], dtype=np.int32), 2)
+    assert plan.gpu_row_ids.tolist() == [[-1] * 4 + [-1, -1, 4, 5] + [6, 7, -1, -1]]
+    host = np.arange(8 * 4 * 16, dtype=np.uint8).reshape(8, 4, 16)
+    resident = np.full((4, 2, 16), 200, dtype=np.uint8)
+    staged = staging.gather_prefill_cache(plan, host, resident)
+    assert isinstance(staged, np.ndarray) and staged.shape == (3, 4, 16)
+    assert (staged[1, :2] == host[3, :2]).all() and (staged[1, 2:] == 200).all()
+    assert (staged[2, 2:] == host[5, 2:]).all()
+    # A read-only host cache is accepted: the gather only reads it.
+    host.setflags(write=False)
+    staging.gather_prefill_cache(plan, host, resident)
+
+
+def test_block_ids_outside_the_int32_row_range_count_as_the_null_block(device):
+    """Where the oracle (like the seed) would wrap or truncate, the core stages the null block."""
+    block_size = 4
+    top = (2**31 - block_size) // block_size
+    values = [[top, top + 1, 2**32 + 5, 5], [-2, 2**40, 7, top]]
+    table = torch.tensor(values, dtype=torch.int64)
+    plan = hisparse.build_staging_plan(table.to(device), torch.tensor([16, 16], device=device), block_size, 8)
+    replaced = torch.where((table < 0) | (table > top), torch.zeros_like(table), table)
+    expected = staging_oracle.build_staging_plan(replaced, torch.tensor([16, 16]), block_size, 8)
+    for name in ("block_table", "row_ids", "miss_mask"):
+        assert torch.equal(getattr(plan, name).cpu(), getattr(expected, name)), name
+    assert flat(plan.row_ids)[12:16] == [4 * top, 4 * top + 1, 4 * top + 2, 2**31 - 1]
+    new_table, _ = staging.staging_remap(torch.tensor([top + 1], dtype=torch.int32, device=device), block_size)
+    assert flat(new_table) == [0]
+
+
+def test_plan_views_keep_their_memory_alive(device):
+    table = torch.tensor([[3, 5]], dtype=torch.int32, device=device)
+    plan = hisparse.build_staging_plan(table, torch.tensor([8], device=device), 4, 2)
+    row_ids = plan.row_ids
+    del plan
+    import gc
+
+    gc.collect()
+    torch.zeros(1 << 16, dtype=torch.int32, device=device)  # reuse freed memory if any was freed
+    assert flat(row_ids) == [0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23]
+    np = pytest.importorskip("numpy")
+    numpy_plan = hisparse.build_staging_plan(np.array([[3, 5]], dtype=np.int32), np.array([8]), 4, 2)
+    numpy_rows = numpy_plan.row_ids
+    del numpy_plan
+    gc.collect()
+    assert numpy_rows.tolist() == [[0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23]]
+
+
+PRODUCTION_SIZES = [(3, 5, 64, 0), (64, 32, 64, 2048), (1500, 24, 16, 30000)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("rows,cols,block_size,capacity", sanitize_subset(PRODUCTION_SIZES, [(64, 32, 64, 2048)]))
+def test_cuda_matches_the_cpu_reference_at_production_sizes(rows, cols, block_size, capacity):
+    """Large batches (more rows than one scan block, many sort tiles), CUDA against the CPU backend bit for bit."""
+    gen = torch.Generator().manual_seed(rows + capacity)
+    table = torch.randint(-1, 5000, (rows, cols), generator=gen, dtype=torch.int64)
+    table[:, :4] = torch.randint(1, 40, (1, 4), generator=gen)  # a shared prefix
+    lens = torch.randint(0, cols * block_size + 50, (rows,), generator=gen)
+    pages = torch.randint(0, 3000, (rows + 3, 2 * cols), generator=gen, dtype=torch.int32)
+    pages[torch.rand(pages.shape, generator=gen) < 0.5] = 0
+    states = torch.randperm(rows + 3, generator=gen)[:rows].to(torch.int32)
+    states[::7] = -1
+    plans = {}
+    for name in ("cpu", "cuda"):
+        plan = hisparse.build_staging_plan(table.to(name), lens.to(name), block_size, capacity)
+        before = plan.miss_mask.cpu().clone()
+        plan.ensure_gpu_sources(pages.to(name), states.to(name), block_size // 2)
+        plans[name] = (plan, before)
+    torch.cuda.synchronize()
+    (cpu, cpu_before), (cuda, cuda_before) = plans["cpu"], plans["cuda"]
+    assert torch.equal(cpu_before, cuda_before)
+    for name in ("block_table", "row_ids", "dst_rows", "miss_mask", "gpu_row_ids"):
+        assert torch.equal(getattr(cpu, name), getattr(cuda, name).cpu()), name
+    assert (cpu.miss_mask > 0).any() and (capacity == 0 or (cpu.gpu_row_ids >= 0).any())
+    host = random_bytes((5000 * block_size, 32), gen)
+    resident = random_bytes((3000, block_size // 2, 32), gen)
+    staged_cpu = staging.gather_prefill_cache(cpu, host, resident)
+    staged_cuda = staging.gather_prefill_cache(cuda, host.pin_memory(), resident.cuda())
+    torch.cuda.synchronize()
+    loaded = ((cpu.gpu_row_ids >= 0) | (cpu.miss_mask > 0)).view(-1)
+    assert torch.equal(staged_cpu.reshape(-1, 32)[loaded], staged_cuda.cpu().reshape(-1, 32)[loaded])

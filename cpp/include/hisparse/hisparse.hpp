@@ -320,4 +320,6 @@ class SlotInvalidator {
 
 }  // namespace hs
 
+#include "hisparse/staging.hpp"  // the prefill staging plan (RAII) and staging calls
+
 #endif  // HISPARSE_HISPARSE_HPP_

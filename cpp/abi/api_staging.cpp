@@ -1,0 +1,134 @@
+// C ABI of prefill staging (hisparse/staging.h): each entry point is one
+// api_guard that reads the caller's struct, converts it, and calls the core
+// (core/staging_plan.hpp), which validates every argument.
+#include <cstddef>
+
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "core/staging_plan.hpp"
+
+struct hs_staging_plan {
+  hs_staging_plan(const hisparse::StagingPlanSizes& sizes, hisparse::Backend& backend, const hs_tensor_t* storage)
+      : plan(sizes, backend, storage) {}
+  hisparse::StagingPlan plan;
+};
+
+namespace hisparse {
+namespace {
+
+StagingPlanSizes to_sizes(const hs_staging_plan_options_t* options) {
+  const hs_staging_plan_options_t& o =
+      require_struct(options, "options", offsetof(hs_staging_plan_options_t, storage) + sizeof(options->storage));
+  StagingPlanSizes sizes;
+  sizes.device = staging_device(o.device_type, o.device_index);
+  sizes.num_rows = o.num_rows;
+  sizes.num_cols = o.num_cols;
+  sizes.block_size = o.block_size;
+  sizes.capacity = o.staging_block_capacity;
+  return sizes;
+}
+
+StagingPlan& require_plan(hs_staging_plan_t plan) { return require_pointer(plan, "plan")->plan; }
+
+}  // namespace
+}  // namespace hisparse
+
+using namespace hisparse;
+
+extern "C" {
+
+HS_API hs_status_t hs_staging_plan_storage_bytes(const hs_staging_plan_options_t* options, uint64_t* bytes) {
+  return api_guard([&] {
+    require_pointer(bytes, "bytes");
+    const StagingPlanSizes sizes = to_sizes(options);
+    *bytes = staging_plan_layout(sizes, backend_for(sizes.device)).total;
+  });
+}
+
+HS_API hs_status_t hs_staging_plan_create(const hs_staging_plan_options_t* options, hs_staging_plan_t* plan) {
+  return api_guard([&] {
+    require_pointer(plan, "plan");
+    *plan = nullptr;
+    const StagingPlanSizes sizes = to_sizes(options);
+    *plan = new hs_staging_plan(sizes, backend_for(sizes.device), options->storage);
+  });
+}
+
+HS_API hs_status_t hs_staging_plan_destroy(hs_staging_plan_t plan) {
+  return api_guard([&] { delete plan; });
+}
+
+HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging_plan_tensor_t which,
+                                              hs_tensor_t* out) {
+  return api_guard([&] {
+    const StagingPlan& p = require_plan(plan);
+    hs_tensor_t* destination = require_pointer(out, "out");
+    *destination = p.tensor(which);
+  });
+}
+
+HS_API hs_status_t hs_staging_plan_get_info(hs_staging_plan_t plan, hs_staging_plan_info_t* info) {
+  return api_guard([&] {
+    const StagingPlan& p = require_plan(plan);
+    require_struct(info, "info", offsetof(hs_staging_plan_info_t, gpu_source_block_size) + sizeof(int64_t));
+    const StagingPlanSizes& s = p.sizes();
+    hs_staging_plan_info_t value{};
+    value.device_type = s.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU;
+    value.device_index = s.device.is_cuda() ? s.device.index : 0;
+    value.built = p.built() ? 1 : 0;
+    value.has_gpu_sources = p.has_gpu_sources() ? 1 : 0;
+    value.owns_storage = p.owns_storage() ? 1 : 0;
+    value.num_rows = s.num_rows;
+    value.num_cols = s.num_cols;
+    value.block_size = s.block_size;
+    value.staging_block_capacity = s.capacity;
+    value.num_blocks = p.num_blocks();
+    value.num_staged_rows = p.num_staged_rows();
+    value.storage_bytes = p.storage_bytes();
+    value.gpu_source_table = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p.gpu_source_table()));
+    value.gpu_source_block_size = p.gpu_source_block_size();
+    write_struct(info, value, HS_STAGING_PLAN_INFO_VERSION);
+  });
+}
+
+HS_API hs_status_t hs_staging_plan_build(hs_staging_plan_t plan, const hs_tensor_t* block_table,
+                                         const hs_tensor_t* seq_lens, hs_stream_t stream) {
+  return api_guard([&] { require_plan(plan).build(block_table, seq_lens, stream); });
+}
+
+HS_API hs_status_t hs_staging_plan_ensure_gpu_sources(hs_staging_plan_t plan, const hs_tensor_t* resident_state_rows,
+                                                      const hs_tensor_t* state_indices, int64_t resident_block_size,
+                                                      hs_stream_t stream) {
+  return api_guard([&] {
+    require_plan(plan).ensure_gpu_sources(resident_state_rows, state_indices, resident_block_size, stream);
+  });
+}
+
+HS_API hs_status_t hs_gather_prefill_cache(hs_staging_plan_t plan, const hs_tensor_t* host_cache,
+                                           const hs_tensor_t* resident_cache, const hs_tensor_t* staged,
+                                           hs_stream_t stream) {
+  return api_guard([&] { require_plan(plan).gather_prefill_cache(host_cache, resident_cache, staged, stream); });
+}
+
+HS_API hs_status_t hs_gather_resident_rows(const hs_tensor_t* source, const hs_tensor_t* destination,
+                                           const hs_tensor_t* row_ids, hs_stream_t stream) {
+  return api_guard([&] { gather_resident_rows(source, destination, row_ids, stream); });
+}
+
+HS_API hs_status_t hs_staging_remap_workspace_bytes(int32_t device_type, int32_t device_index, int64_t num_entries,
+                                                    int64_t block_size, uint64_t* bytes) {
+  return api_guard([&] {
+    require_pointer(bytes, "bytes");
+    *bytes = staging_remap_workspace_bytes(staging_device(device_type, device_index), num_entries, block_size);
+  });
+}
+
+HS_API hs_status_t hs_staging_remap(const hs_staging_remap_args_t* args, hs_stream_t stream) {
+  return api_guard([&] {
+    const hs_staging_remap_args_t& a =
+        require_struct(args, "args", offsetof(hs_staging_remap_args_t, workspace) + sizeof(args->workspace));
+    staging_remap(a.block_table, a.block_size, a.out_block_table, a.out_row_ids, a.workspace, stream);
+  });
+}
+
+}  // extern "C"
