@@ -62,16 +62,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def time_graph(graph, restore, replays):
-    """Median milliseconds of one replay of an already captured CUDA graph;
-    `restore` runs before each, untimed.
-
-    The scripts of bench/lab/resolver_cuts capture their own graphs (the kernel
-    cut is picked at capture time) and time them through this."""
-    timer = measure.Timer(torch.device("cuda"), use_graphs=False)
-    return timer.time(graph.replay, repeats=replays, restore=restore)["median_s"] * 1e3
-
-
 class Scenario:
     """Static tensors for one (batch, miss rate) point."""
 
