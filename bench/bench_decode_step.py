@@ -80,7 +80,7 @@ command, the config, the environment, every case in full, the table and the
 regime summary.
 
     python bench/bench_decode_step.py --host-layout both --fresh 0.05,0.2 --presets glm5 \\
-        --out bench/results/decode_step_regimes_h200.json
+        --out bench/results/decode_step_host_layouts_h200.json
 
 (about 1-1.5 minutes on an H200: four cases of 6-8 timed modes, each mode
 about 8 x --steps decode steps of 9-35 ms, plus the pool fill and the bytes
@@ -102,7 +102,7 @@ import time
 import torch
 
 import hisparse
-from hisparse.bench import measure
+from hisparse.bench import measure, provenance
 
 PRESETS = {
     "dsv32": {"group_size": 1, "row_bytes": 656},
@@ -566,7 +566,7 @@ def main(argv=None):
                 "total_seconds": time.perf_counter() - started})
     result = {
         "benchmark": "decode_step",
-        "command": " ".join([os.path.basename(sys.executable)] + [shlex.quote(a) for a in sys.argv]),
+        **provenance.provenance(__file__),
         "config": {k: v for k, v in vars(args).items() if k != "preset_names"},
         "environment": env,
         "memcpy_h2d_gbps": memcpy["gbps"],

@@ -18,7 +18,7 @@ from a snapshot before every replay, outside the timed window; per-step time
 eagerly (it needs one host sync). The link's ceiling is contiguous pinned
 memcpy host-to-device measured in the same run.
 
-    python bench/bench_resolver.py --out bench/results/resolver_h200.json
+    python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
 
 --device cpu runs the CPU reference kernels eagerly (no graph capture; the
 state is still restored outside the timed window) and the PyTorch baseline
@@ -41,7 +41,7 @@ import torch
 
 import hisparse
 from hisparse.baseline import resolve_residency_torch
-from hisparse.bench import measure
+from hisparse.bench import measure, provenance
 
 
 def parse_args(argv=None):
@@ -226,7 +226,7 @@ def main(argv=None):
     env.update({"host_pool_setup_seconds": setup, "host_pool": pool.info(), "memcpy": memcpy})
     result = {
         "benchmark": "resolver",
-        "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+        **provenance.provenance(__file__),
         "config": vars(args),
         "environment": env,
         "memcpy_h2d_gbps": memcpy_gbps,

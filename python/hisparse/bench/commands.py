@@ -226,6 +226,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     from .measure import environment  # noqa: PLC0415
     from .planner import hit_rate_curve, host_plan, recommend  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
+    from .provenance import provenance  # noqa: PLC0415
     from .report import format_plan  # noqa: PLC0415
     from .trace import trace_stats  # noqa: PLC0415
 
@@ -252,6 +253,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     results = {
         "benchmark": "hisparse plan",
         "schema_version": 1,
+        **provenance(),
         "config": config,
         "environment": env,
         "trace": dict(trace.describe(), stats=trace_stats(trace)),

@@ -43,6 +43,7 @@ from .baseline_step import BaselineStep
 from .measure import Timer, environment, memcpy_bandwidth, sleep_cycles_per_us, synchronize
 from .plane import DataPlane
 from .planner import hit_rate_curve
+from .provenance import provenance
 from .trace import Trace, trace_stats
 
 __all__ = ["run_bench", "progress_units"]
@@ -200,6 +201,7 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
     return {
         "benchmark": "hisparse bench",
         "schema_version": 1,
+        **provenance(),
         "config": config,
         "environment": env,
         "trace": dict(trace.describe(), stats=trace_stats(trace)),
