@@ -93,9 +93,8 @@ nothing; e.g. --layers 9 --batch 4 --top-k 64 --hot-size 128 --block-size 16
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
-import shlex
 import sys
 import time
 
@@ -339,7 +338,7 @@ class Model:
             slots = leader.resolved_slots[:rows][valid].long()
             slab_rows = slab.view(-1, self.row_bytes)
             on_device = {}  # the group's host regions, copied once
-            for runtime, layer, position in members:
+            for _runtime, layer, position in members:
                 backing, piece = self.pieces[layer]
                 if backing not in on_device:
                     on_device[backing] = self.backings[backing].to(self.device)
@@ -410,7 +409,7 @@ def run_case(args, name, preset, layout, fresh, compute_us, flat, layer_bytes, h
     step_ms = {}
     timings = {}
     for mode in ["compute", *swap_modes, *splits]:
-        timing = timer.time(lambda mode=mode: model.steps(mode, cycles), repeats=args.replays, restore=model.restore)
+        timing = timer.time(functools.partial(model.steps, mode, cycles), repeats=args.replays, restore=model.restore)
         step_ms[mode] = timing["median_s"] * 1e3 / args.steps
         timings[mode] = {"step_ms": step_ms[mode], "step_ms_min": timing["min_s"] * 1e3 / args.steps,
                          "step_ms_max": timing["max_s"] * 1e3 / args.steps,

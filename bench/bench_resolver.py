@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 
 import torch
@@ -74,7 +73,8 @@ class Scenario:
         self.host_rows = host_cache.shape[0]
         # Request b owns host blocks 1 + b * blocks_per_request + i (block 0 is null).
         base = 1 + torch.arange(batch, device=device, dtype=torch.int32)[:, None] * blocks_per_request
-        self.source_block_table = (base + torch.arange(blocks_per_request, device=device, dtype=torch.int32)).contiguous()
+        blocks = torch.arange(blocks_per_request, device=device, dtype=torch.int32)
+        self.source_block_table = (base + blocks).contiguous()
         hot_blocks = hot // bs
         self.hot_block_table = (
             torch.arange(batch, device=device, dtype=torch.int32)[:, None] * hot_blocks
@@ -188,8 +188,9 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     missed_bytes = results["misses_per_step"] * args.row_bytes
     results["missed_bytes"] = missed_bytes
     results["ideal_transfer_us"] = missed_bytes / (memcpy_gbps * 1e9) * 1e6
-    results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / max(results["ideal_transfer_us"], 1e-9)
-    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / max(results["ideal_transfer_us"], 1e-9)
+    ideal = max(results["ideal_transfer_us"], 1e-9)
+    results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / ideal
+    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / ideal
     results["gather_default_gbps"] = missed_bytes / (
         max(results["resolve+gather_default_us"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
     return results
@@ -216,7 +217,8 @@ def main(argv=None):
             print(
                 f"B={batch:<4} miss={miss_rate:<6} misses={r['misses_per_step']:<6} "
                 f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
-                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
+                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  "
+                f"fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
                 f"torch={r['baseline_torch_us']:9.1f}us  x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
                 flush=True,
             )

@@ -58,7 +58,8 @@ def _add_workload(parser: argparse.ArgumentParser) -> None:
     sizes.add_argument("--row-bytes", type=int, help="bytes of one token's KV row per layer (multiple of 16)")
     sizes.add_argument("--block-size", type=int, help="host block size (tokens)")
     sizes.add_argument("--hot-block-size", type=int, help="hot-cache block size (rows)")
-    sizes.add_argument("--hot-sizes", type=_int_list, help="hot-buffer sizes of the hit-rate sweep, e.g. 2048,4096,8192")
+    sizes.add_argument("--hot-sizes", type=_int_list,
+                       help="hot-buffer sizes of the hit-rate sweep, e.g. 2048,4096,8192")
     trace = parser.add_argument_group("trace")
     trace.add_argument("--trace", metavar="FILE", help="replay a saved trace (.npz or .pt; see hisparse.bench.trace)")
     trace.add_argument("--save-trace", metavar="FILE", help="save the trace used (.npz or .pt)")
