@@ -98,6 +98,7 @@ def test_command_line_forms(monkeypatch):
     assert provenance.provenance()["command"] == "hisparse bench"
 
 
+@pytest.mark.slow
 def test_hisparse_plan_json_carries_commit_and_command(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "plan.json"
