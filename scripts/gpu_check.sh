@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One full GPU session: build, every test (C++ and Python), compute-sanitizer
+# One full GPU check: build, every test (C++ and Python), compute-sanitizer
 # on the CUDA tests, and the benchmarks, with logs under $OUT (or ./gpu-out).
 # Made for the lent H200 (no network): builds with the preinstalled
 # scikit-build-core/nanobind, sm_90 only to save compile time.
