@@ -80,7 +80,7 @@ command, the config, the environment, every case in full, the table and the
 regime summary.
 
     python bench/bench_decode_step.py --host-layout both --fresh 0.05,0.2 --presets glm5 \\
-        --out bench/results/decode_step_regimes_h200.json
+        --out bench/results/decode_step_host_layouts_h200.json
 
 (about 1-1.5 minutes on an H200: four cases of 6-8 timed modes, each mode
 about 8 x --steps decode steps of 9-35 ms, plus the pool fill and the bytes
@@ -93,16 +93,15 @@ nothing; e.g. --layers 9 --batch 4 --top-k 64 --hot-size 128 --block-size 16
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
-import shlex
 import sys
 import time
 
 import torch
 
 import hisparse
-from hisparse.bench import measure
+from hisparse.bench import measure, provenance
 
 PRESETS = {
     "dsv32": {"group_size": 1, "row_bytes": 656},
@@ -339,7 +338,7 @@ class Model:
             slots = leader.resolved_slots[:rows][valid].long()
             slab_rows = slab.view(-1, self.row_bytes)
             on_device = {}  # the group's host regions, copied once
-            for runtime, layer, position in members:
+            for _runtime, layer, position in members:
                 backing, piece = self.pieces[layer]
                 if backing not in on_device:
                     on_device[backing] = self.backings[backing].to(self.device)
@@ -410,7 +409,7 @@ def run_case(args, name, preset, layout, fresh, compute_us, flat, layer_bytes, h
     step_ms = {}
     timings = {}
     for mode in ["compute", *swap_modes, *splits]:
-        timing = timer.time(lambda mode=mode: model.steps(mode, cycles), repeats=args.replays, restore=model.restore)
+        timing = timer.time(functools.partial(model.steps, mode, cycles), repeats=args.replays, restore=model.restore)
         step_ms[mode] = timing["median_s"] * 1e3 / args.steps
         timings[mode] = {"step_ms": step_ms[mode], "step_ms_min": timing["min_s"] * 1e3 / args.steps,
                          "step_ms_max": timing["max_s"] * 1e3 / args.steps,
@@ -566,7 +565,7 @@ def main(argv=None):
                 "total_seconds": time.perf_counter() - started})
     result = {
         "benchmark": "decode_step",
-        "command": " ".join([os.path.basename(sys.executable)] + [shlex.quote(a) for a in sys.argv]),
+        **provenance.provenance(__file__),
         "config": {k: v for k, v in vars(args).items() if k != "preset_names"},
         "environment": env,
         "memcpy_h2d_gbps": memcpy["gbps"],

@@ -42,7 +42,7 @@ out of the figures (an eager launch of a 100 us copy would be timed with the
 Python call's latency in it). Every output is checked byte for byte against
 the host rows; the run exits with status 1 if any differ.
 
-    python bench/bench_gather.py --out bench/results/gather_h200.json
+    python bench/bench_gather.py --out bench/results/gather_schedules_h200.json
 
 (about 3-4 minutes on an H200; --row-bytes 656,1152 --counts "" runs the
 realistic cases alone, group included, in about a minute.) --device cpu
@@ -64,7 +64,7 @@ import torch
 
 import hisparse
 from hisparse import ops
-from hisparse.bench import measure
+from hisparse.bench import measure, provenance
 
 LIST_PATTERNS = ("local", "random", "sorted")
 
@@ -532,7 +532,7 @@ def main(argv=None):
         with open(args.out, "w") as handle:
             json.dump({
                 "benchmark": "gather_compact vs contiguous pinned memcpy",
-                "command": " ".join([sys.executable] + sys.argv),
+                **provenance.provenance(__file__),
                 "config": config,
                 "variants": [label(n, b) for n, b in variants],
                 "environment": env,

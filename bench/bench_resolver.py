@@ -18,7 +18,7 @@ from a snapshot before every replay, outside the timed window; per-step time
 eagerly (it needs one host sync). The link's ceiling is contiguous pinned
 memcpy host-to-device measured in the same run.
 
-    python bench/bench_resolver.py --out bench/results/resolver_h200.json
+    python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
 
 --device cpu runs the CPU reference kernels eagerly (no graph capture; the
 state is still restored outside the timed window) and the PyTorch baseline
@@ -34,14 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 
 import torch
 
 import hisparse
 from hisparse.baseline import resolve_residency_torch
-from hisparse.bench import measure
+from hisparse.bench import measure, provenance
 
 
 def parse_args(argv=None):
@@ -62,16 +61,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def time_graph(graph, restore, replays):
-    """Median milliseconds of one replay of an already captured CUDA graph;
-    `restore` runs before each, untimed.
-
-    The scripts of bench/lab/resolver_cuts capture their own graphs (the kernel
-    cut is picked at capture time) and time them through this."""
-    timer = measure.Timer(torch.device("cuda"), use_graphs=False)
-    return timer.time(graph.replay, repeats=replays, restore=restore)["median_s"] * 1e3
-
-
 class Scenario:
     """Static tensors for one (batch, miss rate) point."""
 
@@ -84,7 +73,8 @@ class Scenario:
         self.host_rows = host_cache.shape[0]
         # Request b owns host blocks 1 + b * blocks_per_request + i (block 0 is null).
         base = 1 + torch.arange(batch, device=device, dtype=torch.int32)[:, None] * blocks_per_request
-        self.source_block_table = (base + torch.arange(blocks_per_request, device=device, dtype=torch.int32)).contiguous()
+        blocks = torch.arange(blocks_per_request, device=device, dtype=torch.int32)
+        self.source_block_table = (base + blocks).contiguous()
         hot_blocks = hot // bs
         self.hot_block_table = (
             torch.arange(batch, device=device, dtype=torch.int32)[:, None] * hot_blocks
@@ -198,8 +188,9 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     missed_bytes = results["misses_per_step"] * args.row_bytes
     results["missed_bytes"] = missed_bytes
     results["ideal_transfer_us"] = missed_bytes / (memcpy_gbps * 1e9) * 1e6
-    results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / max(results["ideal_transfer_us"], 1e-9)
-    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / max(results["ideal_transfer_us"], 1e-9)
+    ideal = max(results["ideal_transfer_us"], 1e-9)
+    results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / ideal
+    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / ideal
     results["gather_default_gbps"] = missed_bytes / (
         max(results["resolve+gather_default_us"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
     return results
@@ -226,7 +217,8 @@ def main(argv=None):
             print(
                 f"B={batch:<4} miss={miss_rate:<6} misses={r['misses_per_step']:<6} "
                 f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
-                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
+                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  "
+                f"fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
                 f"torch={r['baseline_torch_us']:9.1f}us  x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
                 flush=True,
             )
@@ -236,7 +228,7 @@ def main(argv=None):
     env.update({"host_pool_setup_seconds": setup, "host_pool": pool.info(), "memcpy": memcpy})
     result = {
         "benchmark": "resolver",
-        "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+        **provenance.provenance(__file__),
         "config": vars(args),
         "environment": env,
         "memcpy_h2d_gbps": memcpy_gbps,

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# One full GPU session: build, every test (C++ and Python), compute-sanitizer
+# One full GPU check: build, every test (C++ and Python), compute-sanitizer
 # on the CUDA tests, and the benchmarks, with logs under $OUT (or ./gpu-out).
 # Made for the lent H200 (no network): builds with the preinstalled
 # scikit-build-core/nanobind, sm_90 only to save compile time.
 #
 #   bash scripts/gpu_check.sh [build] [tests] [sanitize] [bench]   (default: all)
+#
+# The benchmarks write bench/results/-style JSON under $OUT, each carrying the
+# commit of the tree: from git when the tree is a checkout, else from
+# HISPARSE_COMMIT (a working tree copied without .git: set it to the commit the
+# copy was made from), else "unknown".
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+if [ -z "${HISPARSE_COMMIT:-}" ] && git rev-parse HEAD > /dev/null 2>&1; then
+  HISPARSE_COMMIT=$(git rev-parse HEAD)
+  git diff --quiet HEAD -- . ':(exclude)bench/results' || HISPARSE_COMMIT="$HISPARSE_COMMIT-dirty"
+fi
+export HISPARSE_COMMIT=${HISPARSE_COMMIT:-unknown}
+echo "commit: $HISPARSE_COMMIT"
 STEPS=${*:-build tests sanitize bench}
 JOBS=$(nproc)
 status=0
@@ -54,12 +65,17 @@ fi
 
 if has bench; then
   step "benchmarks"
-  for script in bench/bench_*.py; do
-    name=$(basename "$script" .py)
-    timeout 300 python3 "$script" --out "$OUT/${name#bench_}_h200.json" > "$OUT/$name.log" 2>&1 \
+  # The commands of docs/performance.md, each result under its bench/results/ name.
+  bench_run() {
+    local name=$1 script=$2
+    shift 2
+    timeout 300 python3 "$script" "$@" --out "$OUT/${name}_h200.json" > "$OUT/$name.log" 2>&1 \
       || { status=1; echo "$name FAILED"; }
     tail -25 "$OUT/$name.log"
-  done
+  }
+  bench_run resolver_grid bench/bench_resolver.py
+  bench_run gather_schedules bench/bench_gather.py --row-bytes 656,1152 --counts "" --pool-gib 8 --iters 5
+  bench_run decode_step bench/bench_decode_step.py
 fi
 step "done (status $status)"
 exit $status

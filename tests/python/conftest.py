@@ -1,15 +1,29 @@
-"""Shared fixtures: the devices a test runs on.
+"""Shared fixtures and markers: the devices a test runs on.
 
 Every kernel test runs on the CPU backend; on a machine with a CUDA device
 the same test also runs on CUDA, where results are compared bit for bit with
 the CPU reference.
+
+Markers (registered in pyproject.toml):
+- ``cuda``: needs a CUDA device and the CUDA backend; skipped here, centrally,
+  where there is none. ``requires_cuda`` is this marker, and the CUDA case of
+  the ``device`` fixture carries it, so ``-m cuda`` selects every CUDA case.
+- ``slow``: takes more than about a second on a 2-core CPU machine (a fresh
+  interpreter, a soak); ``-m "not slow"`` is the quick loop.
+- ``sanitize``: the small CUDA cases scripts/gpu_check.sh runs under
+  compute-sanitizer (``sanitize_subset``).
 """
+
+import functools
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+CUDA_SKIP_REASON = "needs a CUDA device and the CUDA backend"
 
+
+@functools.cache
 def cuda_available() -> bool:
     if not torch.cuda.is_available():
         return False
@@ -18,8 +32,18 @@ def cuda_available() -> bool:
     return hisparse._C.build_info()["cuda_compiled"] and hisparse._C.cuda_device_count() > 0
 
 
-DEVICES = ["cpu"] + (["cuda"] if cuda_available() else [])
-requires_cuda = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device and the CUDA backend")
+DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.cuda)] if cuda_available() else [])
+requires_cuda = pytest.mark.cuda
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip every `cuda`-marked test when this machine cannot run it."""
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason=CUDA_SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
 
 
 def sanitize_subset(values, picked):

@@ -53,6 +53,7 @@ def run_main(argv, capsys):
 # ------------------------------------------------------------------------- the CLI end to end
 
 
+@pytest.mark.slow
 def test_bench_prints_the_table(tiny):
     _, stdout, _ = tiny
     for label in ("hisparse bench: preset tiny", "hit rate", "bytes moved", "link ceiling (memcpy)", "resolve",
@@ -62,6 +63,7 @@ def test_bench_prints_the_table(tiny):
         assert label in stdout, label
 
 
+@pytest.mark.slow
 def test_bench_json_echoes_config_and_environment(tiny):
     _, _, r = tiny
     c = r["config"]
@@ -74,6 +76,7 @@ def test_bench_json_echoes_config_and_environment(tiny):
     assert r["trace"]["steps"] == 10 and r["trace"]["top_k"] == 64
 
 
+@pytest.mark.slow
 def test_bench_figures_are_sane(tiny):
     _, _, r = tiny
     row_bytes, group_size = r["config"]["row_bytes"], r["config"]["group_size"]
@@ -115,6 +118,7 @@ def test_bench_figures_are_sane(tiny):
     assert fused["rows_loaded"] > 0  # not vacuous: the fused steps loaded the rows checked
 
 
+@pytest.mark.slow
 def test_bench_baseline_agrees_and_curve_matches(tiny):
     _, _, r = tiny
     agreement = r["agreement"]
@@ -126,6 +130,7 @@ def test_bench_baseline_agrees_and_curve_matches(tiny):
     assert r["summary"]["baseline_agrees"] is True
 
 
+@pytest.mark.slow
 def test_saved_trace_replays_to_identical_results(tiny, capsys):
     directory, _, first = tiny
     out = directory / "replay.json"
@@ -268,6 +273,7 @@ def test_locality_trace_is_seeded_and_well_formed():
     assert all(len(set(r.tolist())) == 128 for r in rows)  # top-k positions are distinct
 
 
+@pytest.mark.slow
 def test_locality_knobs_set_the_overlap():
     args = dict(batch=2, rows_per_request=1, context=4096, top_k=128, steps=8, seed=5)
     frozen = trace_stats(generate_locality(reuse=1.0, window=1, **args))
@@ -288,6 +294,7 @@ def test_scores_trace_has_emergent_locality():
 # ------------------------------------------------------------------------- the planner
 
 
+@pytest.mark.slow
 def test_plan_cli_recommendation_follows_its_curve(tmp_path):
     out = tmp_path / "plan.json"
     proc = run_cli("plan", "--preset", "tiny", "--device", "cpu", "--target-misses-per-step", "8",
@@ -309,6 +316,7 @@ def test_plan_cli_recommendation_follows_its_curve(tmp_path):
         "blocks_per_request"]
 
 
+@pytest.mark.slow
 def test_plan_curve_equals_the_bench_curve_on_the_same_trace(tiny, capsys):
     directory, _, bench = tiny
     out = directory / "plan.json"
@@ -344,6 +352,7 @@ def test_host_plan_refuses_a_budget_too_small_for_one_request():
 # ------------------------------------------------------------------------- output
 
 
+@pytest.mark.slow
 def test_plots_are_written(tiny, tmp_path):
     pytest.importorskip("matplotlib")
     _, _, r = tiny
@@ -360,6 +369,7 @@ def test_plots_are_written(tiny, tmp_path):
         "layer_time_breakdown.png"]
 
 
+@pytest.mark.slow
 def test_missing_matplotlib_gives_a_hint_and_the_rest_works(tiny, tmp_path, monkeypatch, capsys):
     _, _, r = tiny
     monkeypatch.setattr(plots, "matplotlib_available", lambda: False)
@@ -387,6 +397,7 @@ def test_progress_bar_draws_only_when_enabled():
 # ------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.slow
 def test_bad_flags_fail_cleanly():
     proc = run_cli("bench", "--preset", "tiny", "--device", "cpu", "--hot-size", "16")
     assert proc.returncode == 2 and "--hot-size" in proc.stderr and "Traceback" not in proc.stderr
@@ -394,6 +405,7 @@ def test_bad_flags_fail_cleanly():
     assert proc.returncode == 2 and "no such file" in proc.stderr
 
 
+@pytest.mark.slow
 def test_trace_and_conflicting_sizes_are_refused(tiny, capsys):
     directory, _, _ = tiny
     with pytest.raises(SystemExit) as exit_info:
@@ -402,6 +414,7 @@ def test_trace_and_conflicting_sizes_are_refused(tiny, capsys):
     assert "--batch 7 disagrees with the trace" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_request_without_cuda_is_refused():
     proc = run_cli("bench", "--preset", "tiny", "--device", "cuda")

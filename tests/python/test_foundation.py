@@ -77,6 +77,7 @@ print("no-torch OK")
     assert "no-torch OK" in check_ok(run_python(code))
 
 
+@pytest.mark.slow
 def test_import_never_initialises_cuda():
     pytest.importorskip("torch")
     # torch present: importing hisparse must not initialise torch's CUDA.
@@ -144,6 +145,7 @@ def test_version_is_consistent():
 # ---------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_module_info_prints_the_version():
     result = subprocess.run(
         [sys.executable, "-m", "hisparse", "info"], capture_output=True, text=True, timeout=120, cwd=REPO.parent
@@ -163,6 +165,7 @@ def _console_script() -> str:
     return found
 
 
+@pytest.mark.slow
 def test_console_script_info_json():
     result = subprocess.run([_console_script(), "info", "--json"], capture_output=True, text=True, timeout=120)
     info = json.loads(check_ok(result))
@@ -176,6 +179,7 @@ def test_console_script_info_json():
     assert info["available_host_memory_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_console_script_plain_info():
     result = subprocess.run([_console_script(), "info"], capture_output=True, text=True, timeout=120)
     assert f"hisparse {hisparse.__version__}" in check_ok(result)
@@ -328,6 +332,7 @@ def test_readme_has_the_two_fresh_machine_commands():
     assert "bash scripts/run_tests.sh" in ci, ".ci/run must run the README's test command"
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs():
     pytest.importorskip("torch")
     blocks = _readme_blocks("python")

@@ -283,6 +283,7 @@ print("exiting")
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_torch_views_alive_at_interpreter_exit_report_no_leak():
     # torch may keep a tensor until after nanobind checks for leaked
     # instances at teardown. The view's owner holds the pool's C++ state,

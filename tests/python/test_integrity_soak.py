@@ -22,6 +22,8 @@ from runtime_setup import GroupSetup
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow
+
 K = 16          # top_k
 H = 64          # hot slots per request
 S = 8           # state rows = batch rows

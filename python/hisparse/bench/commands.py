@@ -58,7 +58,8 @@ def _add_workload(parser: argparse.ArgumentParser) -> None:
     sizes.add_argument("--row-bytes", type=int, help="bytes of one token's KV row per layer (multiple of 16)")
     sizes.add_argument("--block-size", type=int, help="host block size (tokens)")
     sizes.add_argument("--hot-block-size", type=int, help="hot-cache block size (rows)")
-    sizes.add_argument("--hot-sizes", type=_int_list, help="hot-buffer sizes of the hit-rate sweep, e.g. 2048,4096,8192")
+    sizes.add_argument("--hot-sizes", type=_int_list,
+                       help="hot-buffer sizes of the hit-rate sweep, e.g. 2048,4096,8192")
     trace = parser.add_argument_group("trace")
     trace.add_argument("--trace", metavar="FILE", help="replay a saved trace (.npz or .pt; see hisparse.bench.trace)")
     trace.add_argument("--save-trace", metavar="FILE", help="save the trace used (.npz or .pt)")
@@ -226,6 +227,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     from .measure import environment  # noqa: PLC0415
     from .planner import hit_rate_curve, host_plan, recommend  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
+    from .provenance import provenance  # noqa: PLC0415
     from .report import format_plan  # noqa: PLC0415
     from .trace import trace_stats  # noqa: PLC0415
 
@@ -252,6 +254,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     results = {
         "benchmark": "hisparse plan",
         "schema_version": 1,
+        **provenance(),
         "config": config,
         "environment": env,
         "trace": dict(trace.describe(), stats=trace_stats(trace)),

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from .provenance import command_line
+
 __all__ = ["Timer", "memcpy_bandwidth", "sleep_cycles_per_us", "environment", "synchronize"]
 
 
@@ -130,19 +132,6 @@ def sleep_cycles_per_us(device: Any) -> float:
     return cycles / (timing["median_s"] * 1e6)
 
 
-def _command_line() -> str:
-    """The command as the user typed it (``python -m hisparse`` for the module form)."""
-    import os  # noqa: PLC0415
-    import shlex  # noqa: PLC0415
-
-    program = sys.argv[0] if sys.argv else "python"
-    if program.endswith("__main__.py"):
-        program = "python -m " + os.path.basename(os.path.dirname(program))
-    else:
-        program = os.path.basename(program) or "python"
-    return " ".join([program] + [shlex.quote(a) for a in sys.argv[1:]])
-
-
 def environment(device: Any) -> Dict[str, Any]:
     """Where the figures come from: device, versions, build and command line."""
     import os  # noqa: PLC0415
@@ -166,7 +155,7 @@ def environment(device: Any) -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "available_host_memory_bytes": hisparse._C.available_host_memory(),
-        "command": _command_line(),
+        "command": command_line(),
         "argv": list(sys.argv),
         "started_unix": time.time(),
     }

@@ -139,7 +139,8 @@ def recommend(
     reasons = []
     if chosen is None:
         largest = ordered[-1]
-        reasons.append(f"no swept size meets {criterion}; the largest, H={largest['hot_size']}, gives {figure(largest)}")
+        reasons.append(
+            f"no swept size meets {criterion}; the largest, H={largest['hot_size']}, gives {figure(largest)}")
         reasons.append("sweep larger sizes (--hot-sizes) or relax the target")
     else:
         reasons.append(f"H={chosen['hot_size']} is the smallest swept size with {figure(chosen)}, meeting {criterion}")

@@ -83,7 +83,8 @@ def _hit_rate(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Path
     recommended = (results.get("recommendation") or {}).get("hot_size")
     marked = recommended if recommended is not None else results["config"].get("hot_size")
     if marked is not None:
-        left.axvline(marked, color="gray", linestyle=":", label=("recommended" if recommended else "benchmarked") + f" H={marked}")
+        label = ("recommended" if recommended else "benchmarked") + f" H={marked}"
+        left.axvline(marked, color="gray", linestyle=":", label=label)
     lines, labels = left.get_legend_handles_labels()
     more, more_labels = right.get_legend_handles_labels()
     left.legend(lines + more, labels + more_labels, loc="center right", fontsize=8)
@@ -120,7 +121,7 @@ def _breakdown(plt: Any, results: Dict[str, Any], path: Path, title: str) -> Pat
     bars = [("resolve", per["resolve_us_per_layer"]), ("gather", per["gather_us_per_layer"]),
             ("exposed\nno prefetch", per["exposed_us_per_layer_no_prefetch"]),
             ("exposed\nprefetch", per["exposed_us_per_layer_prefetch"])]
-    # Results written before fused leader gathers were measured lack the key; they still draw.
+    # A result without fused-leader figures (e.g. preset_dsv32-bf16_h200.json) lacks the key; it still draws.
     if "exposed_us_per_layer_prefetch_fused" in per:
         bars.append(("exposed\nprefetch, fused", per["exposed_us_per_layer_prefetch_fused"]))
     exposed_bars = len(bars) - 2

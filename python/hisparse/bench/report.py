@@ -83,7 +83,8 @@ def format_bench(r: Dict[str, Any]) -> str:
         ["hit rate", _fmt(s["hit_rate"], ".4f"), ""],
         ["rows moved", f"{s['misses_per_step']:.0f} / step", f"{per['rows_per_layer_step']:.0f}"],
         ["bytes moved", fmt_bytes(s["bytes_per_step"]) + " / step", fmt_bytes(per["bytes_per_layer_step"])],
-        ["link ceiling (memcpy)", f"{memcpy['gbps']:.1f} GB/s", "ideal " + fmt_time_us(per["ideal_transfer_us_per_layer"])],
+        ["link ceiling (memcpy)", f"{memcpy['gbps']:.1f} GB/s",
+         "ideal " + fmt_time_us(per["ideal_transfer_us_per_layer"])],
         ["resolve", "", fmt_time_us(per["resolve_us_per_group"]) + " / index group"],
         ["gather", f"{_fmt(per['gather_gbps'], '.2f')} GB/s = {_fmt(per['gather_ratio_to_memcpy'], '.2f')} x memcpy",
          fmt_time_us(per["gather_us_per_layer"])],
@@ -103,7 +104,7 @@ def format_bench(r: Dict[str, Any]) -> str:
         rows.append(["plain PyTorch step", fmt_time_us(b["step_us"]) + " / step",
                      f"speedup {_fmt(b['speedup_step'], '.1f')}x (resolve {_fmt(b['speedup_resolve'], '.1f')}x)"])
         agree = r["agreement"]
-        # Results saved before fused steps were compared lack the count.
+        # A result without fused-step comparisons (e.g. preset_dsv32-bf16_h200.json) lacks the count.
         fused = agree.get("fused_steps_compared", 0) * c["index_groups"]
         compared = f"{agree['resolutions_compared']} resolutions" + (f" ({fused} fused)" if fused else "")
         rows.append(["PyTorch agrees", "yes" if agree["all_agree"] else "NO", f"{compared}, state, counters"])
@@ -126,7 +127,8 @@ def format_bench(r: Dict[str, Any]) -> str:
     lines += _curve_rows(r["hit_rate_curve"])
     check = r["curve_matches_measured"]
     if check is not None:
-        lines.append(f"  curve at H={check['hot_size']} matches the measured counters: {'yes' if check['matches'] else 'NO'}")
+        matches = "yes" if check["matches"] else "NO"
+        lines.append(f"  curve at H={check['hot_size']} matches the measured counters: {matches}")
     for note in r["notes"]:
         lines.append(f"note: {note}")
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from .baseline_step import BaselineStep
 from .measure import Timer, environment, memcpy_bandwidth, sleep_cycles_per_us, synchronize
 from .plane import DataPlane
 from .planner import hit_rate_curve
+from .provenance import provenance
 from .trace import Trace, trace_stats
 
 __all__ = ["run_bench", "progress_units"]
@@ -200,6 +201,7 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
     return {
         "benchmark": "hisparse bench",
         "schema_version": 1,
+        **provenance(),
         "config": config,
         "environment": env,
         "trace": dict(trace.describe(), stats=trace_stats(trace)),
@@ -321,10 +323,12 @@ def _per_layer(timings: Dict[str, Any], plane: DataPlane, settings: Any, account
             leaders = timings["leaders_only"]["per_step_s"]
             followers = layers - groups
             out["exposed_us_per_leader"] = (leaders - compute) / groups * 1e6
-            out["exposed_us_per_follower_prefetch"] = (timings["step_prefetch"]["per_step_s"] - leaders) / followers * 1e6
+            out["exposed_us_per_follower_prefetch"] = (
+                (timings["step_prefetch"]["per_step_s"] - leaders) / followers * 1e6)
             out["exposed_us_per_follower_no_prefetch"] = (
                 (timings["step_no_prefetch"]["per_step_s"] - leaders) / followers * 1e6)
-        out["exposure_method"] = "(step with data plane - compute-only step) / layers, stand-in attention on the compute stream"
+        out["exposure_method"] = (
+            "(step with data plane - compute-only step) / layers, stand-in attention on the compute stream")
     else:
         out["compute_us_per_layer"] = 0.0
         out["exposed_us_per_layer_no_prefetch"] = swap_step / layers * 1e6
@@ -334,7 +338,9 @@ def _per_layer(timings: Dict[str, Any], plane: DataPlane, settings: Any, account
     return out
 
 
-def _baseline(plane: DataPlane, steps: List[int], per_layer: Dict[str, Any], advance: Any, torch: Any) -> Dict[str, Any]:
+def _baseline(
+    plane: DataPlane, steps: List[int], per_layer: Dict[str, Any], advance: Any, torch: Any
+) -> Dict[str, Any]:
     """Plain PyTorch in lockstep with hisparse from the snapshot; timings and agreement."""
     plane.restore()
     baseline = BaselineStep(plane)
@@ -393,7 +399,8 @@ def _gather_sweep(plane: DataPlane, settings: Any, memcpy_gbps: float, timer: Ti
                   torch: Any) -> List[Dict[str, Any]]:
     """gather_compact and a plain torch gather of m rows per request, m = fraction x k."""
     device = plane.device
-    k, q, batch, bs, hbs = plane.top_k, plane.trace.rows_per_request, plane.batch, plane.block_size, plane.hot_block_size
+    k, q, batch = plane.top_k, plane.trace.rows_per_request, plane.batch
+    bs, hbs = plane.block_size, plane.hot_block_size
     i32 = dict(dtype=torch.int32, device=device)
     host = plane.host_caches[0]
     stride = plane.group_layers[0] * hbs

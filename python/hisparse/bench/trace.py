@@ -119,7 +119,8 @@ class Trace:
         return self.rows_per_request - 1
 
     def to(self, device: Any) -> "Trace":
-        return Trace(self.topk.to(device).contiguous(), self.batch, self.rows_per_request, self.context, dict(self.meta))
+        topk = self.topk.to(device).contiguous()
+        return Trace(topk, self.batch, self.rows_per_request, self.context, dict(self.meta))
 
     def truncated(self, steps: int) -> "Trace":
         if not 1 <= steps <= self.steps:
@@ -356,7 +357,8 @@ def load_trace(path: str, device: Any = "cpu") -> Trace:
     if topk.dim() == 3:
         topk = topk[:, None]
     if topk.dim() != 4:
-        raise ValueError(f"--trace: 'topk' must be [steps, rows, k] or [steps, groups, rows, k], got {tuple(topk.shape)}")
+        raise ValueError(
+            f"--trace: 'topk' must be [steps, rows, k] or [steps, groups, rows, k], got {tuple(topk.shape)}")
     if topk.numel() and (int(topk.min()) < -1 or int(topk.max()) >= 2**31 - 1):
         raise ValueError("--trace: positions must lie in [-1, 2**31 - 1)")
     rows = int(topk.shape[2])
