@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Sets up and runs every hisparse test from a fresh clone:
+# Sets up and runs every hisparse test from a fresh clone, reusing what the
+# README's setup command built:
 #   1. GoogleTest (installed with apt-get when missing and running as root);
-#   2. `pip install .[test]` (the package, with the CUDA backend when nvcc is
+#   2. the build backend (scikit-build-core, nanobind) and
+#      `pip install --no-build-isolation .[test]` with the GoogleTest suite
+#      switched on: the package's own persistent build tree
+#      (build/<wheel tag>) is rebuilt incrementally, so after the setup
+#      command only the tests compile (the CUDA backend is built when nvcc is
 #      found); torch is not installed here: without it the torch tests skip;
-#   3. the CMake test tree (tests ON, CUDA AUTO) built and run by ctest, which
-#      includes building examples/cpp against an installed copy;
+#   3. ctest in that tree (GoogleTest, and examples/cpp built against an
+#      installed copy of the C++ package);
 #   4. pytest tests/python against the installed package.
 # Exits non-zero when any step or test fails.
 #
-# Environment: PYTHON (python3), JOBS (nproc), HISPARSE_CUDA (AUTO),
-# HISPARSE_TEST_BUILD_DIR (build/tests).
+# Environment: PYTHON (python3), JOBS (nproc), HISPARSE_CUDA (AUTO).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,7 +21,6 @@ root=$(pwd)
 python=${PYTHON:-python3}
 jobs=${JOBS:-$(nproc)}
 cuda=${HISPARSE_CUDA:-AUTO}
-build_dir=${HISPARSE_TEST_BUILD_DIR:-$root/build/tests}
 export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -65,35 +68,28 @@ if ! cmake_ok; then
   cmake_ok || die "CMake >= 3.24 is required (found: $(command -v cmake || echo none))"
 fi
 cmake --version | head -n1
-generator=()
-if command -v ninja >/dev/null 2>&1; then
-  generator=(-G Ninja)
-fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "nvcc found: the CUDA backend is compiled (HISPARSE_CUDA=$cuda); GPU tests skip without a device"
 else
   echo "no nvcc: CPU backend only"
 fi
 
-step "pip install .[test]"
-"$python" -m pip install ".[test]"
+step "pip install .[test] (incremental in the package's build tree)"
+"$python" -m pip install "scikit-build-core>=0.10" "nanobind>=2.0"
+"$python" -m pip install --no-build-isolation -C cmake.define.HISPARSE_BUILD_TESTS=ON \
+  -C cmake.define.HISPARSE_CUDA="$cuda" ".[test]"
 if "$python" -c "import torch" >/dev/null 2>&1; then
   echo "torch $("$python" -c 'import torch; print(torch.__version__)') found"
 else
   echo "NOTE: torch is not installed; the torch-based Python tests will be skipped" \
-    "(pip install torch to run them)."
+    "(see the README for the torch command of this machine)."
 fi
-
-step "CMake test tree in $build_dir"
-# The checkout's build/ may hold a tree configured elsewhere (another path or
-# generator); start clean in that case rather than fail on a stale cache.
-if [ -f "$build_dir/CMakeCache.txt" ] &&
-  ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$root\$" "$build_dir/CMakeCache.txt"; then
-  rm -rf "$build_dir"
-fi
-cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DHISPARSE_BUILD_TESTS=ON -DHISPARSE_CUDA="$cuda"
-cmake --build "$build_dir" --parallel "$jobs"
+# The tree pip just built: the newest build/<wheel tag> holding the tests.
+build_dir=$(ls -1dt "$root"/build/*/ 2>/dev/null | while read -r dir; do
+  [ -f "$dir/tests/cpp/CTestTestfile.cmake" ] && echo "${dir%/}" && break
+done)
+[ -n "$build_dir" ] || die "no build tree with the GoogleTest suite under $root/build"
+echo "build tree: $build_dir"
 
 failed=()
 step "ctest"

@@ -28,7 +28,7 @@ function(run_step what)
 endfunction()
 
 run_step("cmake --install" "${CMAKE_COMMAND}" --install "${HISPARSE_BUILD_DIR}" --prefix "${_prefix}"
-         --config "${BUILD_TYPE}")
+         --config "${BUILD_TYPE}" --component cpp)
 
 # The install must hold the headers, the shared library with its soname
 # links, and the package files find_package() reads.

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
+import tempfile
 from typing import Any, Dict, List, Optional
 
 from .presets import DEFAULT_PRESET, OVERRIDABLE, PRESETS
@@ -121,7 +123,39 @@ def require_torch() -> None:
     from .._tensors import torch_or_none  # noqa: PLC0415
 
     if torch_or_none() is None:
-        raise ValueError("needs PyTorch: pip install torch (or pip install 'hisparse[torch]')")
+        raise ValueError(
+            "needs PyTorch: pip install torch --index-url https://download.pytorch.org/whl/cpu on a machine "
+            "without a GPU, pip install torch on one with a GPU"
+        )
+
+
+def _require_positive(name: str, value: Optional[float]) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{name}: expected a positive number, got {value}")
+
+
+def _require_writable_directory(name: str, directory: str) -> None:
+    """Create ``directory`` and prove a file can be written in it, before any measurement runs."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        raise ValueError(f"{name}: cannot write into {directory!r}: {error.strerror or error}") from None
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before the run, outputs that could only fail after it (a long run lost to a typo)."""
+    if args.out:
+        _require_writable_directory("--out", os.path.dirname(os.path.abspath(args.out)))
+    if args.save_trace:
+        _require_writable_directory("--save-trace", os.path.dirname(os.path.abspath(args.save_trace)))
+    if args.plots:
+        from .plots import MATPLOTLIB_HINT, matplotlib_available  # noqa: PLC0415
+
+        if not matplotlib_available():
+            raise ValueError(f"--plots: {MATPLOTLIB_HINT}")
+        _require_writable_directory("--plots", args.plots)
 
 
 def pick_device(name: Optional[str]) -> Any:
@@ -198,9 +232,9 @@ def _finish(results: Dict[str, Any], text: str, args: argparse.Namespace) -> Non
             print(f"wrote {args.out}")
     if args.plots:
         written = write_plots(results, args.plots)
-        if written is None:
-            print(MATPLOTLIB_HINT, file=sys.stderr)
-        elif not args.quiet:
+        if written is None:  # matplotlib vanished since check_outputs
+            raise ValueError(f"--plots: {MATPLOTLIB_HINT}")
+        if not args.quiet:
             print(f"wrote {', '.join(written)}")
     if args.save_trace and not args.quiet:
         print(f"wrote {args.save_trace}")
@@ -214,6 +248,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from .report import format_bench  # noqa: PLC0415
     from .runner import progress_units, run_bench  # noqa: PLC0415
 
+    check_outputs(args)
     device = pick_device(args.device)
     settings, trace = _settings_and_trace(args, device)
     with Progress(progress_units(settings, trace.steps, device), enabled=args.progress) as progress:
@@ -231,6 +266,9 @@ def run_plan_command(args: argparse.Namespace) -> int:
     from .report import format_plan  # noqa: PLC0415
     from .trace import trace_stats  # noqa: PLC0415
 
+    check_outputs(args)
+    for name in ("host_budget_gib", "memcpy_gbps", "max_model_len", "max_requests"):
+        _require_positive("--" + name.replace("_", "-"), getattr(args, name))
     device = pick_device(args.device)
     settings, trace = _settings_and_trace(args, device)
     env = environment(device)

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 __all__ = ["write_plots", "MATPLOTLIB_HINT", "matplotlib_available"]
 
-MATPLOTLIB_HINT = "plots skipped: matplotlib is not installed (pip install matplotlib, or pip install 'hisparse[plot]')"
+MATPLOTLIB_HINT = "needs matplotlib, which is not installed (pip install matplotlib, or pip install 'hisparse[bench]')"
 
 
 def matplotlib_available() -> bool:
