@@ -369,15 +369,31 @@ def test_plots_are_written(tiny, tmp_path):
         "layer_time_breakdown.png"]
 
 
-@pytest.mark.slow
-def test_missing_matplotlib_gives_a_hint_and_the_rest_works(tiny, tmp_path, monkeypatch, capsys):
-    _, _, r = tiny
+def test_outputs_that_would_fail_after_the_run_are_refused_before_it(tmp_path, monkeypatch):
+    def args(**fields):
+        values = {"out": None, "plots": None, "save_trace": None}
+        values.update(fields)
+        return type("Args", (), values)()
+
     monkeypatch.setattr(plots, "matplotlib_available", lambda: False)
-    args = type("Args", (), {"quiet": True, "out": str(tmp_path / "r.json"), "plots": str(tmp_path / "p"),
-                             "save_trace": None})()
-    commands._finish(r, "", args)
-    assert "pip install matplotlib" in capsys.readouterr().err
-    assert (tmp_path / "r.json").is_file() and not (tmp_path / "p").exists()
+    with pytest.raises(ValueError, match=r"--plots: needs matplotlib.*pip install matplotlib"):
+        commands.check_outputs(args(plots=str(tmp_path / "p")))
+    assert not (tmp_path / "p").exists()
+    monkeypatch.setattr(plots, "matplotlib_available", lambda: True)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"--plots: cannot write into"):
+        commands.check_outputs(args(plots=str(blocker / "plots")))
+    with pytest.raises(ValueError, match=r"--out: cannot write into"):
+        commands.check_outputs(args(out=str(blocker / "r.json")))
+    commands.check_outputs(args(out=str(tmp_path / "r.json"), plots=str(tmp_path / "p")))
+    assert (tmp_path / "p").is_dir()
+
+
+@pytest.mark.slow
+def test_plan_refuses_a_non_positive_budget():
+    proc = run_cli("plan", "--preset", "tiny", "--device", "cpu", "--host-budget-gib", "-1")
+    assert proc.returncode == 2 and "--host-budget-gib: expected a positive number, got -1" in proc.stderr
 
 
 def test_progress_bar_draws_only_when_enabled():
