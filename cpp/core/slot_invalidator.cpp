@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/data_movement.hpp"
 #include "core/error.hpp"
-#include "core/runtime_group.hpp"
 
 namespace hisparse {
 
@@ -63,19 +63,19 @@ void SlotInvalidator::run(const std::vector<const hs_tensor_t*>& tables, const h
                        TensorArg(tables[0], "runtimes[0]").shape_string());
     }
   }
-  const int64_t shape[1] = {static_cast<int64_t>(tables.size())};
-  const hs_tensor_t pointers{const_cast<int64_t*>(pointers_for(tables)), HS_DTYPE_INT64,
-                             device_.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU, device_.is_cuda() ? device_.index : 0,
-                             1, shape, nullptr};
-  hs_invalidate_written_slots_args_t a;
-  hs_invalidate_written_slots_args_init(&a);
-  a.tables = tables.data();
-  a.num_tables = static_cast<int32_t>(tables.size());
-  a.table_pointers = &pointers;
-  a.request_state_indices = request_state_indices;
-  a.req_id_per_token = req_id_per_token;
-  a.written_slots = written_slots;
-  check_status(hs_invalidate_written_slots(&a, stream));
+  InvalidateSlotsParams p;
+  invalidation_inputs(TensorArg(request_state_indices, "request_state_indices"), req_ids, written, device_,
+                      "the slot invalidator", &p);
+  std::vector<int32_t*> data;
+  data.reserve(tables.size());
+  for (const hs_tensor_t* table : tables) data.push_back(static_cast<int32_t*>(table->data));
+  p.tables = data.data();
+  p.num_tables = static_cast<int32_t>(tables.size());
+  p.num_state_rows = static_cast<int32_t>(tables[0]->shape[0]);
+  p.hot_size = static_cast<int32_t>(tables[0]->shape[1]);
+  p.table_pointers = pointers_for(tables);
+  if (p.num_tokens == 0 || p.num_state_rows == 0 || p.hot_size == 0) return;
+  backend_.invalidate_written_slots(p, stream);
 }
 
 }  // namespace hisparse

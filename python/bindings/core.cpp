@@ -92,6 +92,18 @@ void register_core(nb::module_& m) {
   m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"),
         nb::arg("max_union_rows"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
         nb::arg("eager_host_mirror"), nb::arg("device"));
+  m.def("default_max_union_rows", [](int32_t top_k, int32_t num_speculative_tokens) {
+    int32_t rows = 0;
+    check(hs_default_max_union_rows(top_k, num_speculative_tokens, &rows));
+    return rows;
+  }, nb::arg("top_k"), nb::arg("num_speculative_tokens"),
+        "The default max_union_rows: top_k x (1 + num_speculative_tokens).");
+  m.def("default_max_swap_rows", [](int32_t max_num_reqs, int32_t num_speculative_tokens) {
+    int32_t rows = 0;
+    check(hs_default_max_swap_rows(max_num_reqs, num_speculative_tokens, &rows));
+    return rows;
+  }, nb::arg("max_num_reqs"), nb::arg("num_speculative_tokens"),
+        "The default max_swap_rows: max_num_reqs x (1 + num_speculative_tokens).");
   m.def("resolver_shared_memory_bytes", [](int32_t device_buffer_size, int32_t max_union_rows) {
     uint64_t bytes = 0;
     check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));

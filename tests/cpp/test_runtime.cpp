@@ -510,14 +510,13 @@ TEST(Runtime, FusedGatherOnTheLeaderMovesTheSameBytes) {
   }
 }
 
-TEST(Runtime, SwapInArgsOfEarlierVersionsAreStillAccepted) {
-  EXPECT_EQ(HS_RUNTIME_SWAP_IN_ARGS_VERSION, 3);
+TEST(Runtime, SwapInFlagsAreZeroOrOneAndTheArgsStructIsChecked) {
   Fixture f;
   hs::Runtime leader(f.options());
   f.bind(leader, 0);
   Step s({1, 2, 3, 4, 5, 6, 7, 8});
 
-  // A version-3 struct with a bad flag is refused, naming it, and takes no rows.
+  // A bad flag is refused, naming it, and takes no rows.
   hs_runtime_swap_in_args_t a = s.args(false);
   leader.begin_forward();
   for (const int32_t value : {2, -1}) {
@@ -535,40 +534,24 @@ TEST(Runtime, SwapInArgsOfEarlierVersionsAreStillAccepted) {
   a.group_gather = 1;
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"group_gather", "prefetch = 1", "prefetch = 0"});
+  a.group_gather = 0;
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"args", "struct_size"});
+  a.struct_size = sizeof(a);
+  a.struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION + 1;
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"args", "struct_version"});
   EXPECT_EQ(leader.info().next_row, 0);
   EXPECT_EQ(leader.info().staged, 0);
 
-  // A version-2 caller's struct ends at its padding after fused_gather, before
-  // group_gather: the stale 1 past it is never read, so the call succeeds.
-  a.struct_version = 2;
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, group_gather);
-  EXPECT_EQ(a.struct_size % alignof(hs_runtime_swap_in_args_t), 0u);
-  EXPECT_LT(offsetof(hs_runtime_swap_in_args_t, fused_gather), a.struct_size);
+  a.struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION;
   hs_runtime_swap_in_result_t r;
   std::memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
   ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
   EXPECT_EQ(r.num_rows, kReqs);
   expect_rows_match(f, leader, 0, 0, kReqs);
-
-  // ... and a version-2 caller still has fused_gather.
-  leader.begin_forward();
-  a.fused_gather = 2;
-  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"fused_gather", "0 or 1", "2"});
-
-  // The same bytes from a version-1 caller: its struct ends at num_tokens, so
-  // the stale flags past it are never read.
-  a.struct_version = 1;
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, fused_gather);
-  EXPECT_EQ(a.struct_size, offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
-  ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
-  EXPECT_EQ(r.num_rows, kReqs);
-  expect_rows_match(f, leader, 0, 0, kReqs);
-
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);  // too small even for version 1
-  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"args", "struct_size"});
 }
 
 // `n` layers (a leader and n - 1 followers) whose host rows are either one
@@ -708,7 +691,6 @@ struct LayerGroup {
 // even though the followers tile), and layer-major buffers. Every byte, index
 // and state entry agrees.
 TEST(Runtime, GroupGatherOfTokenMajorFollowersMovesTheSameBytes) {
-  EXPECT_EQ(HS_RUNTIME_INFO_VERSION, 2);
   // Runtime l binds piece order[l]: the followers tile in address order 3, 1, 2.
   for (const std::vector<int>& order : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{3, 1, 2, 0}}) {
     LayerGroup grouped(order), per_follower(order), layer_major(order);
@@ -863,35 +845,25 @@ TEST(Runtime, GroupGatherIsRefusedUnlessTheFollowersTile) {
   a.group_gather = 1;
   expect_error(hs_runtime_swap_in(f.runtimes[0].get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
                {"follower 1", "not bound"});
-
-  // A version-1 caller of get_info does not see the field.
-  hs_runtime_info_t v1;
-  std::memset(&v1, 0xFF, sizeof(v1));
-  v1.struct_size = offsetof(hs_runtime_info_t, followers_staged_together);
-  ASSERT_EQ(hs_runtime_get_info(f.runtimes[0].get(), &v1), HS_SUCCESS) << hs_last_error();
-  EXPECT_EQ(v1.followers_staged_together, -1) << "written past a version-1 struct";
-  EXPECT_EQ(v1.group_size, 4);
 }
 
-// hs_index_group_resolve's fused gather: version 2 equals resolve + gather_compact,
-// version 1 never reads the new fields.
-TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
-  EXPECT_EQ(HS_INDEX_GROUP_RESOLVE_ARGS_VERSION, 2);
+// hs_index_group_resolve's fused gather equals a resolve followed by gather_compact.
+TEST(IndexGroupResolve, FusedGatherEqualsResolveThenGather) {
   hs_index_group_options_t options;
   hs_index_group_options_init(&options);
   options.max_num_reqs = kReqs;
   options.device_buffer_size = kHot;
   options.top_k = kTopK;
   options.max_swap_rows = kSwapRows;
-  Fixture fused_f, plain_f, old_f;
-  hs::IndexGroup fused(options), plain(options), old(options);
+  Fixture fused_f, plain_f, untouched_f;
+  hs::IndexGroup fused(options), plain(options);
   const int64_t stride_rows = kBlockStride / kRowBytes;
   std::vector<int64_t> view_shape{kSlabBlocks, kBlock, kRowBytes};
   std::vector<int64_t> view_strides{kBlockStride, kRowBytes, 1};
   auto hot_view = [&](Fixture& f) {
     return hs_tensor_t{f.slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, view_shape.data(), view_strides.data()};
   };
-  const hs_tensor_t fused_hot = hot_view(fused_f), plain_hot = hot_view(plain_f), old_hot = hot_view(old_f);
+  const hs_tensor_t fused_hot = hot_view(fused_f), plain_hot = hot_view(plain_f);
   auto args = [&](const Step& s, Fixture& f) {
     hs_index_group_resolve_args_t a;
     hs_index_group_resolve_args_init(&a);
@@ -931,24 +903,7 @@ TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
     g.hot_block_stride = stride_rows;
     ASSERT_EQ(hs_gather_compact(&g, nullptr), HS_SUCCESS) << hs_last_error();
     EXPECT_EQ(fused_f.slab, plain_f.slab) << "step " << step;
-    EXPECT_NE(fused_f.slab, old_f.slab) << "step " << step << ": the fused gather moved rows";
-
-    // A version-1 caller with stale bytes where the new fields would be: it
-    // resolves the same and gathers nothing.
-    hs_index_group_resolve_args_t v1 = args(s, old_f);
-    v1.gather_host_rows = &old_f.host_tensors[0];
-    v1.gather_hot_cache = &old_hot;
-    v1.gather_hot_block_stride = -5;  // would be refused if read
-    v1.struct_version = 1;
-    v1.struct_size = offsetof(hs_index_group_resolve_args_t, gather_host_rows);
-    ASSERT_EQ(hs_index_group_resolve(old.get(), &v1, nullptr), HS_SUCCESS) << hs_last_error();
-    EXPECT_EQ(old_f.slab, std::vector<uint8_t>(old_f.slab.size(), 0)) << "step " << step;
-    for (auto which : {HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, HS_INDEX_GROUP_ATTENTION_INDICES,
-                       HS_INDEX_GROUP_SWAP_HOST_ROWS, HS_INDEX_GROUP_SWAP_COUNTS}) {
-      const hs_tensor_t x = fused.tensor(which), y = old.tensor(which);
-      const size_t n = static_cast<size_t>(x.shape[0] * (x.ndim == 2 ? x.shape[1] : 1));
-      EXPECT_EQ(0, std::memcmp(x.data, y.data, n * sizeof(int32_t))) << "step " << step << " tensor " << which;
-    }
+    EXPECT_NE(fused_f.slab, untouched_f.slab) << "step " << step << ": the fused gather moved rows";
   }
 
   // The resolver's own checks apply, naming the field.
