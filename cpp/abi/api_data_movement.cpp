@@ -56,11 +56,11 @@ HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots
   });
 }
 
-HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* host_rows,
+HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache,
                                   const hs_tensor_t* slot_mapping, hs_stream_t stream) {
   return api_guard([&] {
     Device device;
-    const MirrorRowsParams params = mirror_rows_params(src_rows, host_rows, slot_mapping, &device);
+    const MirrorRowsParams params = mirror_rows_params(src_rows, host_cache, slot_mapping, &device);
     if (params.count == 0) return;
     backend_for(device).mirror_rows(params, stream);
   });

@@ -99,7 +99,7 @@ int32_t checked_max_blocks(int32_t max_blocks) {
   return max_blocks;
 }
 
-// host_rows [..., P, W] seen as its piece 0: [..., W] at the slot pitch.
+// host_cache [..., P, W] seen as its piece 0: [..., W] at the slot pitch.
 struct FirstPieceView {
   std::array<int64_t, HS_MAX_DIMS> shape{};
   std::array<int64_t, HS_MAX_DIMS> strides{};
@@ -235,7 +235,7 @@ int32_t gather_default_variant() { return HS_GATHER_ROW_PERSISTENT; }
 
 GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {
   GatherCompactParams p;
-  const Device device = gather_cache_params(TensorArg(a.host_rows, "host_rows"), TensorArg(a.hot_cache, "hot_cache"),
+  const Device device = gather_cache_params(TensorArg(a.host_cache, "host_cache"), TensorArg(a.hot_cache, "hot_cache"),
                                             a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
   *device_out = device;
   swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_cache", &p);
@@ -251,16 +251,16 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
                      pieces);
   }
   if (a.hot_caches == nullptr) invalid_argument("hot_caches: expected a non-NULL pointer");
-  const TensorArg host(a.host_rows, "host_rows");
+  const TensorArg host(a.host_cache, "host_cache");
   if (host.ndim() < 3) {
-    invalid_argument("host_rows: expected [..., P, W] (slots of P = num_hot_caches rows side by side) with at least "
+    invalid_argument("host_cache: expected [..., P, W] (slots of P = num_hot_caches rows side by side) with at least "
                      "3 dimensions, got shape ", host.shape_string());
   }
   const int piece_dim = host.ndim() - 2;
   host.size_is(piece_dim, pieces, "num_hot_caches pieces per slot");
   const int64_t width = host.size(host.ndim() - 1);
   if (pieces > 1 && host.stride(piece_dim) != width) {
-    invalid_argument("host_rows: expected the ", pieces, " pieces of a slot back to back (stride ", width,
+    invalid_argument("host_cache: expected the ", pieces, " pieces of a slot back to back (stride ", width,
                      " in dimension ", piece_dim, "), got stride ", host.stride(piece_dim), " (shape ",
                      host.shape_string(), ")");
   }
@@ -284,7 +284,7 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
       "hot_caches[12]", "hot_caches[13]", "hot_caches[14]", "hot_caches[15]"};
   static_assert(HS_MAX_GATHER_GROUP_PIECES == 16, "one name per piece");
   const TensorArg first_hot(a.hot_caches[0], kNames[0]);
-  const Device device = gather_cache_params(TensorArg(&first.tensor, "host_rows"), first_hot, a.hot_block_size,
+  const Device device = gather_cache_params(TensorArg(&first.tensor, "host_cache"), first_hot, a.hot_block_size,
                                             a.hot_block_stride, "hot_block_stride", &p);
   *device_out = device;
   p.pieces = pieces;
@@ -294,7 +294,7 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
     hot.on(device, kNames[0]);
     // dtype and row width first, with gather_compact's errors; then the layout.
     GatherCompactParams piece;
-    gather_cache_params(TensorArg(&first.tensor, "host_rows"), hot, a.hot_block_size, a.hot_block_stride,
+    gather_cache_params(TensorArg(&first.tensor, "host_cache"), hot, a.hot_block_size, a.hot_block_stride,
                         "hot_block_stride", &piece);
     bool same_layout = hot.ndim() == first_hot.ndim();
     for (int d = 0; same_layout && d < hot.ndim(); ++d) {
@@ -310,12 +310,12 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   // reachable, not only piece 0.
   const int64_t span = pieces * p.row_bytes;
   if (p.host_rows > 1 && p.host_pitch < span) {
-    invalid_argument("host_rows: expected a slot pitch of at least P x row bytes = ", span, " bytes, got ",
+    invalid_argument("host_cache: expected a slot pitch of at least P x row bytes = ", span, " bytes, got ",
                      p.host_pitch, " bytes (shape ", host.shape_string(), ")");
   }
   if (p.host_rows > 0) {
     const int64_t extent = (p.host_rows - 1) * p.host_pitch + span;
-    backend_for(device).check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_rows");
+    backend_for(device).check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_cache");
   }
   swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p);
   p.max_blocks = checked_max_blocks(a.max_blocks);
@@ -380,10 +380,10 @@ void mirror_source_params(const TensorArg& src, const TensorArg& slots, const Te
   backend_for(device).check_accessible(source.base, static_cast<size_t>(source.extent), device.index, src.name());
 }
 
-MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_rows_t,
+MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache_t,
                                     const hs_tensor_t* slot_mapping_t, Device* device_out) {
   const TensorArg src(src_rows, "src_rows");
-  const TensorArg host(host_rows_t, "host_rows");
+  const TensorArg host(host_cache_t, "host_cache");
   const Device device = src.device();
   *device_out = device;
   const Rows source = rows_of(src);
@@ -396,7 +396,7 @@ MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor
   p.host_rows = destination.count;
   p.host_pitch = destination.pitch;
   backend_for(device).check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index,
-                                       "host_rows");
+                                       "host_cache");
   return p;
 }
 

@@ -62,7 +62,7 @@ GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor
 // but host, host_rows and host_pitch.
 void mirror_source_params(const TensorArg& src, const TensorArg& slot_mapping, const TensorArg& host,
                           int64_t host_row_bytes, const Device& device, MirrorRowsParams* params);
-MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_rows,
+MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache,
                                     const hs_tensor_t* slot_mapping, Device* device);
 
 // The per-call inputs of invalidate_written_slots (request_state_indices,

@@ -314,7 +314,7 @@ ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_a
                           TensorArg(a.resident_block_table, "resident_block_table", true),
                           a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size,
                           TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
-  resolve_fused_gather_params(TensorArg(a.gather_host_rows, "gather_host_rows", true),
+  resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
                               TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
                               device, &p);
   return p;

@@ -153,18 +153,18 @@ void resolve_fused_gather_params(const TensorArg& host, const TensorArg& hot, in
                                  const Device& device, ResolveResidencyParams* params) {
   if (!host.present() && !hot.present()) {
     if (gather_hot_block_stride != 0) {
-      invalid_argument("gather_hot_block_stride: expected 0 without a fused gather (gather_host_rows and "
+      invalid_argument("gather_hot_block_stride: expected 0 without a fused gather (gather_host_cache and "
                        "gather_hot_cache are NULL), got ",
                        gather_hot_block_stride);
     }
     return;
   }
   if (!hot.present()) {
-    invalid_argument("gather_hot_cache: expected a tensor, got NULL (a fused gather needs gather_host_rows and "
+    invalid_argument("gather_hot_cache: expected a tensor, got NULL (a fused gather needs gather_host_cache and "
                      "gather_hot_cache together)");
   }
   if (!host.present()) {
-    invalid_argument("gather_host_rows: expected a tensor, got NULL (a fused gather needs gather_host_rows and "
+    invalid_argument("gather_host_cache: expected a tensor, got NULL (a fused gather needs gather_host_cache and "
                      "gather_hot_cache together)");
   }
   hot.on(device, "topk_indices");
@@ -218,7 +218,7 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
                           TensorArg(a.resident_block_table, "resident_block_table", true), a.resident_block_size,
                           TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
   resolve_stats_params(TensorArg(a.stats, "stats", true), device, &p);
-  resolve_fused_gather_params(TensorArg(a.gather_host_rows, "gather_host_rows", true),
+  resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
                               TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
                               device, &p);
   return p;

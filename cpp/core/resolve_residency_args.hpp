@@ -65,7 +65,7 @@ void resolve_stats_params(const TensorArg& stats, const Device& device, ResolveR
 // The fused gather (both tensors absent = off, then gather_hot_block_stride
 // must be 0): gather_compact's checks of the two caches, the swap list being
 // the launch's own out_swap_* outputs. Needs the outputs and hot_block_size.
-void resolve_fused_gather_params(const TensorArg& gather_host_rows, const TensorArg& gather_hot_cache,
+void resolve_fused_gather_params(const TensorArg& gather_host_cache, const TensorArg& gather_hot_cache,
                                  int64_t gather_hot_block_stride, const Device& device,
                                  ResolveResidencyParams* params);
 // The fused gather with caches checked earlier: `gather` holds their fields

@@ -70,7 +70,7 @@ def resolve_residency(
     resident_block_size: int = 0,
     num_valid_rows: Optional[Any] = None,
     stats: Optional[Any] = None,
-    gather_host_rows: Optional[Any] = None,
+    gather_host_cache: Optional[Any] = None,
     gather_hot_cache: Optional[Any] = None,
     gather_hot_block_stride: int = 0,
     stream: Any = None,
@@ -83,7 +83,7 @@ def resolve_residency(
     invalid; accumulated). ``device_global_indices`` and ``lru_slots`` are
     updated in place.
 
-    Fused gather: with ``gather_host_rows`` and ``gather_hot_cache`` (both or
+    Fused gather: with ``gather_host_cache`` and ``gather_hot_cache`` (both or
     neither) the call also copies the rows of the swap list it emits into the
     hot cache, leaving the bytes :func:`gather_compact` would leave if run
     right after it on ``out_swap_host_rows``, ``out_swap_device_rows`` and
@@ -91,7 +91,7 @@ def resolve_residency(
     ``hot_block_stride=gather_hot_block_stride`` (0 = ``hot_block_size``);
     one launch per layer instead of two, which pays off when few rows miss
     (steady-state decode; see docs/residency.md). The two tensors follow
-    :func:`gather_compact`'s rules for ``host_rows`` and ``hot_cache``; the
+    :func:`gather_compact`'s rules for ``host_cache`` and ``hot_cache``; the
     hot cache is on the device of ``topk_indices``.
     """
     _C.resolve_residency(
@@ -119,7 +119,7 @@ def resolve_residency(
         resident_block_size,
         export_optional(num_valid_rows, "num_valid_rows"),
         export_optional(stats, "stats"),
-        export_optional(gather_host_rows, "gather_host_rows"),
+        export_optional(gather_host_cache, "gather_host_cache"),
         export_optional(gather_hot_cache, "gather_hot_cache"),
         gather_hot_block_stride,
         stream_handle(stream, topk_indices),
@@ -137,7 +137,7 @@ def _gather_variant(variant: Union[str, int]) -> int:
 
 
 def gather_compact(
-    host_rows: Any,
+    host_cache: Any,
     hot_cache: Any,
     swap_host_rows: Any,
     swap_device_rows: Any,
@@ -151,7 +151,7 @@ def gather_compact(
 ) -> None:
     """Copy each swap entry's host row into its hot row (zero-copy host reads).
 
-    ``host_rows``: the host cache ``[..., W]`` (any dtype, rows at one pitch,
+    ``host_cache``: the host cache ``[..., W]`` (any dtype, rows at one pitch,
     16-byte aligned rows of a multiple of 16 bytes; registered or pinned on
     CUDA). ``hot_cache``: the paged hot cache on the executing device, same
     dtype and W; physical hot row ``r`` lives at row offset
@@ -169,7 +169,7 @@ def gather_compact(
     scattered over the whole pool).
     """
     _C.gather_compact(
-        export(host_rows, "host_rows"),
+        export(host_cache, "host_cache"),
         export(hot_cache, "hot_cache"),
         export(swap_host_rows, "swap_host_rows"),
         export(swap_device_rows, "swap_device_rows"),
@@ -183,7 +183,7 @@ def gather_compact(
 
 
 def gather_compact_group(
-    host_rows: Any,
+    host_cache: Any,
     hot_caches: Sequence[Any],
     swap_host_rows: Any,
     swap_device_rows: Any,
@@ -196,7 +196,7 @@ def gather_compact_group(
 ) -> None:
     """:func:`gather_compact` for P layers whose rows of one token lie side by side.
 
-    ``host_rows``: ``[..., P, W]``, the P rows of a host slot back to back
+    ``host_cache``: ``[..., P, W]``, the P rows of a host slot back to back
     (for example ``host[:, l0:l0 + P, :]`` of a token-major ``[slots, layers,
     W]`` cache); the leading dimensions flatten to slots at one pitch.
     ``hot_caches``: P hot caches of one shape, strides, dtype and device, as
@@ -214,7 +214,7 @@ def gather_compact_group(
         raise TypeError(f"hot_caches: expected a sequence of tensors, got {type(hot_caches).__name__}")
     hot_caches = list(hot_caches)
     _C.gather_compact_group(
-        export(host_rows, "host_rows"),
+        export(host_cache, "host_cache"),
         [export(h, f"hot_caches[{i}]") for i, h in enumerate(hot_caches)],
         export(swap_host_rows, "swap_host_rows"),
         export(swap_device_rows, "swap_device_rows"),
@@ -297,7 +297,7 @@ def invalidate_written_slots(
     )
 
 
-def mirror_rows(src_rows: Any, host_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
+def mirror_rows(src_rows: Any, host_cache: Any, slot_mapping: Any, *, stream: Any = None) -> None:
     """Write device row ``i`` of ``src_rows`` to host slot ``slot_mapping[i]``.
 
     Keeps the host pool authoritative for KV written on the GPU: a kernel
@@ -307,7 +307,7 @@ def mirror_rows(src_rows: Any, host_rows: Any, slot_mapping: Any, *, stream: Any
     """
     _C.mirror_rows(
         export(src_rows, "src_rows"),
-        export(host_rows, "host_rows"),
+        export(host_cache, "host_cache"),
         export(slot_mapping, "slot_mapping"),
         stream_handle(stream, src_rows, slot_mapping),
     )

@@ -124,7 +124,7 @@ struct Call {
     args.out_swap_device_rows = out_swap_device_rows;
     args.out_swap_counts = out_swap_counts;
     args.stats = stats;
-    args.gather_host_rows = fused ? host.get() : nullptr;
+    args.gather_host_cache = fused ? host.get() : nullptr;
     args.gather_hot_cache = fused ? hot.get() : nullptr;
     args.gather_hot_block_stride = fused ? Case::kHotBlockStride : 0;
     return args;
@@ -135,7 +135,7 @@ struct Call {
     ASSERT_EQ(hs_resolve_residency(&bind(false), nullptr), HS_SUCCESS) << hs_last_error();
     hs_gather_compact_args_t g;
     hs_gather_compact_args_init(&g);
-    g.host_rows = host;
+    g.host_cache = host;
     g.hot_cache = hot;
     g.swap_host_rows = out_swap_host_rows;
     g.swap_device_rows = out_swap_device_rows;
@@ -204,7 +204,7 @@ TEST(FusedGather, ArgsStructOfAnotherSizeOrVersionIsRefused) {
   const Case before = c;
   Call call(c);
   hs_resolve_residency_args_t& args = call.bind(true);
-  args.struct_size = offsetof(hs_resolve_residency_args_t, gather_host_rows);
+  args.struct_size = offsetof(hs_resolve_residency_args_t, gather_host_cache);
   expect_error(hs_resolve_residency(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});
   args.struct_size = sizeof(args);
   for (const uint32_t version : {0u, HS_RESOLVE_RESIDENCY_ARGS_VERSION + 1u}) {
@@ -227,26 +227,26 @@ TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
     void (*edit)(Call&, hs_resolve_residency_args_t&, void*, void*);
   };
   const std::vector<Bad> cases = {
-      {"hot cache alone", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "NULL", "together"},
-       [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_host_rows = nullptr; }},
+      {"hot cache alone", HS_ERROR_INVALID_ARGUMENT, {"gather_host_cache", "NULL", "together"},
+       [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_host_cache = nullptr; }},
       {"host rows alone", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache", "NULL", "together"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_cache = nullptr; }},
       {"stride without a gather", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "expected 0"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) {
-         a.gather_host_rows = nullptr;
+         a.gather_host_cache = nullptr;
          a.gather_hot_cache = nullptr;  // gather_hot_block_stride stays 3
        }},
       {"stride below the block size", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "at least"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_block_stride = 1; }},
-      {"hot cache dtype", HS_ERROR_INVALID_DTYPE, {"gather_hot_cache", "dtype uint8", "gather_host_rows"},
+      {"hot cache dtype", HS_ERROR_INVALID_DTYPE, {"gather_hot_cache", "dtype uint8", "gather_host_cache"},
        [](Call& call, hs_resolve_residency_args_t& a, void* wide, void*) {
          call.hot = hs::Tensor(wide, HS_DTYPE_INT16, {Case::kHotRows, Case::kRowBytes});
          a.gather_hot_cache = call.hot;
        }},
-      {"host row width", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "multiple of 16 bytes"},
+      {"host row width", HS_ERROR_INVALID_ARGUMENT, {"gather_host_cache", "multiple of 16 bytes"},
        [](Call& call, hs_resolve_residency_args_t& a, void*, void* odd) {
          call.host = hs::Tensor(odd, HS_DTYPE_UINT8, {Case::kHostRows, 24});
-         a.gather_host_rows = call.host;
+         a.gather_host_cache = call.host;
        }},
       {"hot cache on another device", HS_ERROR_INVALID_ARGUMENT,
        {"gather_hot_cache", "expected a tensor on cpu", "topk_indices"},

@@ -880,23 +880,23 @@ TEST(IndexGroupResolve, FusedGatherEqualsResolveThenGather) {
   for (int step = 0; step < 3; ++step) {
     Step s({1 + step, 5, 9, 13, 2, 6 + step, 10, 63});
     hs_index_group_resolve_args_t a = args(s, fused_f);
-    a.gather_host_rows = &fused_f.host_tensors[0];
+    a.gather_host_cache = &fused_f.host_tensors[0];
     a.gather_hot_cache = &fused_hot;
     a.gather_hot_block_stride = stride_rows;
     fused.resolve(a);
 
     plain.resolve(args(s, plain_f));
-    hs_tensor_t host_rows = plain.tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS);
+    hs_tensor_t swap_host = plain.tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS);
     hs_tensor_t device_rows = plain.tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
     hs_tensor_t counts = plain.tensor(HS_INDEX_GROUP_SWAP_COUNTS);
-    host_rows.shape = swap_shape.data();
+    swap_host.shape = swap_shape.data();
     device_rows.shape = swap_shape.data();
     counts.shape = count_shape.data();
     hs_gather_compact_args_t g;
     hs_gather_compact_args_init(&g);
-    g.host_rows = &plain_f.host_tensors[0];
+    g.host_cache = &plain_f.host_tensors[0];
     g.hot_cache = &plain_hot;
-    g.swap_host_rows = &host_rows;
+    g.swap_host_rows = &swap_host;
     g.swap_device_rows = &device_rows;
     g.swap_counts = &counts;
     g.hot_block_size = kBlock;
@@ -913,7 +913,7 @@ TEST(IndexGroupResolve, FusedGatherEqualsResolveThenGather) {
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"gather_hot_block_stride"});
   a.gather_hot_block_stride = 0;
-  a.gather_host_rows = &fused_f.host_tensors[0];
+  a.gather_host_cache = &fused_f.host_tensors[0];
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache"});
   a.struct_size = offsetof(hs_index_group_resolve_args_t, out_valid_counts);
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});

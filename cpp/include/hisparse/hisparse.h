@@ -330,11 +330,11 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
  * backend is chosen by the device of `topk_indices` (every tensor must be on
  * it). Stream-ordered, no host sync, no allocation, capturable.
  *
- * Fused gather (optional): with gather_host_rows and
- * gather_hot_cache set, the call also copies the rows of the swap list it
- * emits from the host cache into the hot cache, with the bytes
- * hs_gather_compact would write if run right after it on out_swap_*. One
- * launch and no dependent round trip per layer instead of two. */
+ * Fused gather (optional): with gather_host_cache and gather_hot_cache
+ * set, the call also copies the rows of the swap list it emits from the host
+ * cache into the hot cache, with the bytes hs_gather_compact would write if
+ * run right after it on out_swap_*. One launch and no dependent round trip
+ * per layer instead of two. */
 typedef struct hs_resolve_residency_args {
   size_t struct_size;
   uint32_t struct_version;
@@ -345,10 +345,10 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* device_global_indices; /* int32 [S, H], updated */
   const hs_tensor_t* lru_slots;             /* int16 [S, H], updated */
   const hs_tensor_t* hot_block_table;       /* int32 [B, >= ceil(H / hot_block_size)] */
-  int64_t hot_block_size;
-  int64_t attention_block_stride;
-  int64_t host_rows;
-  int64_t max_union_rows;
+  int64_t hot_block_size;                   /* rows per hot block */
+  int64_t attention_block_stride;           /* rows between hot blocks, >= hot_block_size */
+  int64_t host_rows;                        /* rows of the host cache: host slots at or past it are invalid */
+  int64_t max_union_rows;                   /* distinct rows per request, 1 <= . <= H */
   /* outputs */
   const hs_tensor_t* out_attention;         /* int32 [>= T, K] */
   const hs_tensor_t* out_hot_rows;          /* int32 [>= T, K] */
@@ -366,13 +366,13 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* num_valid_rows;        /* int32 [1] */
   const hs_tensor_t* stats;                 /* int64 [>= 5], accumulated */
   /* Fused gather (optional, both NULL = off, both or neither). The same
-   * rules as hs_gather_compact's host_rows, hot_cache and hot_block_stride,
+   * rules as hs_gather_compact's host_cache, hot_cache and hot_block_stride,
    * with the swap list being out_swap_host_rows, out_swap_device_rows and
    * out_swap_counts (the first T rows) and hot_block_size this call's
    * hot_block_size. gather_hot_cache must be on the device of topk_indices;
-   * on CUDA gather_host_rows is registered or pinned host memory (or memory
+   * on CUDA gather_host_cache is registered or pinned host memory (or memory
    * of that device). */
-  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  const hs_tensor_t* gather_host_cache;     /* [..., W] host cache */
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */

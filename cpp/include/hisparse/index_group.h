@@ -156,7 +156,7 @@ HS_API hs_status_t hs_index_group_read_stats(hs_index_group_t group, int64_t* va
  * the outputs written to the shared top-k rows [row_offset, row_offset + T)
  * (T = rows of topk_indices). Leave a field 0/NULL for its default.
  *
- * Fused gather (optional): gather_host_rows, gather_hot_cache and
+ * Fused gather (optional): gather_host_cache, gather_hot_cache and
  * gather_hot_block_stride follow hs_resolve_residency's rules (same
  * messages; see its "Fused gather" and docs/residency.md), so the resolve
  * also copies the rows of the swap list it writes into the shared rows into
@@ -181,7 +181,7 @@ typedef struct hs_index_group_resolve_args {
   const hs_tensor_t* out_attention;         /* int32 [>= T, K]: write here instead of the shared rows */
   const hs_tensor_t* out_valid_counts;      /* int32 [>= T]: write here instead of the shared rows */
   /* fused gather (optional; both NULL = off, both or neither) */
-  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  const hs_tensor_t* gather_host_cache;     /* [..., W] host cache */
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W, on the group's device */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
