@@ -220,17 +220,15 @@ const char* gather_variant_name(int32_t variant) {
   switch (variant) {
     case HS_GATHER_AUTO: return "auto";
     case HS_GATHER_WARP_PER_ROW: return "warp_per_row";
-    case HS_GATHER_UNROLLED: return "unrolled";
-    case HS_GATHER_PERSISTENT: return "persistent";
     case HS_GATHER_SORTED: return "sorted";
     case HS_GATHER_ROW_PERSISTENT: return "row_persistent";
     default: return "unknown";
   }
 }
 
-// One warp per row on one block per SM: as fast as every other schedule for
-// rows local to each request (the decode case), no sorting pass and no
-// shared memory (see hs_gather_variant_t and docs/performance.md).
+// One warp per row on one block per SM: it holds up for rows local to each
+// request (the decode case) without a sorting pass or shared memory (see
+// hs_gather_variant_t; docs/performance.md has the measurements).
 int32_t gather_default_variant() { return HS_GATHER_ROW_PERSISTENT; }
 
 GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {

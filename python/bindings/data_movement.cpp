@@ -96,8 +96,6 @@ void swap_blocks_batch(const Array& src, const Array& dst, const Array& sizes, u
 void register_data_movement(nb::module_& m) {
   m.attr("GATHER_AUTO") = static_cast<int>(HS_GATHER_AUTO);
   m.attr("GATHER_WARP_PER_ROW") = static_cast<int>(HS_GATHER_WARP_PER_ROW);
-  m.attr("GATHER_UNROLLED") = static_cast<int>(HS_GATHER_UNROLLED);
-  m.attr("GATHER_PERSISTENT") = static_cast<int>(HS_GATHER_PERSISTENT);
   m.attr("GATHER_SORTED") = static_cast<int>(HS_GATHER_SORTED);
   m.attr("GATHER_ROW_PERSISTENT") = static_cast<int>(HS_GATHER_ROW_PERSISTENT);
   m.attr("NUM_GATHER_VARIANTS") = static_cast<int>(HS_NUM_GATHER_VARIANTS);

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # Schedules of the CUDA gather (hs_gather_variant_t), all byte-identical;
-# "auto" is the one measured fastest. The CPU backend runs one reference loop.
+# "auto" is the library's choice. The CPU backend runs one reference loop.
 GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_VARIANTS))
 
 # Most hot caches (pieces) one gather_compact_group call fills.
@@ -162,11 +162,10 @@ def gather_compact(
     destination outside the hot cache is skipped, a host slot at or past the
     host row count zero-fills the destination. ``variant`` picks the CUDA
     schedule (:data:`GATHER_VARIANTS`; "auto" = "row_persistent", one warp per
-    row on one block per SM, the fastest for misses local to each request);
-    ``max_blocks`` sets the thread blocks of the "row_persistent",
-    "persistent" and "sorted" schedules (None: one per SM for
-    "row_persistent", half the SMs for the others, which is faster for rows
-    scattered over the whole pool).
+    row on one block per SM, suited to misses local to each request; "sorted"
+    for rows scattered over the pool); ``max_blocks`` sets the thread blocks
+    of the "row_persistent" and "sorted" schedules (None: one per SM for
+    "row_persistent", half the SMs for "sorted").
     """
     _C.gather_compact(
         export(host_cache, "host_cache"),

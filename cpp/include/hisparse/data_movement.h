@@ -35,23 +35,19 @@ extern "C" {
 /* How the CUDA gather is scheduled. Every variant writes the same bytes; the
  * CPU backend accepts every value and runs its one reference loop. */
 typedef enum hs_gather_variant {
-  HS_GATHER_AUTO = 0,         /* the variant measured fastest (see hs_gather_default_variant) */
-  HS_GATHER_WARP_PER_ROW = 1, /* one warp per swap entry: the plain baseline */
-  HS_GATHER_UNROLLED = 2,     /* a warp copies several rows, issuing all loads before the stores */
-  HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a fixed grid (max_blocks, else half the SMs) that
-                                 strides over the used rows */
-  HS_GATHER_SORTED = 4,       /* per token row, entries sorted by host slot in shared memory, then
-                                 copied in address order by whole blocks: runs of adjacent host rows
-                                 become contiguous reads; max_blocks (else half the SMs) blocks in
-                                 all. A block's share of a token row of more than 2048 columns
-                                 opts in to more than 48 KiB of shared memory; past the device's
-                                 limit (8192 columns on an H200) the call runs PERSISTENT. */
-  HS_GATHER_ROW_PERSISTENT = 5, /* one warp per row, all of a row's loads before its stores, on a
+  HS_GATHER_AUTO = 0,           /* the library's choice (hs_gather_default_variant) */
+  HS_GATHER_WARP_PER_ROW = 1,   /* one warp per swap entry on a grid of K x R warps */
+  HS_GATHER_SORTED = 2,         /* per token row, entries sorted by host slot in shared memory, then
+                                   copied in address order by whole blocks: runs of adjacent host rows
+                                   become contiguous reads; max_blocks (else half the SMs) blocks in
+                                   all. For rows scattered over the pool. A block's share of a token
+                                   row of more than 2048 columns opts in to more than 48 KiB of shared
+                                   memory; past the device's limit the call runs ROW_PERSISTENT. */
+  HS_GATHER_ROW_PERSISTENT = 3, /* one warp per row, all of a row's loads before its stores, on a
                                    fixed grid (max_blocks, else one block per SM) that strides over
-                                   the used rows. The default (HS_GATHER_AUTO): best or within 0.01
-                                   of the best schedule for misses local to each request
-                                   (bench/lab/gather_schedules.cu) */
-  HS_NUM_GATHER_VARIANTS = 6
+                                   the used rows. The default (HS_GATHER_AUTO): suited to misses
+                                   local to each request, the decode case. */
+  HS_NUM_GATHER_VARIANTS = 4
 } hs_gather_variant_t;
 
 /* Static name of a variant ("auto", "warp_per_row", ...); "unknown" otherwise. */
@@ -94,9 +90,10 @@ typedef struct hs_gather_compact_args {
   int64_t hot_block_size;              /* rows per hot block, > 0 */
   int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
   int32_t variant;                     /* hs_gather_variant_t */
-  int32_t max_blocks;                  /* CUDA: thread blocks of PERSISTENT/SORTED; 0 = half the SMs (fewer
-                                          concurrent rows translate fewer host pages at once, which is
-                                          faster for scattered rows and leaves SMs to compute) */
+  int32_t max_blocks;                  /* CUDA: thread blocks of SORTED and ROW_PERSISTENT; 0 = half the SMs
+                                          for SORTED (fewer concurrent rows translate fewer host pages at
+                                          once, which suits scattered rows and leaves SMs to compute), one
+                                          per SM for ROW_PERSISTENT */
 } hs_gather_compact_args_t;
 #define HS_GATHER_COMPACT_ARGS_VERSION 1
 
