@@ -7,6 +7,7 @@
 #include "abi/api_guard.hpp"
 #include "abi/handles.hpp"
 #include "core/backend.hpp"
+#include "core/paged_view.hpp"
 #include "core/runtime.hpp"
 #include "core/slot_invalidator.hpp"
 
@@ -96,6 +97,23 @@ HS_API hs_status_t hs_runtime_bind_hot_cache(hs_runtime_t runtime, const hs_hot_
   return api_guard([&] {
     Runtime& r = from_handle(runtime, "runtime");
     r.bind_hot_cache(read_struct<HS_HOT_CACHE_BINDING_VERSION>(binding, "binding"));
+  });
+}
+
+HS_API hs_status_t hs_paged_cache_view(const hs_tensor_t* raw_tensor, int32_t dtype, int64_t row_width,
+                                       int64_t byte_offset, int64_t block_stride, int64_t num_blocks,
+                                       int64_t block_size, hs_paged_view_t* view) {
+  return api_guard([&] {
+    require_struct_size(view, "view");
+    const PagedView v = paged_view(TensorArg(raw_tensor, "raw_tensor"), static_cast<hs_dtype_t>(dtype), row_width,
+                                   byte_offset, block_stride, num_blocks, block_size);
+    hs_paged_view_t value{};
+    value.data = v.data;
+    for (int d = 0; d < 3; ++d) {
+      value.shape[d] = v.shape[d];
+      value.strides[d] = v.strides[d];
+    }
+    write_struct<HS_PAGED_VIEW_VERSION>(view, value);
   });
 }
 

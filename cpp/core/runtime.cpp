@@ -4,9 +4,11 @@
 #include <cstring>
 #include <limits>
 
+#include "core/checked_math.hpp"
 #include "core/config.hpp"
 #include "core/data_movement.hpp"
 #include "core/error.hpp"
+#include "core/paged_view.hpp"
 #include "core/resolve_residency_args.hpp"
 
 namespace hisparse {
@@ -14,18 +16,6 @@ namespace {
 
 constexpr int64_t kRowAlignment = 16;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-int64_t checked_add(int64_t a, int64_t b, const char* what) {
-  int64_t out = 0;
-  if (__builtin_add_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
-  return out;
-}
-
-int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
-  return out;
-}
 
 // Bytes from a tensor's data pointer to the end of its last element (0 when
 // empty): the range a kernel may touch.
@@ -255,40 +245,13 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
 void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
   const TensorArg raw(b.raw_tensor, "raw_tensor");
   raw.on(options_.device, "the runtime");
-  raw.contiguous();
-  const int64_t slab_bytes = static_cast<int64_t>(raw.nbytes());
   const int64_t hot_block_size = options_.config.hot_block_size;
   if (b.block_size != hot_block_size) {
     invalid_argument("block_size: expected the config's hot_block_size (", hot_block_size,
                      " rows per hot block), got ", b.block_size);
   }
-  if (b.num_blocks < 1) invalid_argument("num_blocks: expected at least one hot block, got ", b.num_blocks);
-  if (b.byte_offset < 0 || b.byte_offset % kRowAlignment != 0) {
-    invalid_argument("byte_offset: expected a non-negative multiple of 16 bytes, got ", b.byte_offset);
-  }
-  const int64_t block_bytes = b.block_size * row_bytes();
-  if (b.block_stride < block_bytes || b.block_stride % row_bytes() != 0) {
-    invalid_argument("block_stride: expected a multiple of row_bytes (", row_bytes(),
-                     ") of at least block_size x row_bytes = ", block_bytes, " bytes, got ", b.block_stride);
-  }
-  const int64_t attention_block_stride = b.block_stride / row_bytes();
-  if (attention_block_stride > kInt32Max) {
-    invalid_argument("block_stride: the attention block stride block_stride / row_bytes = ", attention_block_stride,
-                     " rows exceeds INT32_MAX");
-  }
-  const int64_t needed = checked_add(
-      checked_add(b.byte_offset, checked_mul(b.num_blocks - 1, b.block_stride, "raw_tensor"), "raw_tensor"),
-      block_bytes, "raw_tensor");
-  if (needed > slab_bytes) {
-    invalid_argument("raw_tensor: the hot-cache slab is too small: the view needs byte_offset + (num_blocks - 1) x "
-                     "block_stride + block_size x row_bytes = ", b.byte_offset, " + ", b.num_blocks - 1, " x ",
-                     b.block_stride, " + ", block_bytes, " = ", needed, " bytes, the slab has ", slab_bytes,
-                     " bytes (shape ", raw.shape_string(), " of ", dtype_name(raw.dtype()), ")");
-  }
-  char* view_base = raw.data<char>() + b.byte_offset;
-  if (reinterpret_cast<uintptr_t>(view_base) % kRowAlignment != 0) {
-    invalid_argument("byte_offset: the slab's data pointer plus byte_offset must be 16-byte aligned");
-  }
+  const PagedView view =
+      paged_view(raw, options_.kv_dtype, row_width_, b.byte_offset, b.block_stride, b.num_blocks, b.block_size);
   const TensorArg table(b.block_table, "block_table");
   table.dtype_is(HS_DTYPE_INT32).ndim_is(2).row_major_2d().on(options_.device, "the runtime");
   const int64_t H = options_.config.device_buffer_size;
@@ -296,20 +259,16 @@ void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
   if (table.size(1) > kInt32Max) {
     invalid_argument("block_table: expected at most ", kInt32Max, " columns, got shape ", table.shape_string());
   }
-  backend_->check_accessible(view_base, static_cast<size_t>(needed - b.byte_offset), options_.device.index,
-                             "raw_tensor");
-  check_hot_layout_in_group(b.block_size, attention_block_stride);
+  backend_->check_accessible(view.data, static_cast<size_t>(view.bytes), options_.device.index, "raw_tensor");
+  check_hot_layout_in_group(b.block_size, view.attention_block_stride);
 
-  const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
-  const int64_t shape[3] = {b.num_blocks, b.block_size, row_width_};
-  const int64_t strides[3] = {b.block_stride / itemsize, row_width_, 1};
   HotBinding hot;
-  hot.view.assign(hs_tensor_t{view_base, options_.kv_dtype, raw.raw().device_type, raw.raw().device_index, 3, shape,
-                              strides});
+  hot.view.assign(hs_tensor_t{view.data, options_.kv_dtype, raw.raw().device_type, raw.raw().device_index, 3,
+                              view.shape.data(), view.strides.data()});
   hot.block_table.assign(*b.block_table);
   hot.num_blocks = b.num_blocks;
   hot.block_size = b.block_size;
-  hot.attention_block_stride = attention_block_stride;
+  hot.attention_block_stride = view.attention_block_stride;
   // Everything is checked before anything changes: a refused binding leaves
   // the previous one in place.
   if (source_bound_) gather_ = gather_template(source_, hot);

@@ -61,6 +61,13 @@ class TensorDescList {
 
 inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stream_t>(stream); }
 
+// A zero-copy DLPack array over a contiguous tensor the library owns (an
+// index group's), kept alive by `owner`. The array-API object (__dlpack__,
+// __dlpack_device__) lets torch.from_dlpack and numpy.from_dlpack both take
+// it, and neither is needed to build it. Page-locked host memory is ordinary
+// CPU memory to an array library.
+nb::ndarray<nb::array_api> owned_view(const hs_tensor_t& tensor, nb::handle owner);
+
 void register_core(nb::module_& m);
 void register_host_pool(nb::module_& m);
 void register_ops(nb::module_& m);

@@ -187,6 +187,81 @@ TEST(Runtime, LeaderAndFollowerShareOneGroup) {
   expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_DTYPE, {"kv_dtype"});
 }
 
+// hs_paged_cache_view computes the view bind_hot_cache binds: the same data
+// pointer, shape and strides as hs_runtime_get_hot_cache, and the same errors.
+TEST(Runtime, PagedCacheViewIsTheBoundHotView) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  f.bind(leader, 1);
+  const hs_tensor_t hot = leader.hot_cache();
+  hs_paged_view_t view{};
+  view.struct_size = sizeof(view);
+  ASSERT_EQ(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, kRowBytes, kBlockBytes, kBlockStride, kSlabBlocks,
+                                kBlock, &view),
+            HS_SUCCESS)
+      << hs_last_error();
+  EXPECT_EQ(view.struct_version, static_cast<uint32_t>(HS_PAGED_VIEW_VERSION));
+  EXPECT_EQ(view.data, hot.data);
+  EXPECT_EQ(view.data, f.slab.data() + kBlockBytes);
+  ASSERT_EQ(hot.ndim, 3);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(view.shape[d], hot.shape[d]) << d;
+    EXPECT_EQ(view.strides[d], hot.strides[d]) << d;
+  }
+  EXPECT_EQ(view.strides[0], kBlockStride);
+  // As int16 elements: the row is half as wide, the strides count elements.
+  ASSERT_EQ(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_INT16, kRowBytes / 2, 0, kBlockStride, kSlabBlocks, kBlock,
+                                &view),
+            HS_SUCCESS)
+      << hs_last_error();
+  EXPECT_EQ(view.shape[2], kRowBytes / 2);
+  EXPECT_EQ(view.strides[0], kBlockStride / 2);
+
+  auto refused = [&](int64_t offset, int64_t stride, int64_t blocks, int64_t rows, int32_t dtype,
+                     std::initializer_list<const char*> fragments) {
+    expect_error(hs_paged_cache_view(&f.slab_tensor, dtype, kRowBytes, offset, stride, blocks, rows, &view),
+                 dtype == HS_DTYPE_UINT8 ? HS_ERROR_INVALID_ARGUMENT : HS_ERROR_INVALID_DTYPE, fragments);
+  };
+  refused(0, kBlockStride, kSlabBlocks + 1, kBlock, HS_DTYPE_UINT8, {"raw_tensor", "too small"});
+  refused(8, kBlockStride, kSlabBlocks, kBlock, HS_DTYPE_UINT8, {"byte_offset", "16"});
+  refused(0, kBlockStride + 16, kSlabBlocks, kBlock, HS_DTYPE_UINT8, {"block_stride", "multiple"});
+  refused(0, kBlockStride, 0, kBlock, HS_DTYPE_UINT8, {"num_blocks"});
+  refused(0, kBlockStride, kSlabBlocks, 0, HS_DTYPE_UINT8, {"block_size"});
+  refused(0, kBlockStride, kSlabBlocks, kBlock, 99, {"dtype"});
+  expect_error(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, 0, 0, kBlockStride, kSlabBlocks, kBlock, &view),
+               HS_ERROR_INVALID_ARGUMENT, {"row_width"});
+  expect_error(hs_paged_cache_view(nullptr, HS_DTYPE_UINT8, kRowBytes, 0, kBlockStride, kSlabBlocks, kBlock, &view),
+               HS_ERROR_INVALID_ARGUMENT, {"raw_tensor"});
+  view.struct_size = 8;
+  expect_error(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, kRowBytes, 0, kBlockStride, kSlabBlocks, kBlock,
+                                   &view),
+               HS_ERROR_INVALID_ARGUMENT, {"view", "struct_size"});
+}
+
+// max_swap_rows 0 is the library's default: max_num_reqs x (1 + the config's
+// num_speculative_tokens) on a leader, the leader's on a follower.
+TEST(Runtime, SwapRowsDefaultFollowsTheSpeculativeTokens) {
+  Fixture f;
+  f.config.num_speculative_tokens = 2;
+  f.config.max_union_rows = 0;  // top_k x 3 = 12 <= H = 16
+  hs_runtime_options_t o = f.options();
+  o.max_swap_rows = 0;
+  hs::Runtime leader(o);
+  int32_t expected = 0;
+  ASSERT_EQ(hs_default_max_swap_rows(kReqs, 2, &expected), HS_SUCCESS);
+  EXPECT_EQ(expected, kReqs * 3);
+  EXPECT_EQ(leader.info().max_swap_rows, expected);
+  EXPECT_EQ(leader.info().max_union_rows, kTopK * 3);
+  EXPECT_EQ(leader.info().num_speculative_tokens, 2);
+  hs_config_t plain = f.config;
+  plain.num_speculative_tokens = 0;
+  plain.max_union_rows = kTopK * 3;
+  hs_runtime_options_t fo = f.options();
+  fo.config = &plain;
+  fo.max_swap_rows = 0;
+  EXPECT_EQ(hs::Runtime::follower(leader, fo).info().max_swap_rows, expected) << "a follower takes its leader's";
+}
+
 TEST(Runtime, BindingChecksNameTheArgument) {
   Fixture f;
   hs::Runtime leader(f.options());

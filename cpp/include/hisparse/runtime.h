@@ -222,6 +222,25 @@ static inline void hs_hot_cache_binding_init(hs_hot_cache_binding_t* binding) {
   binding->struct_version = HS_HOT_CACHE_BINDING_VERSION;
 }
 
+/* The view hs_runtime_bind_hot_cache would bind, of any slab: the data
+ * pointer of block 0's first row and the shape [num_blocks, block_size,
+ * row_width] with element strides of `dtype` (an hs_dtype_t) for a
+ * contiguous raw_tensor, byte_offset, block_stride (bytes), num_blocks and
+ * block_size, checked by the same rules (errors name the argument); e.g. the
+ * paged view of a layer's resident cache. Host-only. */
+typedef struct hs_paged_view {
+  size_t struct_size;
+  uint32_t struct_version;
+  void* data;
+  int64_t shape[3];
+  int64_t strides[3];
+} hs_paged_view_t;
+#define HS_PAGED_VIEW_VERSION 1
+
+HS_API hs_status_t hs_paged_cache_view(const hs_tensor_t* raw_tensor, int32_t dtype, int64_t row_width,
+                                       int64_t byte_offset, int64_t block_stride, int64_t num_blocks,
+                                       int64_t block_size, hs_paged_view_t* view);
+
 /* Bind the hot cache. Every number is checked against the slab's extent; a
  * follower must have its leader's block size and attention_block_stride
  * (checked here when the other is bound, and at every swap_in). Replaces an
