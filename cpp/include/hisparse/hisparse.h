@@ -8,7 +8,10 @@
  *   - objects are opaque handles created by *_create and freed by *_destroy;
  *   - structs passed by pointer open with their own size and version, so
  *     they can grow without breaking old callers; the *_init helpers are
- *     inline, so they always fill the struct the caller was compiled with;
+ *     inline, so they always fill the struct the caller was compiled with.
+ *     A struct smaller than the library's, or an input struct of a version
+ *     the library does not read, is refused naming struct_size or
+ *     struct_version; output structs are written up to the library's size;
  *   - a stream is an opaque pointer (a cudaStream_t for the CUDA backend,
  *     ignored by the CPU backend) and is always the last argument;
  *   - functions that take a stream never block the host and never allocate
@@ -131,8 +134,8 @@ typedef struct hs_build_info {
 } hs_build_info_t;
 #define HS_BUILD_INFO_VERSION 1
 
-/* Fill *info (caller sets struct_size, or call with a zeroed struct of the
- * current size). Never touches a GPU. */
+/* Fill *info (the caller sets info->struct_size = sizeof(hs_build_info_t)).
+ * Never touches a GPU. */
 HS_API hs_status_t hs_get_build_info(hs_build_info_t* info);
 
 typedef struct hs_device_properties {
