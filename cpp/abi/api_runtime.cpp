@@ -218,14 +218,13 @@ HS_API hs_status_t hs_slot_invalidator_run(hs_slot_invalidator_t invalidator, co
       invalid_argument("num_runtimes: expected 0 to ", HS_MAX_INVALIDATION_TABLES, ", got ", num_runtimes);
     }
     if (num_runtimes > 0) require_pointer(runtimes, "runtimes");
-    std::vector<const hs_tensor_t*> tables;
-    tables.reserve(static_cast<size_t>(num_runtimes));
+    std::vector<const IndexGroup*> groups;
+    groups.reserve(static_cast<size_t>(num_runtimes));
     for (int32_t i = 0; i < num_runtimes; ++i) {
       if (runtimes[i] == nullptr) invalid_argument("runtimes[", i, "]: expected a runtime, got NULL");
-      const Runtime& r = from_handle(runtimes[i], "runtimes");
-      tables.push_back(&r.group().index_group().tensor(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES));
+      groups.push_back(&from_handle(runtimes[i], "runtimes").group().index_group());
     }
-    inv.run(tables, request_state_indices, req_id_per_token, written_slots, stream);
+    inv.run(groups, request_state_indices, req_id_per_token, written_slots, stream);
   });
 }
 
