@@ -7,6 +7,22 @@
 
 namespace hisparse_py {
 
+hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
+                        int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
+                        bool eager_host_mirror) {
+  hs_config_t config;
+  hs_config_init(&config);
+  config.top_k = top_k;
+  config.device_buffer_size = device_buffer_size;
+  config.max_union_rows = max_union_rows;
+  config.num_speculative_tokens = num_speculative_tokens;
+  config.row_bytes = row_bytes;
+  config.block_size = block_size;
+  config.hot_block_size = hot_block_size;
+  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  return config;
+}
+
 namespace {
 
 nb::dict build_info() {
@@ -65,16 +81,8 @@ nb::dict default_config() {
 void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
                      int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
                      bool eager_host_mirror, int device) {
-  hs_config_t config;
-  hs_config_init(&config);
-  config.top_k = top_k;
-  config.device_buffer_size = device_buffer_size;
-  config.max_union_rows = max_union_rows;
-  config.num_speculative_tokens = num_speculative_tokens;
-  config.row_bytes = row_bytes;
-  config.block_size = block_size;
-  config.hot_block_size = hot_block_size;
-  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
+                                         row_bytes, block_size, hot_block_size, eager_host_mirror);
   check(hs_config_validate(&config, device));
 }
 

@@ -44,16 +44,8 @@ class Runtime {
           int32_t row_bytes, int32_t block_size, int32_t hot_block_size, bool eager_host_mirror, int device_type,
           int device_index, int32_t max_num_reqs, int32_t max_swap_rows, int32_t kv_dtype, const Runtime* leader,
           uintptr_t copy_stream, uintptr_t topk_ready_event) {
-    hs_config_t config;
-    hs_config_init(&config);
-    config.top_k = top_k;
-    config.device_buffer_size = device_buffer_size;
-    config.max_union_rows = max_union_rows;
-    config.num_speculative_tokens = num_speculative_tokens;
-    config.row_bytes = row_bytes;
-    config.block_size = block_size;
-    config.hot_block_size = hot_block_size;
-    config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
+                                           row_bytes, block_size, hot_block_size, eager_host_mirror);
     hs_runtime_options_t options;
     hs_runtime_options_init(&options);
     options.config = &config;
