@@ -356,12 +356,11 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   p.host_rows = source_.rows;
   // The bound hot block table, checked at bind but for its rows: one per
   // batch row of this step.
-  const hs_tensor_t& table = hot_.block_table.raw();
-  TensorArg(&table, "hot_block_table")
-      .size_at_least(0, p.num_batch_rows, "one row per batch row of request_state_indices");
-  p.hot_block_table = static_cast<const int32_t*>(table.data);
-  p.hot_table_row_stride = TensorArg(&table, "hot_block_table").stride(0);
-  p.hot_table_width = static_cast<int32_t>(table.shape[1]);
+  const TensorArg table(hot_.block_table.get(), "hot_block_table");
+  table.size_at_least(0, p.num_batch_rows, "one row per batch row of request_state_indices");
+  p.hot_block_table = table.data<int32_t>();
+  p.hot_table_row_stride = table.stride(0);
+  p.hot_table_width = static_cast<int32_t>(table.size(1));
   if (a.out_attention != nullptr) {
     p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
                                             &p.out_attention_row_stride);
