@@ -1,7 +1,7 @@
 """gather_compact bandwidth against contiguous pinned memcpy, in one run.
 
 Every schedule of the CUDA gather (hisparse.ops.GATHER_VARIANTS, plus the
-persistent and sorted ones capped to fewer thread blocks) copies the same swap
+row_persistent and sorted ones capped to fewer thread blocks) copies the same swap
 list from a registered HostPool into a paged hot cache; contiguous pinned
 memcpy host-to-device of the same number of bytes, from the same pool, is
 timed beside it. Reported: GB/s of useful row bytes and the ratio to memcpy.
@@ -86,7 +86,7 @@ def parse_args(argv=None):
     parser.add_argument("--hot-block-size", type=int, default=64)
     parser.add_argument("--hot-block-stride", type=int, default=128, help="rows between hot blocks (>= block size)")
     parser.add_argument("--variants", default="all", help="comma list of variant[@max_blocks], or 'all'")
-    parser.add_argument("--capped-blocks", default="33,66", help="max_blocks for the capped persistent/sorted runs")
+    parser.add_argument("--capped-blocks", default="33,66", help="max_blocks for the capped row_persistent/sorted runs")
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--graph-bytes", type=float, default=32e6, help="bytes moved per timed graph replay")
@@ -116,7 +116,7 @@ def variant_list(args):
         return out
     base = [(name, None) for name in ops.GATHER_VARIANTS if name != "auto"]
     capped = [int(b) for b in args.capped_blocks.split(",") if b]
-    for name in ("persistent", "sorted"):
+    for name in ("row_persistent", "sorted"):
         base += [(name, blocks) for blocks in capped]
     return base
 

@@ -101,7 +101,7 @@ class Scenario:
     def resolve(self, step, fn=hisparse.ops.resolve_residency, fused=False):
         a = self.args
         # The fused gather: the resolver copies its own swap list's rows.
-        gather = dict(gather_host_rows=self.host_cache, gather_hot_cache=self.hot_cache) if fused else {}
+        gather = dict(gather_host_cache=self.host_cache, gather_hot_cache=self.hot_cache) if fused else {}
         fn(
             self.topk[step], self.req_id, self.state_rows, self.dgi, self.lru, self.hot_block_table,
             hot_block_size=a.block_size, attention_block_stride=a.block_size, host_rows=self.host_rows,

@@ -1,8 +1,8 @@
-// C ABI: version, build facts, devices, and the byte-copy kernel.
+// C ABI: version, build facts, devices, dtypes, and the byte-copy kernel.
 #include <cstring>
 
+#include "abi/api_guard.hpp"
 #include "core/backend.hpp"
-#include "core/error.hpp"
 #include "core/tensor.hpp"
 
 #ifdef HISPARSE_WITH_CUDA
@@ -45,7 +45,7 @@ HS_API const char* hs_version_string(void) { return HISPARSE_VERSION_STRING; }
 
 HS_API hs_status_t hs_get_build_info(hs_build_info_t* info) {
   return api_guard([&] {
-    require_struct(info, "info", offsetof(hs_build_info_t, compiler) + sizeof(info->compiler));
+    require_struct_size(info, "info");
     hs_build_info_t value{};
 #ifdef HISPARSE_WITH_CUDA
     value.cuda_compiled = 1;
@@ -54,7 +54,7 @@ HS_API hs_status_t hs_get_build_info(hs_build_info_t* info) {
     copy_text(value.cuda_architectures, sizeof(value.cuda_architectures), HISPARSE_CUDA_ARCHS);
     copy_text(value.build_type, sizeof(value.build_type), HISPARSE_BUILD_TYPE);
     copy_text(value.compiler, sizeof(value.compiler), compiler_description());
-    write_struct(info, value, HS_BUILD_INFO_VERSION);
+    write_struct<HS_BUILD_INFO_VERSION>(info, value);
   });
 }
 
@@ -68,7 +68,7 @@ HS_API hs_status_t hs_cuda_device_count(int* count) {
 
 HS_API hs_status_t hs_cuda_device_properties(int device, hs_device_properties_t* props) {
   return api_guard([&] {
-    require_struct(props, "props", offsetof(hs_device_properties_t, max_shared_memory_per_block) + 8);
+    require_struct_size(props, "props");
     Backend* cuda = cuda_backend();
     if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
     const DeviceProperties p = cuda->device_properties(device);
@@ -82,9 +82,13 @@ HS_API hs_status_t hs_cuda_device_properties(int device, hs_device_properties_t*
     value.total_global_memory = p.total_global_memory;
     value.l2_cache_bytes = p.l2_cache_bytes;
     value.max_shared_memory_per_block = p.max_shared_memory_per_block;
-    write_struct(props, value, HS_DEVICE_PROPERTIES_VERSION);
+    write_struct<HS_DEVICE_PROPERTIES_VERSION>(props, value);
   });
 }
+
+HS_API size_t hs_dtype_size(hs_dtype_t dtype) { return dtype_size(dtype); }
+
+HS_API const char* hs_dtype_name(hs_dtype_t dtype) { return dtype_name(dtype); }
 
 HS_API const char* hs_cuda_unavailable_reason(void) {
   Backend* cuda = cuda_backend();

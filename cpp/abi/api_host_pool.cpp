@@ -1,8 +1,6 @@
 // C ABI of the host pool and of the host-memory check.
-#include <cstddef>
-
+#include "abi/api_guard.hpp"
 #include "core/backend.hpp"
-#include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/host_pool.hpp"
 
@@ -55,8 +53,7 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
   return api_guard([&] {
     require_pointer(pool, "pool");
     *pool = nullptr;
-    const hs_host_pool_options_t& o =
-        require_struct(options, "options", offsetof(hs_host_pool_options_t, max_segment_bytes) + 8);
+    const hs_host_pool_options_t o = read_struct<HS_HOST_POOL_OPTIONS_VERSION>(options, "options");
     if (o.registration < HS_REGISTER_AUTO || o.registration > HS_REGISTER_NEVER) {
       invalid_argument("registration: expected HS_REGISTER_AUTO, _ALWAYS or _NEVER, got ", o.registration);
     }
@@ -99,7 +96,7 @@ HS_API hs_status_t hs_host_pool_data(hs_host_pool_t pool, void** data) {
 HS_API hs_status_t hs_host_pool_get_info(hs_host_pool_t pool, hs_host_pool_info_t* info) {
   return api_guard([&] {
     const HostPool& p = require_pool(pool).pool;
-    require_struct(info, "info", offsetof(hs_host_pool_info_t, register_seconds) + 8);
+    require_struct_size(info, "info");
     hs_host_pool_info_t value{};
     value.released = p.released();
     value.registered = p.registered();
@@ -111,7 +108,7 @@ HS_API hs_status_t hs_host_pool_get_info(hs_host_pool_t pool, hs_host_pool_info_
     value.mapped_bytes = p.mapped_bytes();
     value.populate_seconds = p.populate_seconds();
     value.register_seconds = p.register_seconds();
-    write_struct(info, value, HS_HOST_POOL_INFO_VERSION);
+    write_struct<HS_HOST_POOL_INFO_VERSION>(info, value);
   });
 }
 

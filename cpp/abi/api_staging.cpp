@@ -3,24 +3,17 @@
 // (core/staging_plan.hpp), which validates every argument.
 #include <cstddef>
 
+#include "abi/api_guard.hpp"
+#include "abi/handles.hpp"
 #include "core/backend.hpp"
-#include "core/error.hpp"
 #include "core/staging_plan.hpp"
-
-struct hs_staging_plan {
-  hs_staging_plan(const hisparse::StagingPlanSizes& sizes, hisparse::Backend& backend, const hs_tensor_t* storage)
-      : plan(sizes, backend, storage) {}
-  hisparse::StagingPlan plan;
-};
 
 namespace hisparse {
 namespace {
 
-StagingPlanSizes to_sizes(const hs_staging_plan_options_t* options) {
-  const hs_staging_plan_options_t& o =
-      require_struct(options, "options", offsetof(hs_staging_plan_options_t, storage) + sizeof(options->storage));
+StagingPlanSizes to_sizes(const hs_staging_plan_options_t& o) {
   StagingPlanSizes sizes;
-  sizes.device = staging_device(o.device_type, o.device_index);
+  sizes.device = device_from(o.device_type, o.device_index);
   sizes.num_rows = o.num_rows;
   sizes.num_cols = o.num_cols;
   sizes.block_size = o.block_size;
@@ -28,7 +21,9 @@ StagingPlanSizes to_sizes(const hs_staging_plan_options_t* options) {
   return sizes;
 }
 
-StagingPlan& require_plan(hs_staging_plan_t plan) { return require_pointer(plan, "plan")->plan; }
+// The handle is the core plan behind an opaque pointer, as for the other handles (abi/handles.hpp).
+hs_staging_plan_t to_handle(StagingPlan* plan) { return reinterpret_cast<hs_staging_plan_t>(plan); }
+StagingPlan& require_plan(hs_staging_plan_t plan) { return *reinterpret_cast<StagingPlan*>(require_pointer(plan, "plan")); }
 
 }  // namespace
 }  // namespace hisparse
@@ -40,7 +35,7 @@ extern "C" {
 HS_API hs_status_t hs_staging_plan_storage_bytes(const hs_staging_plan_options_t* options, uint64_t* bytes) {
   return api_guard([&] {
     require_pointer(bytes, "bytes");
-    const StagingPlanSizes sizes = to_sizes(options);
+    const StagingPlanSizes sizes = to_sizes(read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options"));
     *bytes = staging_plan_layout(sizes, backend_for(sizes.device)).total;
   });
 }
@@ -49,13 +44,14 @@ HS_API hs_status_t hs_staging_plan_create(const hs_staging_plan_options_t* optio
   return api_guard([&] {
     require_pointer(plan, "plan");
     *plan = nullptr;
-    const StagingPlanSizes sizes = to_sizes(options);
-    *plan = new hs_staging_plan(sizes, backend_for(sizes.device), options->storage);
+    const hs_staging_plan_options_t o = read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options");
+    const StagingPlanSizes sizes = to_sizes(o);
+    *plan = to_handle(new StagingPlan(sizes, backend_for(sizes.device), o.storage));
   });
 }
 
 HS_API hs_status_t hs_staging_plan_destroy(hs_staging_plan_t plan) {
-  return api_guard([&] { delete plan; });
+  return api_guard([&] { delete reinterpret_cast<StagingPlan*>(plan); });
 }
 
 HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging_plan_tensor_t which,
@@ -70,7 +66,7 @@ HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging
 HS_API hs_status_t hs_staging_plan_get_info(hs_staging_plan_t plan, hs_staging_plan_info_t* info) {
   return api_guard([&] {
     const StagingPlan& p = require_plan(plan);
-    require_struct(info, "info", offsetof(hs_staging_plan_info_t, gpu_source_block_size) + sizeof(int64_t));
+    require_struct_size(info, "info");
     const StagingPlanSizes& s = p.sizes();
     hs_staging_plan_info_t value{};
     value.device_type = s.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU;
@@ -87,7 +83,7 @@ HS_API hs_status_t hs_staging_plan_get_info(hs_staging_plan_t plan, hs_staging_p
     value.storage_bytes = p.storage_bytes();
     value.gpu_source_table = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p.gpu_source_table()));
     value.gpu_source_block_size = p.gpu_source_block_size();
-    write_struct(info, value, HS_STAGING_PLAN_INFO_VERSION);
+    write_struct<HS_STAGING_PLAN_INFO_VERSION>(info, value);
   });
 }
 
@@ -119,14 +115,13 @@ HS_API hs_status_t hs_staging_remap_workspace_bytes(int32_t device_type, int32_t
                                                     int64_t block_size, uint64_t* bytes) {
   return api_guard([&] {
     require_pointer(bytes, "bytes");
-    *bytes = staging_remap_workspace_bytes(staging_device(device_type, device_index), num_entries, block_size);
+    *bytes = staging_remap_workspace_bytes(device_from(device_type, device_index), num_entries, block_size);
   });
 }
 
 HS_API hs_status_t hs_staging_remap(const hs_staging_remap_args_t* args, hs_stream_t stream) {
   return api_guard([&] {
-    const hs_staging_remap_args_t& a =
-        require_struct(args, "args", offsetof(hs_staging_remap_args_t, workspace) + sizeof(args->workspace));
+    const hs_staging_remap_args_t a = read_struct<HS_STAGING_REMAP_ARGS_VERSION>(args, "args");
     staging_remap(a.block_table, a.block_size, a.out_block_table, a.out_row_ids, a.workspace, stream);
   });
 }

@@ -1,22 +1,60 @@
 #include "core/config.hpp"
 
-#include <cstddef>
+#include <limits>
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
 #include "core/resolver_shared_memory.hpp"
 
 namespace hisparse {
+namespace {
 
-void validate_config(const hs_config_t& c) {
+// count x (1 + num_speculative_tokens), refused past INT32_MAX.
+int32_t times_query_length(int64_t count, int32_t num_speculative_tokens, const char* count_name) {
+  if (count < 1) invalid_argument(count_name, ": expected a positive count, got ", count);
+  if (num_speculative_tokens < 0) {
+    invalid_argument("num_speculative_tokens: expected 0 or more draft tokens per request, got ",
+                     num_speculative_tokens);
+  }
+  const int64_t rows = count * (1 + static_cast<int64_t>(num_speculative_tokens));
+  if (rows > std::numeric_limits<int32_t>::max()) {
+    invalid_argument("num_speculative_tokens: ", count_name, " x (1 + num_speculative_tokens) = ", count, " x ",
+                     1 + static_cast<int64_t>(num_speculative_tokens), " = ", rows, " exceeds INT32_MAX");
+  }
+  return static_cast<int32_t>(rows);
+}
+
+}  // namespace
+
+int32_t default_max_union_rows(int32_t top_k, int32_t num_speculative_tokens) {
+  return times_query_length(top_k, num_speculative_tokens, "top_k");
+}
+
+int32_t default_max_swap_rows(int32_t max_num_reqs, int32_t num_speculative_tokens) {
+  return times_query_length(max_num_reqs, num_speculative_tokens, "max_num_reqs");
+}
+
+hs_config_t resolve_config(const hs_config_t& config) {
+  hs_config_t c = config;
   if (c.top_k < 1) invalid_argument("top_k: expected a positive number of positions, got ", c.top_k);
   if (c.device_buffer_size < 1 || c.device_buffer_size > kMaxDeviceBufferSize) {
     invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize,
                      " (hot slots are int16), got ", c.device_buffer_size);
   }
+  if (c.num_speculative_tokens < 0) {
+    invalid_argument("num_speculative_tokens: expected 0 or more draft tokens per request, got ",
+                     c.num_speculative_tokens);
+  }
+  if (c.max_union_rows < 0) {
+    invalid_argument("max_union_rows: expected 0 (top_k x (1 + num_speculative_tokens)) or a row count, got ",
+                     c.max_union_rows);
+  }
+  const bool default_union = c.max_union_rows == 0;
+  if (default_union) c.max_union_rows = default_max_union_rows(c.top_k, c.num_speculative_tokens);
   if (c.max_union_rows < c.top_k || c.max_union_rows > c.device_buffer_size) {
     invalid_argument("max_union_rows: expected top_k (", c.top_k, ") <= max_union_rows <= device_buffer_size (",
-                     c.device_buffer_size, "), got ", c.max_union_rows);
+                     c.device_buffer_size, "), got ", c.max_union_rows,
+                     default_union ? " (the default top_k x (1 + num_speculative_tokens))" : "");
   }
   if (c.row_bytes <= 0 || c.row_bytes % 16 != 0) {
     invalid_argument("row_bytes: hisparse requires 16-byte aligned KV rows, got ", c.row_bytes, " B");
@@ -28,13 +66,13 @@ void validate_config(const hs_config_t& c) {
   if (c.eager_host_mirror != 0 && c.eager_host_mirror != 1) {
     invalid_argument("eager_host_mirror: expected 0 or 1, got ", c.eager_host_mirror);
   }
+  return c;
 }
 
-void check_resolver_shared_memory(int32_t device_buffer_size, int32_t max_union_rows, int device) {
-  Backend* cuda = cuda_backend();
-  if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
+void check_resolver_shared_memory(const Backend& backend, int device, int32_t device_buffer_size,
+                                  int32_t max_union_rows) {
   const uint64_t required = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
-  const uint64_t available = cuda->device_properties(device).max_shared_memory_per_block;
+  const uint64_t available = backend.device_properties(device).max_shared_memory_per_block;
   if (required > available) {
     invalid_argument("hisparse residency resolution needs ", required, " B of shared memory per block for "
                      "device_buffer_size=", device_buffer_size, " and ", max_union_rows,
@@ -44,33 +82,3 @@ void check_resolver_shared_memory(int32_t device_buffer_size, int32_t max_union_
 }
 
 }  // namespace hisparse
-
-using namespace hisparse;
-
-extern "C" {
-
-HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
-  return api_guard([&] {
-    const hs_config_t& c = require_struct(config, "config", offsetof(hs_config_t, eager_host_mirror) + 4);
-    validate_config(c);
-    if (device >= 0) check_resolver_shared_memory(c.device_buffer_size, c.max_union_rows, device);
-  });
-}
-
-HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, int32_t max_union_rows,
-                                                   uint64_t* bytes) {
-  return api_guard([&] {
-    require_pointer(bytes, "bytes");
-    if (device_buffer_size < 1 || device_buffer_size > kMaxDeviceBufferSize) {
-      invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize, ", got ",
-                       device_buffer_size);
-    }
-    if (max_union_rows < 1 || max_union_rows > device_buffer_size) {
-      invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", device_buffer_size,
-                       "), got ", max_union_rows);
-    }
-    *bytes = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
-  });
-}
-
-}  // extern "C"

@@ -9,6 +9,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/resolve_residency_args.hpp"
 
 namespace hisparse {
 namespace {
@@ -52,7 +53,8 @@ class PrivateStream {
 
 }  // namespace
 
-void validate_index_group_options(const IndexGroupOptions& o) {
+IndexGroupOptions resolve_index_group_options(const IndexGroupOptions& options) {
+  IndexGroupOptions o = options;
   if (o.max_num_reqs < 1) {
     invalid_argument("max_num_reqs: expected at least one request state row, got ", o.max_num_reqs);
   }
@@ -60,14 +62,20 @@ void validate_index_group_options(const IndexGroupOptions& o) {
     invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize,
                      " (hot slots are int16 in lru_slots), got ", o.device_buffer_size);
   }
+  if (o.top_k < 1) invalid_argument("top_k: expected a positive number of positions, got ", o.top_k);
+  const bool default_swap_rows = o.max_swap_rows == 0;
+  if (default_swap_rows) o.max_swap_rows = default_max_swap_rows(o.max_num_reqs, o.num_speculative_tokens);
   if (o.max_swap_rows < 1) {
     invalid_argument("max_swap_rows: expected at least one token row of shared top-k state, got ", o.max_swap_rows);
   }
-  if (o.top_k < 1) invalid_argument("top_k: expected a positive number of positions, got ", o.top_k);
+  const bool default_union = o.max_union_rows == 0;
+  if (default_union) o.max_union_rows = default_max_union_rows(o.top_k, o.num_speculative_tokens);
   if (o.max_union_rows < 1 || o.max_union_rows > o.device_buffer_size) {
     invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", o.device_buffer_size,
-                     "), got ", o.max_union_rows);
+                     "), got ", o.max_union_rows,
+                     default_union ? " (the default top_k x (1 + num_speculative_tokens))" : "");
   }
+  return o;
 }
 
 IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes)
@@ -105,8 +113,14 @@ IndexGroup::Memory::~Memory() {
   backend_.deallocate(device_base_, device_);
 }
 
-IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : options_(options), backend_(backend) {
-  validate_index_group_options(options_);
+IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
+    : options_(resolve_index_group_options(options)), backend_(backend) {
+  // The resolver has to fit the device; better to learn it now than at the
+  // first decode step.
+  if (options_.device.is_cuda()) {
+    check_resolver_shared_memory(backend_, options_.device.index, options_.device_buffer_size,
+                                 options_.max_union_rows);
+  }
   const uint64_t state = static_cast<uint64_t>(options_.max_num_reqs) * options_.device_buffer_size;
   const uint64_t shared = static_cast<uint64_t>(options_.max_swap_rows) * options_.top_k;
   const uint64_t rows = static_cast<uint64_t>(options_.max_swap_rows);
@@ -242,72 +256,68 @@ std::array<int64_t, HS_NUM_STATS> IndexGroup::read_stats() const {
   return values;
 }
 
-void IndexGroup::resolve(const hs_index_group_resolve_args_t& a, hs_stream_t stream) {
-  const TensorArg topk(a.topk_indices, "topk_indices");
+Device IndexGroup::resolve_topk(const TensorArg& topk, ResolveResidencyParams* params) const {
   topk.on(options_.device, "the index group").ndim_is(2).size_is(1, options_.top_k, "the index group's top_k");
-  const int64_t T = topk.size(0);
+  return resolve_topk_params(topk, params);
+}
+
+void IndexGroup::fill_resolve_params(int64_t row_offset, ResolveResidencyParams* params) const {
+  ResolveResidencyParams& p = *params;
+  const int64_t T = p.num_tokens;
   const int64_t R = options_.max_swap_rows;
-  if (a.row_offset < 0 || a.row_offset > R - T) {
+  if (row_offset < 0 || row_offset > R - T) {
     invalid_argument("row_offset: expected 0 <= row_offset <= max_swap_rows - T = ", R, " - ", T,
-                     " (the shared top-k rows [row_offset, row_offset + T) must fit the group), got ", a.row_offset);
+                     " (the shared top-k rows [row_offset, row_offset + T) must fit the group), got ", row_offset);
   }
   const int64_t K = options_.top_k;
+  p.device_global_indices = data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.lru_slots = data<int16_t>(HS_INDEX_GROUP_LRU_SLOTS);
+  p.num_state_rows = options_.max_num_reqs;
+  p.hot_size = options_.device_buffer_size;
+  p.max_union_rows = options_.max_union_rows;
+  p.stats = data<int64_t>(HS_INDEX_GROUP_STATS);
+  // Rows [row_offset, row_offset + T) of the shared [R, K] and [R] outputs.
+  auto rows_of = [&](hs_index_group_tensor_t which) { return data<int32_t>(which) + row_offset * K; };
+  p.out_attention = rows_of(HS_INDEX_GROUP_ATTENTION_INDICES);
+  p.out_hot_rows = rows_of(HS_INDEX_GROUP_HOT_ROWS);
+  p.out_resolved = rows_of(HS_INDEX_GROUP_RESOLVED_SLOTS);
+  p.out_miss_mask = rows_of(HS_INDEX_GROUP_MISS_MASK);
+  p.out_swap_host_rows = rows_of(HS_INDEX_GROUP_SWAP_HOST_ROWS);
+  p.out_swap_device_rows = rows_of(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
+  p.out_attention_row_stride = p.out_hot_rows_row_stride = p.out_resolved_row_stride = p.out_miss_mask_row_stride =
+      p.out_swap_host_rows_row_stride = p.out_swap_device_rows_row_stride = K;
+  p.out_valid_counts = data<int32_t>(HS_INDEX_GROUP_VALID_COUNTS) + row_offset;
+  p.out_swap_counts = data<int32_t>(HS_INDEX_GROUP_SWAP_COUNTS) + row_offset;
+}
 
-  // Views of the shared rows [row_offset, row_offset + T).
-  const int64_t matrix_shape[2] = {T, K};
-  const int64_t vector_shape[1] = {T};
-  auto rows_of = [&](hs_index_group_tensor_t which) {
-    hs_tensor_t view = tensor(which);
-    const int64_t first = a.row_offset * (view.ndim == 2 ? K : 1);
-    view.data = static_cast<int32_t*>(view.data) + first;
-    view.shape = view.ndim == 2 ? matrix_shape : vector_shape;
-    return view;
-  };
-  const hs_tensor_t dgi = tensor(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
-  const hs_tensor_t lru = tensor(HS_INDEX_GROUP_LRU_SLOTS);
-  const hs_tensor_t stats = tensor(HS_INDEX_GROUP_STATS);
-  const hs_tensor_t attention = rows_of(HS_INDEX_GROUP_ATTENTION_INDICES);
-  const hs_tensor_t hot_rows = rows_of(HS_INDEX_GROUP_HOT_ROWS);
-  const hs_tensor_t resolved = rows_of(HS_INDEX_GROUP_RESOLVED_SLOTS);
-  const hs_tensor_t miss_mask = rows_of(HS_INDEX_GROUP_MISS_MASK);
-  const hs_tensor_t valid_counts = rows_of(HS_INDEX_GROUP_VALID_COUNTS);
-  const hs_tensor_t swap_host = rows_of(HS_INDEX_GROUP_SWAP_HOST_ROWS);
-  const hs_tensor_t swap_device = rows_of(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
-  const hs_tensor_t swap_counts = rows_of(HS_INDEX_GROUP_SWAP_COUNTS);
+void IndexGroup::resolve(const ResolveResidencyParams& params, hs_stream_t stream) {
+  backend_.resolve_residency(params, stream);
+}
 
-  hs_resolve_residency_args_t r;
-  hs_resolve_residency_args_init(&r);
-  r.topk_indices = a.topk_indices;
-  r.req_id_per_token = a.req_id_per_token;
-  r.request_state_indices = a.request_state_indices;
-  r.device_global_indices = &dgi;
-  r.lru_slots = &lru;
-  r.hot_block_table = a.hot_block_table;
-  r.hot_block_size = a.hot_block_size;
-  r.attention_block_stride = a.attention_block_stride == 0 ? a.hot_block_size : a.attention_block_stride;
-  r.host_rows = a.host_rows;
-  r.max_union_rows = options_.max_union_rows;
-  r.out_attention = a.out_attention != nullptr ? a.out_attention : &attention;
-  r.out_hot_rows = &hot_rows;
-  r.out_resolved = &resolved;
-  r.out_miss_mask = &miss_mask;
-  r.out_valid_counts = a.out_valid_counts != nullptr ? a.out_valid_counts : &valid_counts;
-  r.out_swap_host_rows = &swap_host;
-  r.out_swap_device_rows = &swap_device;
-  r.out_swap_counts = &swap_counts;
-  r.source_block_table = a.source_block_table;
-  r.block_size = a.block_size;
-  r.resident_block_table = a.resident_block_table;
-  r.resident_block_size = a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size;
-  r.num_valid_rows = a.num_valid_rows;
-  r.stats = &stats;
-  r.gather_host_rows = a.gather_host_rows;
-  r.gather_hot_cache = a.gather_hot_cache;
-  r.gather_hot_block_stride = a.gather_hot_block_stride;
-  // The resolver's own glue validates every remaining argument and picks
-  // the backend; its error already names the argument.
-  const hs_status_t status = hs_resolve_residency(&r, stream);
-  if (status != HS_SUCCESS) throw Error(status, hs_last_error());
+ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_args_t& a) const {
+  ResolveResidencyParams p;
+  const Device device = resolve_topk(TensorArg(a.topk_indices, "topk_indices"), &p);
+  fill_resolve_params(a.row_offset, &p);
+  resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
+                       TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
+  resolve_scalar_params(a.hot_block_size, a.attention_block_stride == 0 ? a.hot_block_size : a.attention_block_stride,
+                        a.host_rows, options_.max_union_rows, &p);
+  resolve_hot_table_params(TensorArg(a.hot_block_table, "hot_block_table"), device, &p);
+  if (a.out_attention != nullptr) {
+    p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
+                                            &p.out_attention_row_stride);
+  }
+  if (a.out_valid_counts != nullptr) {
+    p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
+  }
+  resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true), a.block_size,
+                          TensorArg(a.resident_block_table, "resident_block_table", true),
+                          a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size,
+                          TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
+  resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
+                              TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
+                              device, &p);
+  return p;
 }
 
 }  // namespace hisparse

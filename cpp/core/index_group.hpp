@@ -11,29 +11,34 @@
 #include <memory>
 
 #include "core/backend.hpp"
-#include "hisparse/hisparse.h"
+#include "core/resolve_residency_params.hpp"
 #include "core/tensor.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
 struct IndexGroupOptions {
-  Device device;                   // kCpu or kCuda with a concrete index
-  int32_t max_num_reqs = 0;        // S
-  int32_t device_buffer_size = 0;  // H
-  int32_t max_swap_rows = 0;       // R
-  int32_t top_k = 0;               // K
-  int32_t max_union_rows = 0;
+  Device device;                       // kCpu or kCuda with a concrete index
+  int32_t max_num_reqs = 0;            // S
+  int32_t device_buffer_size = 0;      // H
+  int32_t max_swap_rows = 0;           // R; 0 = default_max_swap_rows
+  int32_t top_k = 0;                   // K
+  int32_t max_union_rows = 0;          // 0 = default_max_union_rows
+  int32_t num_speculative_tokens = 0;  // read by the defaults only
 };
 
-// Throws HS_ERROR_INVALID_ARGUMENT naming the first option out of range.
-void validate_index_group_options(const IndexGroupOptions& options);
+// `options` with its defaults filled in, validated: throws
+// HS_ERROR_INVALID_ARGUMENT naming the first option out of range.
+IndexGroupOptions resolve_index_group_options(const IndexGroupOptions& options);
 
 class IndexGroup {
  public:
   static constexpr int kNumTensors = HS_INDEX_GROUP_NUM_TENSORS;
 
-  // Validates, allocates through `backend` (which must serve options.device)
-  // and initialises on a private stream it waits for: synchronous.
+  // Resolves and validates the options (and, on CUDA, that the resolver's
+  // shared memory fits the device), allocates through `backend` (which must
+  // serve options.device) and initialises on a private stream it waits for:
+  // synchronous.
   IndexGroup(const IndexGroupOptions& options, Backend& backend);
   ~IndexGroup();
   IndexGroup(const IndexGroup&) = delete;
@@ -53,7 +58,17 @@ class IndexGroup {
   void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
                                hs_stream_t stream);
   void copy_stats_async(hs_stream_t stream);
-  void resolve(const hs_index_group_resolve_args_t& args, hs_stream_t stream);
+
+  // A resolution through the group, in three parts: the caller's top-k
+  // (on the group's device, K wide), the group's own part (its state,
+  // max_union_rows, counters and the shared outputs of rows [row_offset,
+  // row_offset + T), refused naming row_offset unless they fit), and the
+  // launch, which checks nothing.
+  Device resolve_topk(const TensorArg& topk_indices, ResolveResidencyParams* params) const;
+  void fill_resolve_params(int64_t row_offset, ResolveResidencyParams* params) const;
+  void resolve(const ResolveResidencyParams& params, hs_stream_t stream);
+  // hs_index_group_resolve's arguments, checked into a launch.
+  ResolveResidencyParams resolve_params(const hs_index_group_resolve_args_t& args) const;
 
   // The host mirror as the last completed copy_stats_async left it.
   std::array<int64_t, HS_NUM_STATS> read_stats() const;

@@ -1,41 +1,36 @@
-// Host layout sizing (the seed's create_hisparse_layout): how many host blocks
-// a budget buys, and whether one request at max_model_len fits.
+#include "core/layout.hpp"
+
 #include "core/error.hpp"
 
-using namespace hisparse;
+namespace hisparse {
 
-extern "C" {
-
-HS_API hs_status_t hs_plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t max_model_len,
-                                       uint64_t host_budget_bytes, hs_host_layout_t* layout) {
-  return api_guard([&] {
-    require_struct(layout, "layout", offsetof(hs_host_layout_t, min_host_blocks) + 8);
-    if (page_size_bytes == 0 || page_size_bytes % 16 != 0) {
-      invalid_argument("page_size_bytes: expected a positive multiple of 16 (rows are 16-byte aligned), got ",
-                       page_size_bytes);
-    }
-    if (block_size < 1) invalid_argument("block_size: expected a positive number of tokens, got ", block_size);
-    if (max_model_len < 1) invalid_argument("max_model_len: expected a positive number of tokens, got ", max_model_len);
-    const uint64_t host_block_stride = page_size_bytes;
-    const uint64_t host_num_blocks = host_budget_bytes / host_block_stride;
-    if (host_num_blocks == 0) {
-      invalid_argument("hisparse has no allocatable host blocks: host_budget_bytes=", host_budget_bytes,
-                       " is less than one block of page_size_bytes=", page_size_bytes, "; increase host_pool_gib.");
-    }
-    // Every computed page needs a host block, so one request at max_model_len
-    // must fit alongside the pool's null block and a copy-on-write tail.
-    const int64_t min_host_blocks = (max_model_len + block_size - 1) / block_size + 2;
-    if (host_num_blocks < static_cast<uint64_t>(min_host_blocks)) {
-      invalid_argument("hisparse host pool has ", host_num_blocks, " blocks but max_model_len=", max_model_len,
-                       " needs ", min_host_blocks, "; increase host_pool_gib (host_budget_bytes=",
-                       host_budget_bytes, ").");
-    }
-    hs_host_layout_t value{};
-    value.host_num_blocks = static_cast<int64_t>(host_num_blocks);
-    value.host_block_stride = static_cast<int64_t>(host_block_stride);
-    value.min_host_blocks = min_host_blocks;
-    write_struct(layout, value, HS_HOST_LAYOUT_VERSION);
-  });
+HostLayout plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t max_model_len,
+                            uint64_t host_budget_bytes) {
+  if (page_size_bytes == 0 || page_size_bytes % 16 != 0) {
+    invalid_argument("page_size_bytes: expected a positive multiple of 16 (rows are 16-byte aligned), got ",
+                     page_size_bytes);
+  }
+  if (block_size < 1) invalid_argument("block_size: expected a positive number of tokens, got ", block_size);
+  if (max_model_len < 1) invalid_argument("max_model_len: expected a positive number of tokens, got ", max_model_len);
+  const uint64_t host_block_stride = page_size_bytes;
+  const uint64_t host_num_blocks = host_budget_bytes / host_block_stride;
+  if (host_num_blocks == 0) {
+    invalid_argument("hisparse has no allocatable host blocks: host_budget_bytes=", host_budget_bytes,
+                     " is less than one block of page_size_bytes=", page_size_bytes, "; increase host_pool_gib.");
+  }
+  // Every computed page needs a host block, so one request at max_model_len
+  // must fit alongside the pool's null block and a copy-on-write tail.
+  const int64_t min_host_blocks = (max_model_len + block_size - 1) / block_size + 2;
+  if (host_num_blocks < static_cast<uint64_t>(min_host_blocks)) {
+    invalid_argument("hisparse host pool has ", host_num_blocks, " blocks but max_model_len=", max_model_len,
+                     " needs ", min_host_blocks, "; increase host_pool_gib (host_budget_bytes=", host_budget_bytes,
+                     ").");
+  }
+  HostLayout layout;
+  layout.host_num_blocks = static_cast<int64_t>(host_num_blocks);
+  layout.host_block_stride = static_cast<int64_t>(host_block_stride);
+  layout.min_host_blocks = min_host_blocks;
+  return layout;
 }
 
-}  // extern "C"
+}  // namespace hisparse

@@ -4,26 +4,18 @@
 #include <cstring>
 #include <limits>
 
+#include "core/checked_math.hpp"
 #include "core/config.hpp"
+#include "core/data_movement.hpp"
 #include "core/error.hpp"
+#include "core/paged_view.hpp"
+#include "core/resolve_residency_args.hpp"
 
 namespace hisparse {
 namespace {
 
 constexpr int64_t kRowAlignment = 16;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-int64_t checked_add(int64_t a, int64_t b, const char* what) {
-  int64_t out = 0;
-  if (__builtin_add_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
-  return out;
-}
-
-int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out)) invalid_argument(what, ": the byte range overflows 64 bits");
-  return out;
-}
 
 // Bytes from a tensor's data pointer to the end of its last element (0 when
 // empty): the range a kernel may touch.
@@ -37,13 +29,21 @@ int64_t span_bytes(const TensorArg& t) {
   return checked_mul(last + 1, static_cast<int64_t>(dtype_size(t.dtype())), t.name());
 }
 
-void validate_common(const RuntimeOptions& o) {
-  validate_config(o.config);
+// `o` with its config resolved and the defaults filled in (a follower takes
+// its leader's max_num_reqs and max_swap_rows), validated.
+RuntimeOptions resolve_options(const RuntimeOptions& options, const RuntimeOptions* leader) {
+  RuntimeOptions o = options;
+  o.config = resolve_config(o.config);
+  if (leader != nullptr && o.max_num_reqs == 0) o.max_num_reqs = leader->max_num_reqs;
   if (o.max_num_reqs < 1) {
     invalid_argument("max_num_reqs: expected at least one request state row, got ", o.max_num_reqs);
   }
-  if (o.max_swap_rows < 1) {
-    invalid_argument("max_swap_rows: expected at least one token row of shared top-k state, got ", o.max_swap_rows);
+  if (o.max_swap_rows < 0) {
+    invalid_argument("max_swap_rows: expected 0 (default) or a positive number of token rows, got ", o.max_swap_rows);
+  }
+  if (o.max_swap_rows == 0) {
+    o.max_swap_rows = leader != nullptr ? leader->max_swap_rows
+                                        : default_max_swap_rows(o.max_num_reqs, o.config.num_speculative_tokens);
   }
   const size_t itemsize = dtype_size(o.kv_dtype);
   if (itemsize == 0) {
@@ -54,6 +54,7 @@ void validate_common(const RuntimeOptions& o) {
     invalid_argument("kv_dtype: row_bytes ", o.config.row_bytes, " is not a whole number of ", dtype_name(o.kv_dtype),
                      " elements (", itemsize, " bytes each)");
   }
+  return o;
 }
 
 }  // namespace
@@ -75,16 +76,15 @@ void StoredTensor::assign(const hs_tensor_t& tensor) {
 
 // ------------------------------------------------------------------ creation
 
-Runtime::Runtime(const RuntimeOptions& options) : options_(options) {
-  validate_common(options_);
+Runtime::Runtime(const RuntimeOptions& options) : options_(resolve_options(options, nullptr)) {
   Backend& backend = backend_for(options_.device);
   GroupOptions g;
-  g.device = options_.device;
-  g.max_num_reqs = options_.max_num_reqs;
-  g.device_buffer_size = options_.config.device_buffer_size;
-  g.max_swap_rows = options_.max_swap_rows;
-  g.top_k = options_.config.top_k;
-  g.max_union_rows = options_.config.max_union_rows;
+  g.index_group.device = options_.device;
+  g.index_group.max_num_reqs = options_.max_num_reqs;
+  g.index_group.device_buffer_size = options_.config.device_buffer_size;
+  g.index_group.max_swap_rows = options_.max_swap_rows;
+  g.index_group.top_k = options_.config.top_k;
+  g.index_group.max_union_rows = options_.config.max_union_rows;
   g.copy_stream = options_.copy_stream;
   g.topk_ready = options_.topk_ready;
   group_ = std::make_shared<RuntimeGroup>(g, backend);
@@ -92,11 +92,11 @@ Runtime::Runtime(const RuntimeOptions& options) : options_(options) {
   group_->set_leader(this);
 }
 
-Runtime::Runtime(const RuntimeOptions& options, Runtime& leader) : options_(options) {
+Runtime::Runtime(const RuntimeOptions& options, Runtime& leader) {
   if (!leader.is_leader()) {
     invalid_argument("leader: expected a group leader (a runtime created without a leader), got a follower");
   }
-  validate_common(options_);
+  options_ = resolve_options(options, &leader.options_);
   const RuntimeOptions& l = leader.options_;
   auto same = [](const char* name, int64_t mine, int64_t theirs) {
     if (mine != theirs) {
@@ -143,12 +143,24 @@ Runtime::~Runtime() {
 
 const hs_tensor_t& Runtime::host_cache() const {
   if (!source_bound_) fail(HS_ERROR_INVALID_STATE, "host_cache: the runtime has no bound source cache");
-  return host_cache_.raw();
+  return source_.cache.raw();
 }
 
 const hs_tensor_t& Runtime::hot_cache() const {
   if (!hot_bound_) fail(HS_ERROR_INVALID_STATE, "hot_cache: the runtime has no bound hot cache");
-  return hot_view_;
+  return hot_.view.raw();
+}
+
+GatherCompactParams Runtime::gather_template(const SourceBinding& source, const HotBinding& hot) const {
+  GatherCompactParams g;
+  try {
+    gather_cache_params(TensorArg(source.cache.get(), "host_cache"), TensorArg(hot.view.get(), "hot_cache"),
+                        hot.block_size, hot.attention_block_stride, "block_stride", &g);
+  } catch (const Error& error) {
+    throw Error(error.status(), str("the bound caches fail the gather's checks: ", error.what()));
+  }
+  g.variant = gather_default_variant();
+  return g;
 }
 
 void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool) {
@@ -189,6 +201,10 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
       expected *= cache.size(d);
     }
   }
+  // Host slots are int32 in the resolver's outputs and swap lists.
+  if (rows > kInt32Max) {
+    invalid_argument("host_cache: expected at most ", kInt32Max, " rows (host slots are int32), got ", rows);
+  }
   const int64_t itemsize = static_cast<int64_t>(dtype_size(cache.dtype()));
   const int64_t pitch_bytes = (pitch < 0 ? row_width_ : pitch) * itemsize;
   if (pitch_bytes % kRowAlignment != 0) {
@@ -215,165 +231,81 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   // A kernel reading unregistered pageable memory would kill the context.
   backend_->check_accessible(cache.data<void>(), static_cast<size_t>(extent), options_.device.index, "host_cache");
 
-  const bool was_bound = source_bound_;
-  StoredTensor previous;
-  if (was_bound) previous.assign(host_cache_.raw());
-  const int64_t previous_rows = host_rows_;
-  const int64_t previous_pitch = host_pitch_;
-  host_cache_.assign(*host_cache);
-  host_rows_ = rows;
-  host_pitch_ = pitch < 0 ? row_width_ : pitch;
+  SourceBinding source;
+  source.cache.assign(*host_cache);
+  source.rows = rows;
+  source.pitch = pitch < 0 ? row_width_ : pitch;
+  // Everything is checked before anything changes: a refused binding leaves
+  // the previous one in place.
+  if (hot_bound_) gather_ = gather_template(source, hot_);
+  source_ = source;
   source_bound_ = true;
-  try {
-    dry_run_gather();
-  } catch (...) {
-    source_bound_ = was_bound;
-    host_rows_ = previous_rows;
-    host_pitch_ = previous_pitch;
-    if (was_bound) host_cache_.assign(previous.raw());
-    throw;
-  }
 }
 
-void Runtime::bind_hot_cache(const HotCacheBinding& b) {
+void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
   const TensorArg raw(b.raw_tensor, "raw_tensor");
   raw.on(options_.device, "the runtime");
-  raw.contiguous();
-  const int64_t slab_bytes = static_cast<int64_t>(raw.nbytes());
   const int64_t hot_block_size = options_.config.hot_block_size;
   if (b.block_size != hot_block_size) {
     invalid_argument("block_size: expected the config's hot_block_size (", hot_block_size,
                      " rows per hot block), got ", b.block_size);
   }
-  if (b.num_blocks < 1) invalid_argument("num_blocks: expected at least one hot block, got ", b.num_blocks);
-  if (b.byte_offset < 0 || b.byte_offset % kRowAlignment != 0) {
-    invalid_argument("byte_offset: expected a non-negative multiple of 16 bytes, got ", b.byte_offset);
-  }
-  const int64_t block_bytes = b.block_size * row_bytes();
-  if (b.block_stride < block_bytes || b.block_stride % row_bytes() != 0) {
-    invalid_argument("block_stride: expected a multiple of row_bytes (", row_bytes(),
-                     ") of at least block_size x row_bytes = ", block_bytes, " bytes, got ", b.block_stride);
-  }
-  const int64_t attention_block_stride = b.block_stride / row_bytes();
-  if (attention_block_stride > kInt32Max) {
-    invalid_argument("block_stride: the attention block stride block_stride / row_bytes = ", attention_block_stride,
-                     " rows exceeds INT32_MAX");
-  }
-  const int64_t needed = checked_add(
-      checked_add(b.byte_offset, checked_mul(b.num_blocks - 1, b.block_stride, "raw_tensor"), "raw_tensor"),
-      block_bytes, "raw_tensor");
-  if (needed > slab_bytes) {
-    invalid_argument("raw_tensor: the hot-cache slab is too small: the view needs byte_offset + (num_blocks - 1) x "
-                     "block_stride + block_size x row_bytes = ", b.byte_offset, " + ", b.num_blocks - 1, " x ",
-                     b.block_stride, " + ", block_bytes, " = ", needed, " bytes, the slab has ", slab_bytes,
-                     " bytes (shape ", raw.shape_string(), " of ", dtype_name(raw.dtype()), ")");
-  }
-  char* view_base = raw.data<char>() + b.byte_offset;
-  if (reinterpret_cast<uintptr_t>(view_base) % kRowAlignment != 0) {
-    invalid_argument("byte_offset: the slab's data pointer plus byte_offset must be 16-byte aligned");
-  }
+  const PagedView view =
+      paged_view(raw, options_.kv_dtype, row_width_, b.byte_offset, b.block_stride, b.num_blocks, b.block_size);
   const TensorArg table(b.block_table, "block_table");
   table.dtype_is(HS_DTYPE_INT32).ndim_is(2).row_major_2d().on(options_.device, "the runtime");
   const int64_t H = options_.config.device_buffer_size;
   table.size_at_least(1, (H + b.block_size - 1) / b.block_size, "ceil(device_buffer_size / block_size) hot blocks");
-  backend_->check_accessible(view_base, static_cast<size_t>(needed - b.byte_offset), options_.device.index,
-                             "raw_tensor");
-
-  // Commit, then check against the group and the data-movement rules; roll
-  // back on failure so a refused binding leaves the previous one in place.
-  struct Saved {
-    bool bound;
-    std::array<int64_t, 3> shape, strides;
-    hs_tensor_t view;
-    hs_tensor_t table;
-    int64_t blocks, block_size, stride;
-  };
-  Saved saved{hot_bound_, hot_shape_, hot_strides_, hot_view_, hot_block_table_.raw(),
-              hot_num_blocks_, hot_block_size_, attention_block_stride_};
-  StoredTensor saved_table;
-  if (saved.bound) saved_table.assign(saved.table);
-
-  const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
-  hot_shape_ = {b.num_blocks, b.block_size, row_width_};
-  hot_strides_ = {b.block_stride / itemsize, row_width_, 1};
-  hot_view_ = hs_tensor_t{view_base, options_.kv_dtype, raw.raw().device_type, raw.raw().device_index, 3,
-                          hot_shape_.data(), hot_strides_.data()};
-  hot_block_table_.assign(*b.block_table);
-  hot_num_blocks_ = b.num_blocks;
-  hot_block_size_ = b.block_size;
-  attention_block_stride_ = attention_block_stride;
-  hot_bound_ = true;
-  try {
-    check_hot_layout_in_group();
-    dry_run_gather();
-  } catch (...) {
-    hot_bound_ = saved.bound;
-    hot_shape_ = saved.shape;
-    hot_strides_ = saved.strides;
-    hot_view_ = saved.view;
-    hot_view_.shape = hot_shape_.data();
-    hot_view_.strides = hot_strides_.data();
-    if (saved.bound) hot_block_table_.assign(saved_table.raw());
-    hot_num_blocks_ = saved.blocks;
-    hot_block_size_ = saved.block_size;
-    attention_block_stride_ = saved.stride;
-    throw;
+  if (table.size(1) > kInt32Max) {
+    invalid_argument("block_table: expected at most ", kInt32Max, " columns, got shape ", table.shape_string());
   }
+  backend_->check_accessible(view.data, static_cast<size_t>(view.bytes), options_.device.index, "raw_tensor");
+  check_hot_layout_in_group(b.block_size, view.attention_block_stride);
+
+  HotBinding hot;
+  hot.view.assign(hs_tensor_t{view.data, options_.kv_dtype, raw.raw().device_type, raw.raw().device_index, 3,
+                              view.shape.data(), view.strides.data()});
+  hot.block_table.assign(*b.block_table);
+  hot.num_blocks = b.num_blocks;
+  hot.block_size = b.block_size;
+  hot.attention_block_stride = view.attention_block_stride;
+  // Everything is checked before anything changes: a refused binding leaves
+  // the previous one in place.
+  if (source_bound_) gather_ = gather_template(source_, hot);
+  hot_ = hot;
+  hot_bound_ = true;
 }
 
 void Runtime::unbind() {
   source_bound_ = false;
-  host_rows_ = 0;
-  host_pitch_ = 0;
+  source_ = SourceBinding{};
   hot_bound_ = false;
-  hot_num_blocks_ = 0;
-  hot_block_size_ = 0;
-  attention_block_stride_ = 0;
+  hot_ = HotBinding{};
+  gather_ = GatherCompactParams{};
   staged_ = Staged{};
   next_row_ = 0;
 }
 
-void Runtime::check_hot_layout_against(const Runtime& other) const {
-  if (!hot_bound_ || !other.hot_bound_) return;
-  const bool follower = !is_leader();
-  const Runtime& leader = follower ? other : *this;
-  const Runtime& member = follower ? *this : other;
-  if (member.hot_block_size_ != leader.hot_block_size_) {
-    invalid_argument("block_size: every runtime of an index group must use its leader's hot block size (the leader's "
-                     "attention indices assume it): leader ", leader.hot_block_size_, ", follower ",
-                     member.hot_block_size_);
-  }
-  if (member.attention_block_stride_ != leader.attention_block_stride_) {
-    invalid_argument("block_stride: every runtime of an index group must have its leader's attention_block_stride "
-                     "(block_stride / row_bytes; the leader's attention indices assume it): leader ",
-                     leader.attention_block_stride_, " rows, follower ", member.attention_block_stride_, " rows");
-  }
-}
-
-void Runtime::check_hot_layout_in_group() const {
+void Runtime::check_hot_layout_in_group(int64_t block_size, int64_t attention_block_stride) const {
+  auto check = [](int64_t leader_block_size, int64_t leader_stride, int64_t member_block_size, int64_t member_stride) {
+    if (member_block_size != leader_block_size) {
+      invalid_argument("block_size: every runtime of an index group must use its leader's hot block size (the "
+                       "leader's attention indices assume it): leader ", leader_block_size, ", follower ",
+                       member_block_size);
+    }
+    if (member_stride != leader_stride) {
+      invalid_argument("block_stride: every runtime of an index group must have its leader's attention_block_stride "
+                       "(block_stride / row_bytes; the leader's attention indices assume it): leader ",
+                       leader_stride, " rows, follower ", member_stride, " rows");
+    }
+  };
   if (is_leader()) {
-    for (const Runtime* follower : group_->followers()) check_hot_layout_against(*follower);
-  } else if (group_->leader() != nullptr) {
-    check_hot_layout_against(*group_->leader());
+    for (const Runtime* f : group_->followers()) {
+      if (f->hot_bound_) check(block_size, attention_block_stride, f->hot_.block_size, f->hot_.attention_block_stride);
+    }
+  } else if (const Runtime* leader = group_->leader(); leader != nullptr && leader->hot_bound_) {
+    check(leader->hot_.block_size, leader->hot_.attention_block_stride, block_size, attention_block_stride);
   }
-}
-
-void Runtime::dry_run_gather() const {
-  if (!source_bound_ || !hot_bound_) return;
-  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), 0, 0);
-  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), 0, 0);
-  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), 0, 0);
-  hs_gather_compact_args_t g;
-  hs_gather_compact_args_init(&g);
-  g.host_rows = host_cache_.get();
-  g.hot_cache = &hot_view_;
-  g.swap_host_rows = host_rows.get();
-  g.swap_device_rows = device_rows.get();
-  g.swap_counts = counts.get();
-  g.hot_block_size = hot_block_size_;
-  g.hot_block_stride = attention_block_stride_;
-  const hs_status_t status = hs_gather_compact(&g, group_->copy_stream());
-  if (status != HS_SUCCESS) throw Error(status, str("the bound caches fail the gather's checks: ", hs_last_error()));
 }
 
 // ------------------------------------------------------------------ decode step
@@ -411,51 +343,61 @@ int64_t Runtime::token_rows(const hs_runtime_swap_in_args_t& a) const {
   return a.num_tokens;
 }
 
-void Runtime::resolve(const hs_runtime_swap_in_args_t& a, int64_t first_row, int64_t /*num_rows*/) {
-  hs_index_group_resolve_args_t r;
-  hs_index_group_resolve_args_init(&r);
-  r.topk_indices = a.topk_indices;
-  r.req_id_per_token = a.req_id_per_token;
-  r.request_state_indices = a.request_state_indices;
-  r.hot_block_table = hot_block_table_.get();
-  r.hot_block_size = hot_block_size_;
-  r.attention_block_stride = attention_block_stride_;
-  r.host_rows = host_rows_;
-  r.row_offset = first_row;
-  r.source_block_table = a.source_block_table;
+ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& a, int64_t first_row) const {
+  IndexGroup& group = group_->index_group();
+  ResolveResidencyParams p;
+  const Device device = group.resolve_topk(TensorArg(a.topk_indices, "topk_indices"), &p);
+  group.fill_resolve_params(first_row, &p);
+  resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
+                       TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
+  // The bound hot view and host cache, checked at bind.
+  p.hot_block_size = static_cast<int32_t>(hot_.block_size);
+  p.attention_block_stride = hot_.attention_block_stride;
+  p.host_rows = source_.rows;
+  // The bound hot block table, checked at bind but for its rows: one per
+  // batch row of this step.
+  const TensorArg table(hot_.block_table.get(), "hot_block_table");
+  table.size_at_least(0, p.num_batch_rows, "one row per batch row of request_state_indices");
+  p.hot_block_table = table.data<int32_t>();
+  p.hot_table_row_stride = table.stride(0);
+  p.hot_table_width = static_cast<int32_t>(table.size(1));
+  if (a.out_attention != nullptr) {
+    p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
+                                            &p.out_attention_row_stride);
+  }
+  if (a.out_valid_counts != nullptr) {
+    p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
+  }
   if (a.block_size < 0) {
     invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
   }
-  r.block_size = a.source_block_table == nullptr ? 0 : (a.block_size == 0 ? options_.config.block_size : a.block_size);
-  r.resident_block_table = a.resident_block_table;
-  r.resident_block_size = a.resident_block_size;
-  r.num_valid_rows = a.num_valid_rows;
-  r.out_attention = a.out_attention;
-  r.out_valid_counts = a.out_valid_counts;
-  if (a.fused_gather != 0) {
-    // The resolve launch copies this layer's rows itself, with the caches
-    // and stride stage() would give gather_compact.
-    r.gather_host_rows = host_cache_.get();
-    r.gather_hot_cache = &hot_view_;
-    r.gather_hot_block_stride = attention_block_stride_;
-  }
-  check_status(hs_index_group_resolve(group_->index_group(), &r, group_->copy_stream()));
+  resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true),
+                          a.block_size == 0 ? options_.config.block_size : a.block_size,
+                          TensorArg(a.resident_block_table, "resident_block_table", true),
+                          a.resident_block_size == 0 ? hot_.block_size : a.resident_block_size,
+                          TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
+  // The resolve launch copies this layer's rows itself, with the gather
+  // stage() would run.
+  if (a.fused_gather != 0) resolve_fused_gather_params(gather_, &p);
+  return p;
+}
+
+GatherCompactParams Runtime::gather_params(int64_t first_row, int64_t num_rows) const {
+  const IndexGroup& group = group_->index_group();
+  const int64_t K = group.options().top_k;
+  GatherCompactParams g = gather_;
+  g.swap_host_rows = group.data<int32_t>(HS_INDEX_GROUP_SWAP_HOST_ROWS) + first_row * K;
+  g.swap_device_rows = group.data<int32_t>(HS_INDEX_GROUP_SWAP_DEVICE_ROWS) + first_row * K;
+  g.swap_host_row_stride = K;
+  g.swap_device_row_stride = K;
+  g.swap_counts = group.data<int32_t>(HS_INDEX_GROUP_SWAP_COUNTS) + first_row;
+  g.num_token_rows = static_cast<int32_t>(num_rows);
+  g.top_k = static_cast<int32_t>(K);
+  return g;
 }
 
 void Runtime::stage(int64_t first_row, int64_t num_rows) {
-  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), first_row, num_rows);
-  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), first_row, num_rows);
-  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), first_row, num_rows);
-  hs_gather_compact_args_t g;
-  hs_gather_compact_args_init(&g);
-  g.host_rows = host_cache_.get();
-  g.hot_cache = &hot_view_;
-  g.swap_host_rows = host_rows.get();
-  g.swap_device_rows = device_rows.get();
-  g.swap_counts = counts.get();
-  g.hot_block_size = hot_block_size_;
-  g.hot_block_stride = attention_block_stride_;
-  check_status(hs_gather_compact(&g, group_->copy_stream()));
+  if (num_rows > 0) backend_->gather_compact(gather_params(first_row, num_rows), group_->copy_stream());
   mark_staged(first_row, num_rows);
 }
 
@@ -482,7 +424,7 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
   if (a.group_gather != 0 && a.group_gather != 1) {
     invalid_argument("group_gather: expected 0 or 1, got ", a.group_gather);
   }
-  check_hot_layout_in_group();
+  check_hot_layout_in_group(hot_.block_size, hot_.attention_block_stride);
 
   if (is_leader()) {
     // Everything that can be refused is refused before anything is enqueued.
@@ -506,8 +448,9 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
                          "); bind follower l to host[:, l] of one [slots, layers, W] view, or pass group_gather = 0");
       }
     }
+    const ResolveResidencyParams resolution = resolve_params(a, first_row);
     group_->copy_waits_for_topk(stream, a.ignore_topk_ready != 0);
-    resolve(a, first_row, num_rows);
+    group_->index_group().resolve(resolution, group_->copy_stream());
     group_->set_resolved_rows(stop);
     if (a.fused_gather != 0) {
       mark_staged(first_row, num_rows);  // the resolve launch already copied this layer's rows
@@ -555,13 +498,13 @@ void Runtime::reset_hot_state(hs_stream_t stream) {
   // work. Recording on the caller's stream first keeps it capturable: the
   // copy stream joins the capture before the caller's stream waits on it.
   group_->copy_waits_for(stream);
-  check_status(hs_index_group_reset(group_->index_group(), group_->copy_stream()));
+  group_->index_group().reset(group_->copy_stream());
   group_->stream_waits_for_copy(stream);
 }
 
 void Runtime::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
                                       hs_stream_t stream) {
-  check_status(hs_index_group_invalidate_sorted_slots(group_->index_group(), sorted_slots, state_indices, stream));
+  group_->index_group().invalidate_sorted_slots(sorted_slots, state_indices, stream);
 }
 
 void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream) {
@@ -569,17 +512,25 @@ void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_m
     fail(HS_ERROR_INVALID_STATE, "mirror_rows: the runtime has no bound source cache to mirror into "
          "(call bind_source_cache first)");
   }
-  TensorArg(src_rows, "src_rows").on(options_.device, "the runtime");
-  check_status(hs_mirror_rows(src_rows, host_cache_.get(), slot_mapping, stream));
+  const TensorArg src(src_rows, "src_rows");
+  src.on(options_.device, "the runtime");
+  MirrorRowsParams p;
+  mirror_source_params(src, TensorArg(slot_mapping, "slot_mapping"), TensorArg(source_.cache.get(), "host_cache"),
+                       row_bytes(), options_.device, &p);
+  // The destination is the bound host cache, checked at bind.
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
+  p.host = static_cast<uint8_t*>(source_.cache.raw().data);
+  p.host_rows = source_.rows;
+  p.host_pitch = source_.pitch * itemsize;
+  if (p.count == 0) return;
+  backend_->mirror_rows(p, stream);
 }
 
-void Runtime::copy_stats_async(hs_stream_t stream) {
-  check_status(hs_index_group_copy_stats_async(group_->index_group(), stream));
-}
+void Runtime::copy_stats_async(hs_stream_t stream) { group_->index_group().copy_stats_async(stream); }
 
 RuntimeStats Runtime::stats() const {
   RuntimeStats s;
-  check_status(hs_index_group_read_stats(group_->index_group(), s.counters.data(), HS_NUM_STATS));
+  s.counters = group_->index_group().read_stats();
   s.num_layers = group_->size();
   const int64_t hits = s.counters[HS_STAT_HITS];
   const int64_t misses = s.counters[HS_STAT_MISSES];

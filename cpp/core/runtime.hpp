@@ -5,11 +5,11 @@
 // only their own bytes, on the group's copy stream, prefetched by the leader
 // when the batch allows it (in one launch for all of them when the caller
 // asks with group_gather and their host rows of a slot lie side by side: a
-// token-major host layout). The
-// orchestration (which stream waits for what, which rows a call takes,
-// which misuse is refused) lives here; the kernels are reached through the
-// C ABI of the index group and the data-movement ops, so their argument
-// checks apply unchanged.
+// token-major host layout). The orchestration (which stream waits for what,
+// which rows a call takes, which misuse is refused) lives here. The bound
+// caches are checked once, at bind, and their gather parameters kept; a
+// step checks only the tensors its caller passes and launches the kernels
+// through the backend.
 #pragma once
 
 #include <array>
@@ -18,29 +18,22 @@
 #include <string>
 
 #include "core/backend.hpp"
-#include "hisparse/hisparse.h"
+#include "core/data_movement_params.hpp"
+#include "core/resolve_residency_params.hpp"
 #include "core/runtime_group.hpp"
 #include "core/tensor.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
 struct RuntimeOptions {
   hs_config_t config{};
   Device device;
-  int32_t max_num_reqs = 0;
-  int32_t max_swap_rows = 0;  // resolved (never 0)
+  int32_t max_num_reqs = 0;   // 0 on a follower = the leader's
+  int32_t max_swap_rows = 0;  // 0 = the leader's on a follower, else default_max_swap_rows
   hs_dtype_t kv_dtype = HS_DTYPE_UINT8;
   hs_stream_t copy_stream = nullptr;  // leader only, borrowed
   Event topk_ready = nullptr;         // leader only, borrowed
-};
-
-struct HotCacheBinding {
-  const hs_tensor_t* raw_tensor = nullptr;
-  int64_t byte_offset = 0;
-  int64_t block_stride = 0;
-  int64_t num_blocks = 0;
-  int64_t block_size = 0;
-  const hs_tensor_t* block_table = nullptr;
 };
 
 struct SwapInResult {
@@ -62,8 +55,12 @@ struct RuntimeStats {
 class StoredTensor {
  public:
   StoredTensor() = default;
-  StoredTensor(const StoredTensor&) = delete;
-  StoredTensor& operator=(const StoredTensor&) = delete;
+  explicit StoredTensor(const hs_tensor_t& tensor) { assign(tensor); }
+  StoredTensor(const StoredTensor& other) { assign(other.tensor_); }
+  StoredTensor& operator=(const StoredTensor& other) {
+    if (this != &other) assign(other.tensor_);
+    return *this;
+  }
   void assign(const hs_tensor_t& tensor);
   const hs_tensor_t* get() const { return &tensor_; }
   const hs_tensor_t& raw() const { return tensor_; }
@@ -76,7 +73,8 @@ class StoredTensor {
 
 class Runtime {
  public:
-  // A leader: validates the options and creates the group (blocking).
+  // A leader: resolves and validates the options and creates the group
+  // (blocking).
   explicit Runtime(const RuntimeOptions& options);
   // A follower joining `leader`'s group; the group-wide sizes must agree.
   Runtime(const RuntimeOptions& options, Runtime& leader);
@@ -93,22 +91,20 @@ class Runtime {
   bool source_bound() const { return source_bound_; }
   bool hot_bound() const { return hot_bound_; }
   bool staged() const { return staged_.active; }
-  int64_t host_rows() const { return source_bound_ ? host_rows_ : 0; }
-  int64_t hot_num_blocks() const { return hot_bound_ ? hot_num_blocks_ : 0; }
-  int64_t hot_block_size() const { return hot_block_size_; }
-  int64_t attention_block_stride() const { return hot_bound_ ? attention_block_stride_ : 0; }
+  int64_t host_rows() const { return source_bound_ ? source_.rows : 0; }
+  int64_t hot_num_blocks() const { return hot_bound_ ? hot_.num_blocks : 0; }
+  int64_t attention_block_stride() const { return hot_bound_ ? hot_.attention_block_stride : 0; }
   int64_t next_row() const { return next_row_; }
   const hs_tensor_t& host_cache() const;
   const hs_tensor_t& hot_cache() const;
   // True on a leader whose followers' layout allows group_gather (one
-  // hs_gather_compact_group for all of them): at least two followers, all
-  // bound, whose host rows of one slot form one contiguous span and whose hot
-  // views share one layout. Read from the current bindings; false on a
-  // follower.
+  // group gather for all of them): at least two followers, all bound, whose
+  // host rows of one slot form one contiguous span and whose hot views share
+  // one layout. Read from the current bindings; false on a follower.
   bool followers_staged_together() const;
 
   void bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t* registered_host_pool);
-  void bind_hot_cache(const HotCacheBinding& binding);
+  void bind_hot_cache(const hs_hot_cache_binding_t& binding);
   void unbind();
 
   void begin_forward();
@@ -120,6 +116,21 @@ class Runtime {
   RuntimeStats stats() const;
 
  private:
+  // The bound host cache: rows at one pitch, host slot g = row g.
+  struct SourceBinding {
+    StoredTensor cache;
+    int64_t rows = 0;
+    int64_t pitch = 0;  // elements between host slots (the row width when rows <= 1)
+  };
+  // The bound hot view ([num_blocks, block_size, row_width] of kv_dtype)
+  // and the hot block table it is addressed through.
+  struct HotBinding {
+    StoredTensor view;
+    StoredTensor block_table;
+    int64_t num_blocks = 0;
+    int64_t block_size = 0;
+    int64_t attention_block_stride = 0;
+  };
   struct Staged {
     bool active = false;
     int64_t first_row = 0;
@@ -127,15 +138,22 @@ class Runtime {
   };
 
   void init_common();
-  // Throws unless this runtime and the runtime it is compared with agree on
-  // what the leader's attention indices assume (block size, block stride).
-  void check_hot_layout_against(const Runtime& other) const;
-  void check_hot_layout_in_group() const;
+  // Throws unless a hot layout of (block_size, attention_block_stride) for
+  // this runtime agrees with the bound layouts of the group it must match
+  // (the leader's attention indices assume one).
+  void check_hot_layout_in_group(int64_t block_size, int64_t attention_block_stride) const;
+  // The gather of the two caches (gather_cache_params), checked when the
+  // second of them is bound.
+  GatherCompactParams gather_template(const SourceBinding& source, const HotBinding& hot) const;
   void require_bound(const char* operation) const;
   int64_t token_rows(const hs_runtime_swap_in_args_t& args) const;
-  // The group's resolve on the copy stream; with args.fused_gather the same
-  // launch also copies this layer's missed rows (the leader's own stage()).
-  void resolve(const hs_runtime_swap_in_args_t& args, int64_t first_row, int64_t num_rows);
+  // The leader's resolution of the step into shared rows [first_row, ...),
+  // checked: the caller's tensors here, the bound caches at bind. With
+  // args.fused_gather the launch also copies this layer's missed rows.
+  ResolveResidencyParams resolve_params(const hs_runtime_swap_in_args_t& args, int64_t first_row) const;
+  // This layer's gather of the swap list of shared rows [first_row,
+  // first_row + num_rows): the bound gather with the group's swap list.
+  GatherCompactParams gather_params(int64_t first_row, int64_t num_rows) const;
   // Gathers this layer's missed rows of [first_row, first_row + num_rows) on
   // the copy stream and records the layer's ready event after them.
   void stage(int64_t first_row, int64_t num_rows);
@@ -158,12 +176,9 @@ class Runtime {
   // nothing is allocated unless it fails with `why`.
   bool followers_span(FollowerSpan* span, std::string* why) const;
   // Stages every follower's missed rows of [first_row, first_row + num_rows)
-  // from the span with hs_gather_compact_group (one launch per
+  // from the span with group gathers (one launch per
   // HS_MAX_GATHER_GROUP_PIECES pieces) and marks each follower staged.
   void stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows);
-  // The gather on the copy stream with zero rows: every host-side check of
-  // the data-movement op on the bound caches, nothing enqueued.
-  void dry_run_gather() const;
 
   RuntimeOptions options_;
   std::shared_ptr<RuntimeGroup> group_;
@@ -172,18 +187,11 @@ class Runtime {
   int32_t row_width_ = 0;
 
   bool source_bound_ = false;
-  StoredTensor host_cache_;
-  int64_t host_rows_ = 0;
-  int64_t host_pitch_ = 0;  // elements between host slots (the row width when host_rows_ <= 1)
-
+  SourceBinding source_;
   bool hot_bound_ = false;
-  std::array<int64_t, 3> hot_shape_{};
-  std::array<int64_t, 3> hot_strides_{};
-  hs_tensor_t hot_view_{};
-  StoredTensor hot_block_table_;
-  int64_t hot_num_blocks_ = 0;
-  int64_t hot_block_size_ = 0;
-  int64_t attention_block_stride_ = 0;
+  HotBinding hot_;
+  // With both caches bound: this layer's gather without its swap list.
+  GatherCompactParams gather_;
 
   int64_t next_row_ = 0;
   Staged staged_;

@@ -1,4 +1,4 @@
-// A leader's followers staged with one gather_compact_group: whether their
+// A leader's followers staged with one group gather: whether their
 // bound host caches tile one token-major span (each follower's rows of a
 // slot adjacent to the next one's), and the launches that stage them
 // (swap_in with group_gather; docs/staging.md says when that pays).
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/data_movement_params.hpp"
 #include "core/error.hpp"
-#include "hisparse/data_movement.h"
 #include "core/runtime.hpp"
 #include "core/runtime_group.hpp"
 #include "core/tensor.hpp"
@@ -35,7 +35,7 @@ bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
     }
   }
   const Runtime& first = *followers[0];
-  const hs_tensor_t& first_host = first.host_cache_.raw();
+  const hs_tensor_t& first_host = first.source_.cache.raw();
   const int64_t row_bytes = first.row_bytes();
   // Every follower must read rows like the first (dtype, width, slots and
   // pitch, host device) and write them like the first (one hot layout): the
@@ -43,54 +43,56 @@ bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
   const char* base = static_cast<const char*>(first_host.data);
   for (size_t i = 1; i < count; ++i) {
     const Runtime& f = *followers[i];
-    const hs_tensor_t& host = f.host_cache_.raw();
+    const hs_tensor_t& host = f.source_.cache.raw();
     if (f.options_.kv_dtype != first.options_.kv_dtype || f.row_width_ != first.row_width_) {
       return refuse("follower ", i, " has rows of (", f.row_width_, ", ", dtype_name(f.options_.kv_dtype),
                     "), follower 0 of (", first.row_width_, ", ", dtype_name(first.options_.kv_dtype), ")");
     }
-    if (f.host_rows_ != first.host_rows_) {
-      return refuse("follower ", i, "'s host cache has ", f.host_rows_, " rows, follower 0's ", first.host_rows_);
+    if (f.source_.rows != first.source_.rows) {
+      return refuse("follower ", i, "'s host cache has ", f.source_.rows, " rows, follower 0's ", first.source_.rows);
     }
     if (host.device_type != first_host.device_type || host.device_index != first_host.device_index) {
       return refuse("follower ", i, "'s host cache lies on another device than follower 0's");
     }
     // With one slot (or none) the pitch is never stepped over.
-    if (first.host_rows_ > 1 && f.host_pitch_ != first.host_pitch_) {
-      return refuse("follower ", i, "'s host slots are ", f.host_pitch_ * f.row_bytes() / f.row_width_,
-                    " bytes apart, follower 0's ", first.host_pitch_ * row_bytes / first.row_width_);
+    if (first.source_.rows > 1 && f.source_.pitch != first.source_.pitch) {
+      return refuse("follower ", i, "'s host slots are ", f.source_.pitch * f.row_bytes() / f.row_width_,
+                    " bytes apart, follower 0's ", first.source_.pitch * row_bytes / first.row_width_);
     }
-    if (f.hot_shape_ != first.hot_shape_ || f.hot_strides_ != first.hot_strides_ ||
-        f.hot_view_.device_type != first.hot_view_.device_type ||
-        f.hot_view_.device_index != first.hot_view_.device_index) {
+    const hs_tensor_t& view = f.hot_.view.raw();
+    const hs_tensor_t& first_view = first.hot_.view.raw();
+    if (!std::equal(view.shape, view.shape + 3, first_view.shape) ||
+        !std::equal(view.strides, view.strides + 3, first_view.strides) ||
+        view.device_type != first_view.device_type || view.device_index != first_view.device_index) {
       return refuse("follower ", i,
                     "'s hot view (blocks, block size, block stride or device) differs from follower 0's");
     }
   }
-  for (const Runtime* f : followers) base = std::min(base, static_cast<const char*>(f->host_cache_.raw().data));
+  for (const Runtime* f : followers) base = std::min(base, static_cast<const char*>(f->source_.cache.raw().data));
   // The followers' bases must be exactly pieces 0 .. P-1 of the span: each
   // offset a whole row below P rows, and no two followers on one piece.
   const int64_t pieces = static_cast<int64_t>(count);
   for (size_t i = 0; i < count; ++i) {
-    const int64_t offset = static_cast<const char*>(followers[i]->host_cache_.raw().data) - base;
+    const int64_t offset = static_cast<const char*>(followers[i]->source_.cache.raw().data) - base;
     if (offset % row_bytes != 0 || offset / row_bytes >= pieces) {
       return refuse("follower ", i, "'s host cache starts ", offset, " bytes past the lowest follower's, not a "
                     "multiple of row_bytes ", row_bytes, " below followers x row_bytes = ", pieces * row_bytes,
                     ": the followers' rows of a slot are not adjacent");
     }
     for (size_t j = 0; j < i; ++j) {
-      if (followers[j]->host_cache_.raw().data == followers[i]->host_cache_.raw().data) {
+      if (followers[j]->source_.cache.raw().data == followers[i]->source_.cache.raw().data) {
         return refuse("followers ", j, " and ", i, " are bound to the same host rows");
       }
     }
   }
   const int64_t span_elements = pieces * first.row_width_;
-  if (first.host_rows_ > 1 && first.host_pitch_ < span_elements) {
-    return refuse("the host slots are ", first.host_pitch_ * row_bytes / first.row_width_,
+  if (first.source_.rows > 1 && first.source_.pitch < span_elements) {
+    return refuse("the host slots are ", first.source_.pitch * row_bytes / first.row_width_,
                   " bytes apart, less than followers x row_bytes = ", pieces * row_bytes, ": slots would overlap");
   }
   if (span != nullptr) {
     span->base = base;
-    span->pitch = first.host_rows_ > 1 ? first.host_pitch_ : span_elements;
+    span->pitch = first.source_.rows > 1 ? first.source_.pitch : span_elements;
     span->pieces = static_cast<int32_t>(pieces);
   }
   return true;
@@ -99,45 +101,35 @@ bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
 bool Runtime::followers_staged_together() const { return followers_span(nullptr, nullptr); }
 
 void Runtime::stage_followers_together(const FollowerSpan& span, int64_t first_row, int64_t num_rows) {
-  const SharedRows host_rows(group_->tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS), first_row, num_rows);
-  const SharedRows device_rows(group_->tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS), first_row, num_rows);
-  const SharedRows counts(group_->tensor(HS_INDEX_GROUP_SWAP_COUNTS), first_row, num_rows);
   const std::vector<Runtime*>& followers = group_->followers();
   const Runtime& first = *followers[0];
-  const hs_tensor_t& first_host = first.host_cache_.raw();
   const int64_t row_bytes = first.row_bytes();
+  const int64_t itemsize = row_bytes / first.row_width_;
+  // Every follower's caches passed the gather's checks at bind, and their
+  // host rows tile the span, so the span is host memory the kernel can read;
+  // the hot layout is the first follower's (followers_span checked it).
+  GatherCompactParams g = first.gather_params(first_row, num_rows);
+  g.host_pitch = span.pitch * itemsize;
+  g.variant = HS_GATHER_ROW_PERSISTENT;
   // More pieces than one launch takes: near-equal runs of adjacent pieces,
   // each still one contiguous read per slot.
-  const int32_t launches = (span.pieces + HS_MAX_GATHER_GROUP_PIECES - 1) / HS_MAX_GATHER_GROUP_PIECES;
+  const int32_t launches = (span.pieces + kMaxGatherPieces - 1) / kMaxGatherPieces;
   int32_t begin = 0;
   for (int32_t launch = 0; launch < launches; ++launch) {
     const int32_t end = static_cast<int32_t>(static_cast<int64_t>(span.pieces) * (launch + 1) / launches);
-    const int32_t pieces = end - begin;
-    std::array<const hs_tensor_t*, HS_MAX_GATHER_GROUP_PIECES> hot{};
-    std::array<Runtime*, HS_MAX_GATHER_GROUP_PIECES> members{};
+    std::array<Runtime*, kMaxGatherPieces> members{};
     for (Runtime* f : followers) {
-      const int64_t piece = (static_cast<const char*>(f->host_cache_.raw().data) - span.base) / row_bytes;
+      const int64_t piece = (static_cast<const char*>(f->source_.cache.raw().data) - span.base) / row_bytes;
       if (piece >= begin && piece < end) {
-        hot[piece - begin] = &f->hot_view_;
         members[piece - begin] = f;
+        g.piece_hot[piece - begin] = f->gather_.hot;
       }
     }
-    std::array<int64_t, 3> shape{first.host_rows_, pieces, first.row_width_};
-    std::array<int64_t, 3> strides{span.pitch, first.row_width_, 1};
-    hs_tensor_t host{const_cast<char*>(span.base) + begin * row_bytes, first_host.dtype, first_host.device_type,
-                     first_host.device_index, 3, shape.data(), strides.data()};
-    hs_gather_compact_group_args_t g;
-    hs_gather_compact_group_args_init(&g);
-    g.num_hot_caches = pieces;
-    g.host_rows = &host;
-    g.hot_caches = hot.data();
-    g.swap_host_rows = host_rows.get();
-    g.swap_device_rows = device_rows.get();
-    g.swap_counts = counts.get();
-    g.hot_block_size = first.hot_block_size_;  // the group's (check_hot_layout_in_group)
-    g.hot_block_stride = first.attention_block_stride_;
-    check_status(hs_gather_compact_group(&g, group_->copy_stream()));
-    for (int32_t i = 0; i < pieces; ++i) members[i]->mark_staged(first_row, num_rows);
+    g.pieces = end - begin;
+    g.host = reinterpret_cast<const uint8_t*>(span.base) + begin * row_bytes;
+    g.hot = g.piece_hot[0];
+    if (num_rows > 0) backend_->gather_compact(g, group_->copy_stream());
+    for (int32_t i = 0; i < g.pieces; ++i) members[i]->mark_staged(first_row, num_rows);
     begin = end;
   }
 }

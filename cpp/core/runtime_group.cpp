@@ -7,76 +7,52 @@
 
 namespace hisparse {
 
-void check_status(hs_status_t status) {
-  if (status != HS_SUCCESS) throw Error(status, hs_last_error());
-}
-
-SharedRows::SharedRows(const hs_tensor_t& whole, int64_t first, int64_t count) : tensor_(whole) {
-  const int64_t columns = whole.ndim == 2 ? whole.shape[1] : 1;
-  shape_ = {count, columns};
-  tensor_.data = static_cast<char*>(whole.data) + first * columns * static_cast<int64_t>(dtype_size(whole.dtype));
-  tensor_.shape = shape_.data();
-  tensor_.strides = nullptr;
-}
-
-RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend) : options_(options), backend_(backend) {
-  hs_index_group_options_t o;
-  hs_index_group_options_init(&o);
-  o.device_type = options_.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU;
-  o.device_index = options_.device.is_cuda() ? options_.device.index : 0;
-  o.max_num_reqs = options_.max_num_reqs;
-  o.device_buffer_size = options_.device_buffer_size;
-  o.max_swap_rows = options_.max_swap_rows;
-  o.top_k = options_.top_k;
-  o.max_union_rows = options_.max_union_rows;
-  check_status(hs_index_group_create(&o, &index_group_));
-  // From here on a failure must free what exists: the destructor does not
-  // run for a constructor that throws.
+RuntimeGroup::Streams::Streams(Backend& backend_in, int device_in, hs_stream_t borrowed_copy_stream)
+    : backend(backend_in), device(device_in) {
   try {
-    for (int which = 0; which < HS_INDEX_GROUP_NUM_TENSORS; ++which) {
-      check_status(hs_index_group_get_tensor(index_group_, static_cast<hs_index_group_tensor_t>(which),
-                                             &tensors_[which]));
-    }
-    const int device = options_.device.index;
-    if (options_.copy_stream != nullptr) {
-      copy_stream_ = options_.copy_stream;
+    if (borrowed_copy_stream != nullptr) {
+      copy = borrowed_copy_stream;
     } else {
-      copy_stream_ = backend_.create_stream(device);
-      owns_copy_stream_ = true;
+      copy = backend.create_stream(device);
+      owns_copy = true;
     }
-    fork_event_ = backend_.create_event(device);
-    join_event_ = backend_.create_event(device);
+    fork = backend.create_event(device);
+    join = backend.create_event(device);
   } catch (...) {
-    const int device = options_.device.index;
-    backend_.destroy_event(join_event_, device);
-    backend_.destroy_event(fork_event_, device);
-    if (owns_copy_stream_) backend_.destroy_stream(copy_stream_, device);
-    hs_index_group_destroy(index_group_);
+    // The destructor does not run for a constructor that throws.
+    backend.destroy_event(fork, device);
+    if (owns_copy) backend.destroy_stream(copy, device);
     throw;
   }
 }
 
-RuntimeGroup::~RuntimeGroup() {
-  const int device = options_.device.index;
-  backend_.destroy_event(join_event_, device);
-  backend_.destroy_event(fork_event_, device);
-  if (owns_copy_stream_) backend_.destroy_stream(copy_stream_, device);
-  hs_index_group_destroy(index_group_);
+RuntimeGroup::Streams::~Streams() {
+  backend.destroy_event(join, device);
+  backend.destroy_event(fork, device);
+  if (owns_copy) backend.destroy_stream(copy, device);
 }
 
+RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
+    : backend_(backend),
+      index_group_(options.index_group, backend),
+      streams_(backend, options.index_group.device.index, options.copy_stream),
+      topk_ready_(options.topk_ready) {}
+
+RuntimeGroup::~RuntimeGroup() = default;
+
 void RuntimeGroup::copy_waits_for(hs_stream_t stream) {
-  backend_.record_event(fork_event_, stream);
-  backend_.stream_wait_event(copy_stream_, fork_event_);
+  backend_.record_event(streams_.fork, stream);
+  backend_.stream_wait_event(streams_.copy, streams_.fork);
 }
 
 void RuntimeGroup::stream_waits_for_copy(hs_stream_t stream) {
-  backend_.record_event(join_event_, copy_stream_);
-  backend_.stream_wait_event(stream, join_event_);
+  backend_.record_event(streams_.join, streams_.copy);
+  backend_.stream_wait_event(stream, streams_.join);
 }
 
 void RuntimeGroup::copy_waits_for_topk(hs_stream_t compute, bool ignore_topk_ready) {
-  if (options_.topk_ready != nullptr && !ignore_topk_ready) {
-    backend_.stream_wait_event(copy_stream_, options_.topk_ready);
+  if (topk_ready_ != nullptr && !ignore_topk_ready) {
+    backend_.stream_wait_event(streams_.copy, topk_ready_);
   } else {
     copy_waits_for(compute);
   }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/data_movement.hpp"
 #include "core/error.hpp"
-#include "core/runtime_group.hpp"
 
 namespace hisparse {
 
@@ -12,10 +12,10 @@ SlotInvalidator::~SlotInvalidator() {
   for (auto& entry : cache_) backend_.deallocate(entry.second, device_.index);
 }
 
-const int64_t* SlotInvalidator::pointers_for(const std::vector<const hs_tensor_t*>& tables) {
+const int64_t* SlotInvalidator::pointers_for(const std::vector<int32_t*>& tables) {
   std::vector<uintptr_t> key;
   key.reserve(tables.size());
-  for (const hs_tensor_t* table : tables) key.push_back(reinterpret_cast<uintptr_t>(table->data));
+  for (const int32_t* table : tables) key.push_back(reinterpret_cast<uintptr_t>(table));
   const auto found = cache_.find(key);
   if (found != cache_.end()) return static_cast<const int64_t*>(found->second);
 
@@ -40,42 +40,43 @@ const int64_t* SlotInvalidator::pointers_for(const std::vector<const hs_tensor_t
   return static_cast<const int64_t*>(array);
 }
 
-void SlotInvalidator::run(const std::vector<const hs_tensor_t*>& tables, const hs_tensor_t* request_state_indices,
+void SlotInvalidator::run(const std::vector<const IndexGroup*>& groups, const hs_tensor_t* request_state_indices,
                           const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots, hs_stream_t stream) {
-  if (tables.size() > static_cast<size_t>(HS_MAX_INVALIDATION_TABLES)) {
+  if (groups.size() > static_cast<size_t>(HS_MAX_INVALIDATION_TABLES)) {
     invalid_argument("num_runtimes: expected at most ", HS_MAX_INVALIDATION_TABLES, " index groups, got ",
-                     tables.size());
+                     groups.size());
   }
   const TensorArg written(written_slots, "written_slots");
   const TensorArg req_ids(req_id_per_token, "req_id_per_token");
-  if (tables.empty() || std::min(written.numel(), req_ids.numel()) == 0) return;
-  // Checked before a set is cached, so a refused set leaves nothing behind.
-  std::vector<std::string> names;
-  names.reserve(tables.size());
-  for (size_t i = 0; i < tables.size(); ++i) {
-    names.push_back(str("runtimes[", i, "]"));
-    const TensorArg table(tables[i], names.back().c_str());
-    table.on(device_, "the slot invalidator");
-    if (table.raw().ndim != 2 || tables[0]->ndim != 2 || table.size(0) != tables[0]->shape[0] ||
-        table.size(1) != tables[0]->shape[1]) {
-      invalid_argument("runtimes: hisparse index groups must share one hot layout: the group of ", names.back(),
-                       " has device_global_indices of shape ", table.shape_string(), ", the group of runtimes[0] ",
-                       TensorArg(tables[0], "runtimes[0]").shape_string());
+  if (groups.empty() || std::min(written.numel(), req_ids.numel()) == 0) return;
+  // The groups' own sizes, compared before a set is cached, so a refused set
+  // leaves nothing behind.
+  const IndexGroupOptions& first = groups[0]->options();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const IndexGroupOptions& o = groups[i]->options();
+    if (o.device != device_) {
+      invalid_argument("runtimes[", i, "]: expected a runtime on ", device_.describe(),
+                       " (the device of the slot invalidator), got one on ", o.device.describe());
+    }
+    if (o.max_num_reqs != first.max_num_reqs || o.device_buffer_size != first.device_buffer_size) {
+      invalid_argument("runtimes: hisparse index groups must share one hot layout: the group of runtimes[", i,
+                       "] has device_global_indices of shape [", o.max_num_reqs, ", ", o.device_buffer_size,
+                       "], the group of runtimes[0] [", first.max_num_reqs, ", ", first.device_buffer_size, "]");
     }
   }
-  const int64_t shape[1] = {static_cast<int64_t>(tables.size())};
-  const hs_tensor_t pointers{const_cast<int64_t*>(pointers_for(tables)), HS_DTYPE_INT64,
-                             device_.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU, device_.is_cuda() ? device_.index : 0,
-                             1, shape, nullptr};
-  hs_invalidate_written_slots_args_t a;
-  hs_invalidate_written_slots_args_init(&a);
-  a.tables = tables.data();
-  a.num_tables = static_cast<int32_t>(tables.size());
-  a.table_pointers = &pointers;
-  a.request_state_indices = request_state_indices;
-  a.req_id_per_token = req_id_per_token;
-  a.written_slots = written_slots;
-  check_status(hs_invalidate_written_slots(&a, stream));
+  InvalidateSlotsParams p;
+  invalidation_inputs(TensorArg(request_state_indices, "request_state_indices"), req_ids, written, device_,
+                      "the slot invalidator", &p);
+  std::vector<int32_t*> tables;
+  tables.reserve(groups.size());
+  for (const IndexGroup* group : groups) tables.push_back(group->data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES));
+  p.tables = tables.data();
+  p.num_tables = static_cast<int32_t>(tables.size());
+  p.num_state_rows = first.max_num_reqs;
+  p.hot_size = first.device_buffer_size;
+  p.table_pointers = pointers_for(tables);
+  if (p.num_tokens == 0) return;
+  backend_.invalidate_written_slots(p, stream);
 }
 
 }  // namespace hisparse

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "core/backend.hpp"
-#include "hisparse/hisparse.h"
+#include "core/index_group.hpp"
 #include "core/tensor.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
@@ -26,13 +27,15 @@ class SlotInvalidator {
   const Device& device() const { return device_; }
   size_t cached_sets() const { return cache_.size(); }
 
-  // `tables`: each group's device_global_indices, int32 [S, H], one shape,
-  // on the invalidator's device. Blocking only the first time a set is seen.
-  void run(const std::vector<const hs_tensor_t*>& tables, const hs_tensor_t* request_state_indices,
+  // Invalidates in every group's device_global_indices; the groups must
+  // share one [S, H] layout and the invalidator's device (`groups[i]` is
+  // named runtimes[i] in errors). Blocking only the first time a set of
+  // groups is seen.
+  void run(const std::vector<const IndexGroup*>& groups, const hs_tensor_t* request_state_indices,
            const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots, hs_stream_t stream);
 
  private:
-  const int64_t* pointers_for(const std::vector<const hs_tensor_t*>& tables);
+  const int64_t* pointers_for(const std::vector<int32_t*>& tables);
 
   Device device_;
   Backend& backend_;

@@ -24,29 +24,6 @@ void check_count(int64_t value, const char* name, const char* what) {
 
 }  // namespace
 
-Device staging_device(int32_t device_type, int32_t device_index) {
-  Device device;
-  if (device_type == HS_DEVICE_CPU) return device;
-  if (device_type != HS_DEVICE_CUDA) {
-    invalid_argument("device_type: expected HS_DEVICE_CPU (", static_cast<int>(HS_DEVICE_CPU),
-                     ") or HS_DEVICE_CUDA (", static_cast<int>(HS_DEVICE_CUDA), "), got ", device_type);
-  }
-  if (device_index < -1) {
-    invalid_argument("device_index: expected -1 (current device) or a device index >= 0, got ", device_index);
-  }
-  device.kind = Device::kCuda;
-  device.index = device_index;
-  if (device_index == -1) {
-    Backend* cuda = cuda_backend();
-    if (cuda == nullptr) {
-      fail(HS_ERROR_UNSUPPORTED, "device_type: HS_DEVICE_CUDA, but hisparse was built without the CUDA backend");
-    }
-    cuda->check_available();
-    device.index = cuda->current_device();
-  }
-  return device;
-}
-
 StagingLayout staging_plan_layout(const StagingPlanSizes& s, Backend& backend) {
   check_count(s.num_rows, "num_rows", "block-table rows");
   check_count(s.num_cols, "num_cols", "block-table columns");

@@ -22,10 +22,6 @@ struct StagingPlanSizes {
   int64_t capacity = 0;  // staging_block_capacity
 };
 
-// The device of (device_type, device_index) as the staging calls take it:
-// CPU, or a CUDA device (-1 = the current one). Throws naming device_type or
-// device_index.
-Device staging_device(int32_t device_type, int32_t device_index);
 
 // Where each region of a plan's storage starts (bytes from its base).
 struct StagingLayout {

@@ -182,8 +182,3 @@ const TensorArg& TensorArg::aligned(size_t bytes) const {
 }
 
 }  // namespace hisparse
-
-extern "C" {
-HS_API size_t hs_dtype_size(hs_dtype_t dtype) { return hisparse::dtype_size(dtype); }
-HS_API const char* hs_dtype_name(hs_dtype_t dtype) { return hisparse::dtype_name(dtype); }
-}

@@ -1,39 +1,34 @@
 // gather_compact: swap list -> hot cache, reading registered host memory
-// zero-copy. Several schedules of the same copy (hs_gather_variant_t), all
+// zero-copy. Three schedules of the same copy (hs_gather_variant_t), all
 // writing exactly the bytes of the CPU reference:
 //
-//   warp_per_row  one warp per swap entry, a load then a store per chunk:
-//                 the plain baseline (22-40 GB/s for 656-byte rows).
-//   unrolled      a warp takes a group of rows of one token row and issues
-//                 all of the group's loads before its stores.
-//   persistent    unrolled on a fixed grid (max_blocks, else half the SMs)
-//                 that strides over the groups: bounding the rows in flight
-//                 bounds the host pages being translated at once, which is
-//                 what rows scattered over the whole pool are limited by.
-//   row_persistent  persistent with one row per warp on one block per SM:
-//                 the default. For misses local to each request (the decode
-//                 case) it was the best schedule or within 0.01 of it in
-//                 bench/lab/gather_schedules.cu (656-byte rows 0.79-0.86 of
-//                 memcpy, 1152-byte rows 0.90-0.92).
-//   group         (hs_gather_compact_group) row_persistent for a slot of
-//                 several layers' rows side by side: one contiguous read of
-//                 all pieces, each piece written to its own hot cache.
-//   sorted        per token row, a block sorts the entries by host slot in
-//                 shared memory (bitonic, no allocation) and copies them in
-//                 address order as one flat stream of chunks: adjacent host
-//                 rows become contiguous 512-byte warp reads that share their
-//                 boundary cache lines, and each host page's translation is
-//                 used by consecutive requests. A token row can be split over
-//                 several blocks that each sort and copy their share.
+//   warp_per_row    one warp per swap entry, a load then a store per chunk:
+//                   the plain grid of K x R warps.
+//   row_persistent  one warp per used entry, all of a row's loads before
+//                   its stores, on a fixed grid (max_blocks, else one block
+//                   per SM) that strides over the used entries. The default:
+//                   it holds up for misses local to each request (the decode
+//                   case) without a sorting pass or shared-memory staging.
+//   group           (hs_gather_compact_group) row_persistent for a slot of
+//                   several layers' rows side by side: one contiguous read
+//                   of all pieces, each piece written to its own hot cache.
+//   sorted          per token row, a block sorts the entries by host slot in
+//                   shared memory (bitonic, no allocation) and copies them
+//                   in address order as one flat stream of chunks: adjacent
+//                   host rows become contiguous 512-byte warp reads that
+//                   share their boundary cache lines, and each host page's
+//                   translation is used by consecutive requests. A token row
+//                   can be split over several blocks that each sort and copy
+//                   their share. Rows scattered over the pool gain most.
 //
-// persistent and sorted hand out only used work: per window of token rows,
-// every block scans the clamped counts into a shared-memory prefix of work
-// units (groups, or sort shares), and its warps (sorted: the block) take
-// units round-robin, finding a unit's token row by binary search in the
-// prefix. A launch then costs a scan of R counts plus the used entries,
-// not R x K / rows_per_group count reads. Windows bound the shared memory
-// for any R; the unit numbering continues across windows, so the round-robin
-// is the same as over one prefix of all rows.
+// row_persistent, group and sorted hand out only used work: per window of
+// token rows, every block scans the clamped counts into a shared-memory
+// prefix of work units (entries, or sort shares), and its warps (sorted: the
+// block) take units round-robin, finding a unit's token row by binary search
+// in the prefix. A launch then costs a scan of R counts plus the used
+// entries, not R x K count reads. Windows bound the shared memory for any R;
+// the unit numbering continues across windows, so the round-robin is the same
+// as over one prefix of all rows.
 #include <algorithm>
 #include <cstdint>
 
@@ -53,7 +48,7 @@ constexpr int kSortUnroll = 4;
 constexpr uint64_t kInvalidKey = ~0ull;
 constexpr int kDefaultSharedBytes = 48 * 1024;
 // Token rows per prefix window: rows per thread x threads. 16 KiB of
-// persistent's shared memory; sorted's window is smaller so that its
+// row_persistent's shared memory; sorted's window is smaller so that its
 // prefix plus a 2048-entry share still fits in the default 48 KiB.
 constexpr int kPersistentRowsPerThread = 16;
 constexpr int kPersistentWindow = kPersistentRowsPerThread * kThreads;
@@ -99,25 +94,6 @@ __global__ void __launch_bounds__(kThreads) gather_warp_per_row_kernel(GatherCom
       store_chunk(dst + c * kChunkBytes, value);
     }
   }
-}
-
-// One group: rows [g * rows_per_group, ...) of token row t, if any are used.
-__device__ __forceinline__ void copy_group(const GatherCompactParams& p, int t, int g, int rows_per_group,
-                                           int chunks, int lane) {
-  const int first = g * rows_per_group;
-  const int n = min(rows_per_group, clamped_count(p, t) - first);
-  if (n <= 0) return;
-  const uint8_t* src = nullptr;
-  uint8_t* dst = nullptr;
-  if (lane < n) resolve_entry(p, t, first + lane, &src, &dst);
-  warp_copy_rows<kWarpUnroll>(n, src, dst, chunks, lane);
-}
-
-__global__ void __launch_bounds__(kThreads) gather_unrolled_kernel(GatherCompactParams p, int rows_per_group) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int g = blockIdx.x * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
-  const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
-  for (int t = blockIdx.y; t < p.num_token_rows; t += gridDim.y) copy_group(p, t, g, rows_per_group, chunks, lane);
 }
 
 // Exclusive prefix of units(t) over token rows [t0, t0 + n) into prefix[0, n],
@@ -218,13 +194,18 @@ __device__ void for_each_used_unit(int32_t num_token_rows, int window_rows, Unit
   }
 }
 
-__global__ void __launch_bounds__(kThreads) gather_persistent_kernel(GatherCompactParams p, int rows_per_group,
-                                                                     int window_rows) {
+// One warp per used entry (row_persistent): lane 0 resolves the entry, the
+// warp copies the row with all of its loads in flight before the stores.
+__global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherCompactParams p, int window_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
-  const auto groups = [&](int32_t t) { return ceil_div(clamped_count(p, t), rows_per_group); };
-  for_each_used_unit(p.num_token_rows, window_rows, groups,
-                     [&](int32_t t, int g) { copy_group(p, t, g, rows_per_group, chunks, lane); });
+  const auto entries = [&](int32_t t) { return clamped_count(p, t); };
+  for_each_used_unit(p.num_token_rows, window_rows, entries, [&](int32_t t, int k) {
+    const uint8_t* src = nullptr;
+    uint8_t* dst = nullptr;
+    if (lane == 0) resolve_entry(p, t, k, &src, &dst);
+    warp_copy_rows<kWarpUnroll>(1, src, dst, chunks, lane);
+  });
 }
 
 // Group gather (p.pieces > 1): one warp per used entry reads the slot's
@@ -410,7 +391,7 @@ size_t sorted_static_shared_bytes() {
 }
 
 // Opt into the dynamic shared memory the sorted kernel needs; false when the
-// device cannot give that much (the caller then runs the persistent variant).
+// device cannot give that much (the caller then runs row_persistent).
 bool prepare_sorted(size_t shared_bytes) {
   const size_t static_bytes = sorted_static_shared_bytes();
   if (shared_bytes + static_bytes <= static_cast<size_t>(kDefaultSharedBytes)) return true;
@@ -434,11 +415,10 @@ int window_rows(int64_t max_units_per_row, int window) {
   return static_cast<int>(std::clamp<int64_t>(INT32_MAX / std::max<int64_t>(max_units_per_row, 1), 1, window));
 }
 
-// Thread blocks of the persistent and sorted schedules when the caller sets
-// no cap: half the SMs. Measured on an H200 (bench/bench_gather.py), more
-// concurrent rows only add host-page translations in flight: random
-// 656-byte rows ran at 0.35-0.5 of memcpy on every SM and at 0.6-0.77 on 66,
-// and local rows lost nothing. The other half stays free for compute.
+// Thread blocks of the sorted schedule when the caller sets no cap: half
+// the SMs. Fewer concurrent rows translate fewer host pages at once, which
+// is what rows scattered over a large pool are limited by, and the other
+// half of the SMs stays free for compute.
 int64_t automatic_blocks() { return std::max(1, multiprocessor_count() / 2); }
 
 }  // namespace
@@ -461,10 +441,8 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
     cuda_check(cudaGetLastError(), "gather_compact_group kernel launch");
     return;
   }
-  const int rows_per_group = rows_per_warp_group(static_cast<int>(chunks), kWarpUnroll);
   const int warps_per_block = kThreads / kWarpSize;
-  int variant = params.variant;
-  if (variant == HS_GATHER_SORTED) {
+  if (params.variant == HS_GATHER_SORTED) {
     // Token rows are split into parts only while that stays within the
     // block budget; past it, blocks stride over whole token rows.
     const int64_t target = params.max_blocks > 0 ? params.max_blocks : automatic_blocks();
@@ -481,33 +459,19 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
       cuda_check(cudaGetLastError(), "gather_compact (sorted) kernel launch");
       return;
     }
-    variant = HS_GATHER_PERSISTENT;
   }
-  switch (variant) {
-    case HS_GATHER_WARP_PER_ROW: {
-      const dim3 grid((params.top_k + warps_per_block - 1) / warps_per_block, grid_rows(params.num_token_rows));
-      gather_warp_per_row_kernel<<<grid, kThreads, 0, stream>>>(params);
-      break;
-    }
-    case HS_GATHER_UNROLLED: {
-      const int groups = (params.top_k + rows_per_group - 1) / rows_per_group;
-      const dim3 grid((groups + warps_per_block - 1) / warps_per_block, grid_rows(params.num_token_rows));
-      gather_unrolled_kernel<<<grid, kThreads, 0, stream>>>(params, rows_per_group);
-      break;
-    }
-    default: {
-      // persistent, or row_persistent: one row per warp on one block per SM.
-      const bool one_row = variant == HS_GATHER_ROW_PERSISTENT;
-      const int group_rows = one_row ? 1 : rows_per_group;
-      const int64_t default_blocks = one_row ? multiprocessor_count() : automatic_blocks();
-      const int64_t groups_per_row = (params.top_k + group_rows - 1) / group_rows;
-      const int64_t needed = (groups_per_row * params.num_token_rows + warps_per_block - 1) / warps_per_block;
-      const int64_t blocks =
-          std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : default_blocks);
-      gather_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          params, group_rows, window_rows(groups_per_row, kPersistentWindow));
-      break;
-    }
+  if (params.variant == HS_GATHER_WARP_PER_ROW) {
+    const dim3 grid((params.top_k + warps_per_block - 1) / warps_per_block, grid_rows(params.num_token_rows));
+    gather_warp_per_row_kernel<<<grid, kThreads, 0, stream>>>(params);
+  } else {
+    // row_persistent, and sorted past the device's shared memory: one row
+    // per warp on one block per SM.
+    const int64_t needed =
+        (static_cast<int64_t>(params.top_k) * params.num_token_rows + warps_per_block - 1) / warps_per_block;
+    const int64_t blocks =
+        std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count());
+    gather_row_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        params, window_rows(params.top_k, kPersistentWindow));
   }
   cuda_check(cudaGetLastError(), "gather_compact kernel launch");
 }

@@ -61,6 +61,19 @@ class TensorDescList {
 
 inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stream_t>(stream); }
 
+// A zero-copy DLPack array over a contiguous tensor the library owns (an
+// index group's), kept alive by `owner`. The array-API object (__dlpack__,
+// __dlpack_device__) lets torch.from_dlpack and numpy.from_dlpack both take
+// it, and neither is needed to build it. Page-locked host memory is ordinary
+// CPU memory to an array library.
+nb::ndarray<nb::array_api> owned_view(const hs_tensor_t& tensor, nb::handle owner);
+
+// An hs_config_t of the given fields (hisparse.Config's), the rest as
+// hs_config_init leaves them.
+hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
+                        int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
+                        bool eager_host_mirror);
+
 void register_core(nb::module_& m);
 void register_host_pool(nb::module_& m);
 void register_ops(nb::module_& m);

@@ -7,6 +7,22 @@
 
 namespace hisparse_py {
 
+hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
+                        int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
+                        bool eager_host_mirror) {
+  hs_config_t config;
+  hs_config_init(&config);
+  config.top_k = top_k;
+  config.device_buffer_size = device_buffer_size;
+  config.max_union_rows = max_union_rows;
+  config.num_speculative_tokens = num_speculative_tokens;
+  config.row_bytes = row_bytes;
+  config.block_size = block_size;
+  config.hot_block_size = hot_block_size;
+  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  return config;
+}
+
 namespace {
 
 nb::dict build_info() {
@@ -47,18 +63,50 @@ nb::tuple plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t
   return nb::make_tuple(layout.host_num_blocks, layout.host_block_stride, layout.min_host_blocks);
 }
 
-void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t row_bytes,
-                     int32_t block_size, int32_t hot_block_size, bool eager_host_mirror, int device) {
+nb::dict default_config() {
   hs_config_t config;
   hs_config_init(&config);
-  config.top_k = top_k;
-  config.device_buffer_size = device_buffer_size;
-  config.max_union_rows = max_union_rows;
-  config.row_bytes = row_bytes;
-  config.block_size = block_size;
-  config.hot_block_size = hot_block_size;
-  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  nb::dict out;
+  out["top_k"] = config.top_k;
+  out["device_buffer_size"] = config.device_buffer_size;
+  out["max_union_rows"] = config.max_union_rows;
+  out["num_speculative_tokens"] = config.num_speculative_tokens;
+  out["row_bytes"] = config.row_bytes;
+  out["block_size"] = config.block_size;
+  out["hot_block_size"] = config.hot_block_size;
+  out["eager_host_mirror"] = config.eager_host_mirror != 0;
+  return out;
+}
+
+void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
+                     int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
+                     bool eager_host_mirror, int device) {
+  const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
+                                         row_bytes, block_size, hot_block_size, eager_host_mirror);
   check(hs_config_validate(&config, device));
+}
+
+// dtype name -> (hs_dtype_t code, bytes per element), from the library.
+nb::dict dtypes() {
+  nb::dict out;
+  for (int code = 0; code < HS_NUM_DTYPES; ++code) {
+    const auto dtype = static_cast<hs_dtype_t>(code);
+    out[hs_dtype_name(dtype)] = nb::make_tuple(code, hs_dtype_size(dtype));
+  }
+  return out;
+}
+
+// Names of the counters of a stats tensor, in hs_stat_t order.
+nb::tuple stat_names() {
+  const char* names[HS_NUM_STATS] = {};
+  names[HS_STAT_LOOKUPS] = "lookups";
+  names[HS_STAT_HITS] = "hits";
+  names[HS_STAT_MISSES] = "misses";
+  names[HS_STAT_RESIDENT] = "resident";
+  names[HS_STAT_INVALID] = "invalid";
+  nb::list out;
+  for (const char* name : names) out.append(name);
+  return nb::tuple(out);
 }
 
 }  // namespace
@@ -89,15 +137,32 @@ void register_core(nb::module_& m) {
   m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
         nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
         "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");
+  m.def("default_config", &default_config, "hs_config_init's values (max_union_rows 0 = its default).");
   m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"),
-        nb::arg("max_union_rows"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
-        nb::arg("eager_host_mirror"), nb::arg("device"));
+        nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"),
+        nb::arg("hot_block_size"), nb::arg("eager_host_mirror"), nb::arg("device"));
+  m.def("default_max_union_rows", [](int32_t top_k, int32_t num_speculative_tokens) {
+    int32_t rows = 0;
+    check(hs_default_max_union_rows(top_k, num_speculative_tokens, &rows));
+    return rows;
+  }, nb::arg("top_k"), nb::arg("num_speculative_tokens"),
+        "The default max_union_rows: top_k x (1 + num_speculative_tokens).");
+  m.def("default_max_swap_rows", [](int32_t max_num_reqs, int32_t num_speculative_tokens) {
+    int32_t rows = 0;
+    check(hs_default_max_swap_rows(max_num_reqs, num_speculative_tokens, &rows));
+    return rows;
+  }, nb::arg("max_num_reqs"), nb::arg("num_speculative_tokens"),
+        "The default max_swap_rows: max_num_reqs x (1 + num_speculative_tokens).");
   m.def("resolver_shared_memory_bytes", [](int32_t device_buffer_size, int32_t max_union_rows) {
     uint64_t bytes = 0;
     check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
     return bytes;
   }, nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
   m.attr("NUM_STATS") = static_cast<int>(HS_NUM_STATS);
+  m.attr("STAT_NAMES") = stat_names();
+  m.attr("DTYPES") = dtypes();
+  m.attr("DEVICE_CPU") = static_cast<int>(HS_DEVICE_CPU);
+  m.attr("DEVICE_CUDA") = static_cast<int>(HS_DEVICE_CUDA);
 }
 
 }  // namespace hisparse_py

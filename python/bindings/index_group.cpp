@@ -18,19 +18,10 @@ using Array = nb::ndarray<>;
 using OptionalArray = std::optional<nb::ndarray<>>;
 using View = nb::ndarray<nb::array_api>;
 
-nb::dlpack::dtype to_dlpack(hs_dtype_t dtype) {
-  switch (dtype) {
-    case HS_DTYPE_INT16: return nb::dtype<int16_t>();
-    case HS_DTYPE_INT32: return nb::dtype<int32_t>();
-    case HS_DTYPE_INT64: return nb::dtype<int64_t>();
-    default: throw std::runtime_error("hisparse: index group tensor with unexpected dtype " + std::to_string(dtype));
-  }
-}
-
 class IndexGroup {
  public:
   IndexGroup(int device_type, int device_index, int32_t max_num_reqs, int32_t device_buffer_size,
-             int32_t max_swap_rows, int32_t top_k, int32_t max_union_rows) {
+             int32_t max_swap_rows, int32_t top_k, int32_t max_union_rows, int32_t num_speculative_tokens) {
     hs_index_group_options_t options;
     hs_index_group_options_init(&options);
     options.device_type = device_type;
@@ -40,6 +31,7 @@ class IndexGroup {
     options.max_swap_rows = max_swap_rows;
     options.top_k = top_k;
     options.max_union_rows = max_union_rows;
+    options.num_speculative_tokens = num_speculative_tokens;
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // allocation and a device sync
@@ -67,9 +59,7 @@ class IndexGroup {
     return out;
   }
 
-  // A DLPack array over tensor `which`, owned by `self` (this group). The
-  // array-API object (__dlpack__, __dlpack_device__) lets torch.from_dlpack
-  // and numpy.from_dlpack both take it, and neither is needed to build it.
+  // A DLPack array over tensor `which`, owned by `self` (this group).
   View tensor(nb::handle self, int which) const {
     if (which < 0 || which >= HS_INDEX_GROUP_NUM_TENSORS) {
       throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_INDEX_GROUP_NUM_TENSORS) +
@@ -78,13 +68,7 @@ class IndexGroup {
     }
     hs_tensor_t t{};
     check(hs_index_group_get_tensor(handle_, static_cast<hs_index_group_tensor_t>(which), &t));
-    size_t shape[HS_MAX_DIMS];
-    for (int d = 0; d < t.ndim; ++d) shape[d] = static_cast<size_t>(t.shape[d]);
-    // Page-locked host memory is ordinary CPU memory to an array library.
-    const bool cuda = t.device_type == HS_DEVICE_CUDA;
-    const int device_type = cuda ? nb::device::cuda::value : nb::device::cpu::value;
-    return View(t.data, static_cast<size_t>(t.ndim), shape, self, nullptr, to_dlpack(t.dtype), device_type,
-                 cuda ? t.device_index : 0);
+    return owned_view(t, self);
   }
 
   void reset(uintptr_t stream) { check(hs_index_group_reset(handle_, as_stream(stream))); }
@@ -142,9 +126,9 @@ class IndexGroup {
 void register_index_group(nb::module_& m) {
   nb::class_<IndexGroup>(m, "IndexGroup", nb::is_weak_referenceable(),
                          "Index-group state (hot region, shared top-k outputs, counters). Use hisparse.IndexGroup.")
-      .def(nb::init<int, int, int32_t, int32_t, int32_t, int32_t, int32_t>(), nb::arg("device_type"),
+      .def(nb::init<int, int, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>(), nb::arg("device_type"),
            nb::arg("device_index"), nb::arg("max_num_reqs"), nb::arg("device_buffer_size"),
-           nb::arg("max_swap_rows"), nb::arg("top_k"), nb::arg("max_union_rows"))
+           nb::arg("max_swap_rows"), nb::arg("top_k"), nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"))
       .def("info", &IndexGroup::info)
       .def(
           "tensor",
@@ -179,8 +163,6 @@ void register_index_group(nb::module_& m) {
   tensors["counters"] = static_cast<int>(HS_INDEX_GROUP_STATS);
   tensors["counters_host"] = static_cast<int>(HS_INDEX_GROUP_STATS_HOST);
   m.attr("INDEX_GROUP_TENSORS") = tensors;
-  m.attr("INDEX_GROUP_DEVICE_CPU") = static_cast<int>(HS_DEVICE_CPU);
-  m.attr("INDEX_GROUP_DEVICE_CUDA") = static_cast<int>(HS_DEVICE_CUDA);
 }
 
 }  // namespace hisparse_py

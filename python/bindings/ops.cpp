@@ -26,7 +26,7 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
                        const Array& out_swap_counts, const OptionalArray& source_block_table, int64_t block_size,
                        const OptionalArray& resident_block_table, int64_t resident_block_size,
                        const OptionalArray& num_valid_rows, const OptionalArray& stats,
-                       const OptionalArray& gather_host_rows, const OptionalArray& gather_hot_cache,
+                       const OptionalArray& gather_host_cache, const OptionalArray& gather_hot_cache,
                        int64_t gather_hot_block_stride, uintptr_t stream) {
   const TensorDesc topk(topk_indices, "topk_indices"), req(req_id_per_token, "req_id_per_token"),
       rsi(request_state_indices, "request_state_indices"), dgi(device_global_indices, "device_global_indices"),
@@ -37,7 +37,7 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
       swap_counts(out_swap_counts, "out_swap_counts");
   const OptionalTensorDesc source(source_block_table, "source_block_table"),
       resident(resident_block_table, "resident_block_table"), nvr(num_valid_rows, "num_valid_rows"),
-      counters(stats, "stats"), gather_host(gather_host_rows, "gather_host_rows"),
+      counters(stats, "stats"), gather_host(gather_host_cache, "gather_host_cache"),
       gather_hot(gather_hot_cache, "gather_hot_cache");
   hs_resolve_residency_args_t args;
   hs_resolve_residency_args_init(&args);
@@ -65,7 +65,7 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
   args.resident_block_size = resident_block_size;
   args.num_valid_rows = nvr.get();
   args.stats = counters.get();
-  args.gather_host_rows = gather_host.get();
+  args.gather_host_cache = gather_host.get();
   args.gather_hot_cache = gather_hot.get();
   args.gather_hot_block_stride = gather_hot_block_stride;
   check(hs_resolve_residency(&args, as_stream(stream)));
@@ -87,7 +87,7 @@ void register_ops(nb::module_& m) {
         nb::arg("block_size") = 0, nb::arg("resident_block_table").noconvert().none() = nb::none(),
         nb::arg("resident_block_size") = 0, nb::arg("num_valid_rows").noconvert().none() = nb::none(),
         nb::arg("stats").noconvert().none() = nb::none(),
-        nb::arg("gather_host_rows").noconvert().none() = nb::none(),
+        nb::arg("gather_host_cache").noconvert().none() = nb::none(),
         nb::arg("gather_hot_cache").noconvert().none() = nb::none(), nb::arg("gather_hot_block_stride") = 0,
         nb::arg("stream") = 0);
 }

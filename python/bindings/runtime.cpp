@@ -22,30 +22,30 @@ using Array = nb::ndarray<>;
 using OptionalArray = std::optional<nb::ndarray<>>;
 using View = nb::ndarray<nb::array_api>;
 
-nb::dlpack::dtype group_dtype(hs_dtype_t dtype) {
-  switch (dtype) {
-    case HS_DTYPE_INT16: return nb::dtype<int16_t>();
-    case HS_DTYPE_INT32: return nb::dtype<int32_t>();
-    case HS_DTYPE_INT64: return nb::dtype<int64_t>();
-    default: throw std::runtime_error("hisparse: index group tensor with unexpected dtype " + std::to_string(dtype));
-  }
+// (data pointer, shape, element strides) of a 3-D view descriptor.
+using ViewGeometry = std::tuple<uintptr_t, std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, int64_t, int64_t>>;
+
+ViewGeometry geometry(const void* data, const int64_t* shape, const int64_t* strides) {
+  return {reinterpret_cast<uintptr_t>(data), {shape[0], shape[1], shape[2]}, {strides[0], strides[1], strides[2]}};
+}
+
+ViewGeometry paged_cache_view(const Array& raw_tensor, int32_t dtype, int64_t row_width, int64_t byte_offset,
+                              int64_t block_stride, int64_t num_blocks, int64_t block_size) {
+  const TensorDesc raw(raw_tensor, "raw_tensor");
+  hs_paged_view_t view{};
+  view.struct_size = sizeof(view);
+  check(hs_paged_cache_view(raw.get(), dtype, row_width, byte_offset, block_stride, num_blocks, block_size, &view));
+  return geometry(view.data, view.shape, view.strides);
 }
 
 class Runtime {
  public:
-  Runtime(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t row_bytes, int32_t block_size,
-          int32_t hot_block_size, bool eager_host_mirror, int device_type, int device_index, int32_t max_num_reqs,
-          int32_t max_swap_rows, int32_t kv_dtype, const Runtime* leader, uintptr_t copy_stream,
-          uintptr_t topk_ready_event) {
-    hs_config_t config;
-    hs_config_init(&config);
-    config.top_k = top_k;
-    config.device_buffer_size = device_buffer_size;
-    config.max_union_rows = max_union_rows;
-    config.row_bytes = row_bytes;
-    config.block_size = block_size;
-    config.hot_block_size = hot_block_size;
-    config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  Runtime(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t num_speculative_tokens,
+          int32_t row_bytes, int32_t block_size, int32_t hot_block_size, bool eager_host_mirror, int device_type,
+          int device_index, int32_t max_num_reqs, int32_t max_swap_rows, int32_t kv_dtype, const Runtime* leader,
+          uintptr_t copy_stream, uintptr_t topk_ready_event) {
+    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
+                                           row_bytes, block_size, hot_block_size, eager_host_mirror);
     hs_runtime_options_t options;
     hs_runtime_options_init(&options);
     options.config = &config;
@@ -84,6 +84,7 @@ class Runtime {
     out["top_k"] = i.top_k;
     out["device_buffer_size"] = i.device_buffer_size;
     out["max_union_rows"] = i.max_union_rows;
+    out["num_speculative_tokens"] = i.num_speculative_tokens;
     out["row_bytes"] = i.row_bytes;
     out["kv_dtype"] = i.kv_dtype;
     out["row_width"] = i.row_width;
@@ -112,12 +113,14 @@ class Runtime {
     check(hs_runtime_get_index_group(handle_, &group));
     hs_tensor_t t{};
     check(hs_index_group_get_tensor(group, static_cast<hs_index_group_tensor_t>(which), &t));
-    size_t shape[HS_MAX_DIMS];
-    for (int d = 0; d < t.ndim; ++d) shape[d] = static_cast<size_t>(t.shape[d]);
-    const bool cuda = t.device_type == HS_DEVICE_CUDA;
-    const int device_type = cuda ? nb::device::cuda::value : nb::device::cpu::value;
-    return View(t.data, static_cast<size_t>(t.ndim), shape, self, nullptr, group_dtype(t.dtype), device_type,
-                cuda ? t.device_index : 0);
+    return owned_view(t, self);
+  }
+
+  // Where the bound hot view lies in the slab the runtime was bound to.
+  ViewGeometry hot_cache() const {
+    hs_tensor_t t{};
+    check(hs_runtime_get_hot_cache(handle_, &t));
+    return geometry(t.data, t.shape, t.strides);
   }
 
   void bind_source_cache(const Array& host_cache, const OptionalArray& registered_host_pool) {
@@ -244,9 +247,10 @@ class SlotInvalidator {
 
 void register_runtime(nb::module_& m) {
   nb::class_<Runtime>(m, "Runtime", "A per-layer hisparse runtime (hs_runtime_t). Use hisparse.Runtime.")
-      .def(nb::init<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, bool, int, int, int32_t, int32_t, int32_t,
-                    const Runtime*, uintptr_t, uintptr_t>(),
-           nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("row_bytes"),
+      .def(nb::init<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, bool, int, int, int32_t, int32_t,
+                    int32_t, const Runtime*, uintptr_t, uintptr_t>(),
+           nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
+           nb::arg("num_speculative_tokens"), nb::arg("row_bytes"),
            nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("eager_host_mirror"), nb::arg("device_type"),
            nb::arg("device_index"), nb::arg("max_num_reqs"), nb::arg("max_swap_rows"), nb::arg("kv_dtype"),
            nb::arg("leader").none(), nb::arg("copy_stream") = 0, nb::arg("topk_ready_event") = 0)
@@ -259,6 +263,8 @@ void register_runtime(nb::module_& m) {
            nb::arg("registered_host_pool").noconvert().none() = nb::none())
       .def("bind_hot_cache", &Runtime::bind_hot_cache, nb::arg("raw_tensor").noconvert(), nb::arg("byte_offset"),
            nb::arg("block_stride"), nb::arg("num_blocks"), nb::arg("block_size"), nb::arg("block_table").noconvert())
+      .def("hot_cache", &Runtime::hot_cache,
+           "(data pointer, shape, element strides) of the bound hot view (hs_runtime_get_hot_cache).")
       .def("unbind", &Runtime::unbind)
       .def("begin_forward", &Runtime::begin_forward)
       .def("swap_in", &Runtime::swap_in, nb::arg("topk_indices").noconvert().none(),
@@ -282,14 +288,9 @@ void register_runtime(nb::module_& m) {
       .def("run", &SlotInvalidator::run, nb::arg("runtimes"), nb::arg("request_state_indices").noconvert(),
            nb::arg("req_id_per_token").noconvert(), nb::arg("written_slots").noconvert(), nb::arg("stream") = 0);
 
-  nb::dict dtypes;
-  const std::pair<const char*, hs_dtype_t> names[] = {
-      {"uint8", HS_DTYPE_UINT8},     {"int8", HS_DTYPE_INT8},         {"int16", HS_DTYPE_INT16},
-      {"int32", HS_DTYPE_INT32},     {"int64", HS_DTYPE_INT64},       {"float16", HS_DTYPE_FLOAT16},
-      {"bfloat16", HS_DTYPE_BFLOAT16}, {"float32", HS_DTYPE_FLOAT32}, {"float64", HS_DTYPE_FLOAT64},
-      {"float8_e4m3fn", HS_DTYPE_FLOAT8_E4M3}, {"float8_e5m2", HS_DTYPE_FLOAT8_E5M2}, {"bool", HS_DTYPE_BOOL}};
-  for (const auto& [name, code] : names) dtypes[name] = static_cast<int>(code);
-  m.attr("DTYPE_CODES") = dtypes;
+  m.def("paged_cache_view", &paged_cache_view, nb::arg("raw_tensor").noconvert(), nb::arg("dtype"),
+        nb::arg("row_width"), nb::arg("byte_offset"), nb::arg("block_stride"), nb::arg("num_blocks"),
+        nb::arg("block_size"), "(data pointer, shape, element strides) of a paged view (hs_paged_cache_view).");
 }
 
 }  // namespace hisparse_py

@@ -58,14 +58,14 @@ Array array_arg(nb::handle value, const char* name) {
 }
 
 // Arrays handed to a method straight from Python cross the way
-// hisparse._tensors exports them (CUDA tensors without a stream sync), and
+// hisparse._args converts them (CUDA tensors without a stream sync), and
 // the stream is torch's current one of their device unless one is given.
 nb::object exported(nb::handle value, const char* name) {
-  return nb::module_::import_("hisparse._tensors").attr("export")(value, name);
+  return nb::module_::import_("hisparse._args").attr("tensor")(name, value);
 }
 
 hs_stream_t stream_of(nb::handle stream, nb::handle a, nb::handle b) {
-  const nb::object handle = nb::module_::import_("hisparse._tensors").attr("stream_handle")(stream, a, b);
+  const nb::object handle = nb::module_::import_("hisparse._args").attr("stream")(stream, a, b);
   return as_stream(nb::cast<uintptr_t>(handle));
 }
 

@@ -52,7 +52,31 @@ hs_dtype_t to_hs_dtype(const nb::dlpack::dtype& dtype, const char* name) {
                            .c_str());
 }
 
+nb::dlpack::dtype to_dlpack(hs_dtype_t dtype) {
+  switch (dtype) {
+    case HS_DTYPE_UINT8: return nb::dtype<uint8_t>();
+    case HS_DTYPE_INT8: return nb::dtype<int8_t>();
+    case HS_DTYPE_INT16: return nb::dtype<int16_t>();
+    case HS_DTYPE_INT32: return nb::dtype<int32_t>();
+    case HS_DTYPE_INT64: return nb::dtype<int64_t>();
+    case HS_DTYPE_FLOAT32: return nb::dtype<float>();
+    case HS_DTYPE_FLOAT64: return nb::dtype<double>();
+    case HS_DTYPE_BOOL: return nb::dtype<bool>();
+    default:
+      throw std::runtime_error(std::string("hisparse: no DLPack view of a ") + hs_dtype_name(dtype) + " tensor");
+  }
+}
+
 }  // namespace
+
+nb::ndarray<nb::array_api> owned_view(const hs_tensor_t& t, nb::handle owner) {
+  size_t shape[HS_MAX_DIMS];
+  for (int d = 0; d < t.ndim; ++d) shape[d] = static_cast<size_t>(t.shape[d]);
+  const bool cuda = t.device_type == HS_DEVICE_CUDA;
+  const int device_type = cuda ? nb::device::cuda::value : nb::device::cpu::value;
+  return nb::ndarray<nb::array_api>(t.data, static_cast<size_t>(t.ndim), shape, owner, nullptr, to_dlpack(t.dtype),
+                                    device_type, cuda ? t.device_index : 0);
+}
 
 TensorDesc::TensorDesc(const nb::ndarray<>& array, const char* name) {
   const size_t ndim = array.ndim();

@@ -20,7 +20,8 @@ from .staging import StagingPlan, build_staging_plan
 
 __version__ = _C.version()
 
-STAT_NAMES = ("lookups", "hits", "misses", "resident", "invalid")
+#: Names of the residency counters, in the order of a stats tensor (hs_stat_t).
+STAT_NAMES = _C.STAT_NAMES
 
 __all__ = [
     "BatchInfo",

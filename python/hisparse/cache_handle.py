@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
+from . import _args
 from .runtime import Runtime, paged_cache_view
 
 __all__ = ["BatchInfo", "CacheHandle", "is_decode_batch", "is_group_prefetch_batch"]
@@ -34,11 +35,7 @@ class BatchInfo:
 
     def __post_init__(self) -> None:
         for name in ("num_actual_tokens", "num_decode_tokens", "num_reqs", "max_query_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-            if value < 0:
-                raise ValueError(f"{name}: expected a count >= 0, got {value}")
+            _args.require_int(name, getattr(self, name), 0)
 
 
 def is_decode_batch(batch: Optional[BatchInfo]) -> bool:

@@ -7,9 +7,8 @@ import math
 import weakref
 from typing import Any, Optional, Sequence, Union
 
-from . import _C
+from . import _C, _args
 from ._tensors import torch_or_none
-from .config import dtype_itemsize
 
 __all__ = ["HostPool"]
 
@@ -38,33 +37,17 @@ class HostPool:
         check_memory: bool = True,
         max_segment_bytes: Optional[int] = None,
     ) -> None:
-        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int):
-            raise TypeError(f"size_bytes: expected an int, got {type(size_bytes).__name__}")
-        if size_bytes <= 0:
-            raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
+        _args.require_int("size_bytes", size_bytes, 1, bits=64)
         if register not in _REGISTRATION:
             raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
-        for name, value in (
-            ("populate_threads", populate_threads),
-            ("device", device),
-            ("max_segment_bytes", max_segment_bytes),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
-        if populate_threads is not None and populate_threads < 1:
-            raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
-        if device is not None and device < 0:
-            raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
-        if max_segment_bytes is not None and max_segment_bytes < 1:
-            raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
         self._pool = _C.HostPool(
             size_bytes,
-            populate_threads or 0,
+            _args.optional_int("populate_threads", populate_threads, 0, 1),
             _REGISTRATION[register],
-            -1 if device is None else device,
+            _args.optional_int("device", device, -1, 0),
             bool(huge_pages),
             bool(check_memory),
-            max_segment_bytes or 0,
+            _args.optional_int("max_segment_bytes", max_segment_bytes, 0, 1),
         )
         self._size = size_bytes
         _live_pools.add(self)
@@ -111,11 +94,8 @@ class HostPool:
         after ``offset``. The view keeps the pool alive; ``release()`` refuses
         while views exist.
         """
-        itemsize = dtype_itemsize(dtype)
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset: expected an int, got {type(offset).__name__}")
-        if offset < 0:
-            raise ValueError(f"offset: expected a non-negative int, got {offset!r}")
+        itemsize = _args.dtype_itemsize(dtype)
+        _args.require_int("offset", offset, 0)
         if offset % itemsize != 0:
             raise ValueError(f"offset: expected a multiple of the {itemsize}-byte element size, got {offset}")
         if shape is None:
@@ -126,10 +106,7 @@ class HostPool:
             shape = tuple(shape)
         else:
             raise TypeError(f"shape: expected None, an int or a sequence of ints, got {type(shape).__name__}")
-        if any(isinstance(d, bool) or not isinstance(d, int) for d in shape):
-            raise TypeError(f"shape: expected ints, got {shape}")
-        if any(d < 0 for d in shape):
-            raise ValueError(f"shape: expected non-negative sizes, got {shape}")
+        shape = tuple(_args.require_int(f"shape[{i}]", d, 0) for i, d in enumerate(shape))
         torch = None if numpy else torch_or_none()
         # Resolve the element type before touching the pool, so a bad dtype
         # leaves no view behind.
@@ -161,21 +138,10 @@ class HostPool:
         return f"HostPool({self._size} bytes, {state})"
 
 
-def _dtype_name(dtype: Any) -> str:
-    """'int32' for torch.int32, numpy.int32, numpy.dtype('int32') or 'int32'."""
-    if isinstance(dtype, str):
-        return dtype.removeprefix("torch.")
-    if type(dtype).__module__.startswith("torch"):
-        return str(dtype).removeprefix("torch.")
-    import numpy as np  # noqa: PLC0415
-
-    return np.dtype(dtype).name
-
-
 def _torch_dtype(torch: Any, dtype: Any) -> Any:
     if isinstance(dtype, torch.dtype):
         return dtype
-    element = getattr(torch, _dtype_name(dtype), None)
+    element = getattr(torch, _args.dtype_name(dtype), None)
     if not isinstance(element, torch.dtype):
         raise TypeError(f"dtype: {dtype!r} is not a torch dtype")
     return element
@@ -185,7 +151,7 @@ def _numpy_dtype(dtype: Any) -> Any:
     import numpy as np  # noqa: PLC0415
 
     try:
-        return np.dtype(_dtype_name(dtype))
+        return np.dtype(_args.dtype_name(dtype))
     except TypeError as error:
         raise TypeError(
             f"dtype: NumPy has no {dtype!r}; view the pool as a torch tensor or as same-sized integers"

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from . import _C
-from ._tensors import export, stream_handle, torch_or_none
+from . import _C, _args
+from ._tensors import torch_or_none
 from .config import Config
 
 __all__ = ["IndexGroup", "ResolveResult"]
 
-_STAT_NAMES = ("lookups", "hits", "misses", "resident", "invalid")
 _TENSORS = _C.INDEX_GROUP_TENSORS
 
 
@@ -34,52 +33,17 @@ class ResolveResult(NamedTuple):
     swap_counts: Any
 
 
-def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
-    return value
-
-
-def _tensor(value: Any, name: str) -> Any:
-    if value is None or not hasattr(value, "__dlpack__"):
-        raise TypeError(f"{name}: expected a tensor (torch or NumPy), got {type(value).__name__}")
-    return export(value, name)
-
-
-def _optional_tensor(value: Any, name: str) -> Any:
-    return None if value is None else _tensor(value, name)
-
-
-def _parse_device(device: Any) -> tuple:
-    """(device type code, device index; -1 = current CUDA device) of a torch.device, str or int."""
-    if device is None:
-        return _C.INDEX_GROUP_DEVICE_CPU, 0
-    if isinstance(device, bool):
-        raise TypeError(f"device: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {device!r}")
-    if isinstance(device, int):
-        if device < 0:
-            raise ValueError(f"device: expected a CUDA device index >= 0, got {device}")
-        return _C.INDEX_GROUP_DEVICE_CUDA, device
-    text = str(device)
-    kind, _, index = text.partition(":")
-    if kind == "cpu" and not index:
-        return _C.INDEX_GROUP_DEVICE_CPU, 0
-    if kind == "cuda" and (not index or index.isdigit()):
-        return _C.INDEX_GROUP_DEVICE_CUDA, int(index) if index else -1
-    raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {text!r}")
-
-
 class IndexGroup:
     """Hot-region state, shared top-k outputs and counters of one index group.
 
     Sizes come from a :class:`hisparse.Config` or from keywords (``top_k`` and
-    ``device_buffer_size`` are then required; ``max_union_rows`` defaults to
-    ``min(top_k, device_buffer_size)``). ``max_swap_rows`` (token rows of the
-    shared top-k state) defaults to ``max_num_reqs * (1 +
-    config.num_speculative_tokens)``. ``device`` is "cpu" (the reference
-    backend), "cuda", "cuda:N", a torch.device or a CUDA index.
+    ``device_buffer_size`` are then required). The library's defaults apply
+    to what is left out: ``max_union_rows = top_k * (1 +
+    num_speculative_tokens)`` and ``max_swap_rows`` (token rows of the shared
+    top-k state) ``= max_num_reqs * (1 + num_speculative_tokens)``, with the
+    config's ``num_speculative_tokens`` (0 without a config). ``device`` is
+    "cpu" (the reference backend), "cuda", "cuda:N", a torch.device or a CUDA
+    index.
 
     Construction allocates and blocks until the state is initialised; every
     other method is stream-ordered on torch's current stream of the group's
@@ -104,11 +68,11 @@ class IndexGroup:
     ) -> None:
         if config is not None and not isinstance(config, Config):
             raise TypeError(f"config: expected a hisparse.Config or None, got {type(config).__name__}")
-        _require_int("max_num_reqs", max_num_reqs, 1)
+        _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
         sizes = {"top_k": top_k, "device_buffer_size": device_buffer_size, "max_union_rows": max_union_rows}
         for name, value in sizes.items():
             if value is not None:
-                _require_int(name, value)
+                _args.require_int(name, value, bits=32)
             if config is not None:
                 from_config = getattr(config, name)
                 if value is not None and value != from_config:
@@ -117,20 +81,19 @@ class IndexGroup:
         for name in ("top_k", "device_buffer_size"):
             if sizes[name] is None:
                 raise ValueError(f"{name}: required when no config is given")
-        if max_swap_rows is None:
-            speculative = config.num_speculative_tokens if config is not None else 0
-            max_swap_rows = max_num_reqs * (1 + speculative)
-        _require_int("max_swap_rows", max_swap_rows, 1)
+        if max_swap_rows is not None:
+            _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
 
-        device_type, device_index = _parse_device(device)
+        device_type, device_index = _args.device(device)
         self._group = _C.IndexGroup(
             device_type,
             device_index,
             max_num_reqs,
             sizes["device_buffer_size"],
-            max_swap_rows,
+            max_swap_rows or 0,
             sizes["top_k"],
             sizes["max_union_rows"] or 0,
+            config.num_speculative_tokens if config is not None else 0,
         )
         self._config = config
         self._info = self._group.info()
@@ -153,7 +116,7 @@ class IndexGroup:
     @property
     def device(self) -> Any:
         """torch.device of the group's memory (a string without torch)."""
-        is_cuda = self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA
+        is_cuda = self._info["device_type"] == _C.DEVICE_CUDA
         name = f"cuda:{self._info['device_index']}" if is_cuda else "cpu"
         torch = torch_or_none()
         return torch.device(name) if torch is not None else name
@@ -245,7 +208,7 @@ class IndexGroup:
 
     # ------------------------------------------------------------------ operations
     def _stream(self, stream: Any, *tensors: Any) -> int:
-        return stream_handle(stream, self._views["device_global_indices"], *tensors)
+        return _args.stream(stream, self._views["device_global_indices"], *tensors)
 
     def reset(self, *, stream: Any = None) -> None:
         """Drop all hot-region state (every hit becomes a miss) and zero the counters.
@@ -264,8 +227,8 @@ class IndexGroup:
         [0, max_num_reqs) are skipped; empty inputs do nothing. Capturable.
         """
         self._group.invalidate_sorted_slots(
-            _tensor(sorted_slots, "sorted_slots"),
-            _tensor(state_indices, "state_indices"),
+            _args.tensor("sorted_slots", sorted_slots),
+            _args.tensor("state_indices", state_indices),
             self._stream(stream, sorted_slots, state_indices),
         )
 
@@ -295,23 +258,23 @@ class IndexGroup:
         layer of the group loads each missed row), None without a row size
         (``row_bytes`` defaults to the config's).
         """
-        _require_int("num_layers", num_layers, 1)
+        _args.require_int("num_layers", num_layers, 1)
         if row_bytes is None and self._config is not None:
             row_bytes = self._config.row_bytes
         if row_bytes is not None:
-            _require_int("row_bytes", row_bytes, 0)
+            _args.require_int("row_bytes", row_bytes, 0)
         if synchronize:
             handle = self._stream(stream)
             self._group.copy_stats_async(handle)
             self._synchronize(stream, handle)
-        values = dict(zip(_STAT_NAMES, self._group.read_stats()))
+        values = dict(zip(_C.STAT_NAMES, self._group.read_stats()))
         looked_up = values["hits"] + values["misses"]
         values["hit_rate"] = values["hits"] / looked_up if looked_up else 0.0
         values["bytes_moved"] = None if row_bytes is None else values["misses"] * row_bytes * num_layers
         return values
 
     def _synchronize(self, stream: Any, handle: int) -> None:
-        if self._info["device_type"] != _C.INDEX_GROUP_DEVICE_CUDA:
+        if self._info["device_type"] != _C.DEVICE_CUDA:
             return
         torch = torch_or_none()
         if torch is None:
@@ -353,40 +316,31 @@ class IndexGroup:
         that ``out_attention`` / ``out_valid_counts`` redirect those two.
         ``hot_block_size`` and ``block_size`` default to the config's;
         ``attention_block_stride`` and ``resident_block_size`` to
-        ``hot_block_size``. Returns views of the rows written.
+        ``hot_block_size`` (the library's default for 0). Returns views of
+        the rows written.
         """
         if hot_block_size is None:
             if self._config is None:
                 raise ValueError("hot_block_size: required when the group has no config")
             hot_block_size = self._config.hot_block_size
-        _require_int("hot_block_size", hot_block_size)
-        _require_int("host_rows", host_rows)
-        _require_int("row_offset", row_offset)
-        if attention_block_stride is None:
-            attention_block_stride = hot_block_size
-        _require_int("attention_block_stride", attention_block_stride)
         if block_size is None:
             block_size = self._config.block_size if (self._config is not None and source_block_table is not None) else 0
-        _require_int("block_size", block_size)
-        if resident_block_size is None:
-            resident_block_size = hot_block_size
-        _require_int("resident_block_size", resident_block_size)
         self._group.resolve(
-            _tensor(topk_indices, "topk_indices"),
-            _tensor(req_id_per_token, "req_id_per_token"),
-            _tensor(request_state_indices, "request_state_indices"),
-            _tensor(hot_block_table, "hot_block_table"),
-            hot_block_size,
-            attention_block_stride,
-            host_rows,
-            row_offset,
-            _optional_tensor(source_block_table, "source_block_table"),
-            block_size,
-            _optional_tensor(resident_block_table, "resident_block_table"),
-            resident_block_size,
-            _optional_tensor(num_valid_rows, "num_valid_rows"),
-            _optional_tensor(out_attention, "out_attention"),
-            _optional_tensor(out_valid_counts, "out_valid_counts"),
+            _args.tensor("topk_indices", topk_indices),
+            _args.tensor("req_id_per_token", req_id_per_token),
+            _args.tensor("request_state_indices", request_state_indices),
+            _args.tensor("hot_block_table", hot_block_table),
+            _args.require_int("hot_block_size", hot_block_size, bits=64),
+            _args.optional_int("attention_block_stride", attention_block_stride, 0),
+            _args.require_int("host_rows", host_rows, bits=64),
+            _args.require_int("row_offset", row_offset, bits=64),
+            _args.optional_tensor("source_block_table", source_block_table),
+            _args.require_int("block_size", block_size, bits=64),
+            _args.optional_tensor("resident_block_table", resident_block_table),
+            _args.optional_int("resident_block_size", resident_block_size, 0),
+            _args.optional_tensor("num_valid_rows", num_valid_rows),
+            _args.optional_tensor("out_attention", out_attention),
+            _args.optional_tensor("out_valid_counts", out_valid_counts),
             self._stream(stream, topk_indices),
         )
         rows = slice(row_offset, row_offset + int(topk_indices.shape[0]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import _C
+from . import _C, _args
 
 __all__ = ["HostLayout", "plan_host_layout", "check_host_memory", "available_host_memory"]
 
@@ -27,26 +27,19 @@ def plan_host_layout(page_size_bytes: int, block_size: int, max_model_len: int, 
     Raises ValueError when the budget holds no block, or too few blocks for one
     request at ``max_model_len`` plus the null block and a copy-on-write tail.
     """
-    for name, value in (
-        ("page_size_bytes", page_size_bytes),
-        ("block_size", block_size),
-        ("max_model_len", max_model_len),
-        ("host_budget_bytes", host_budget_bytes),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-        if not 0 <= value < 2**63:
-            raise ValueError(f"{name}: expected a non-negative value below 2**63, got {value}")
-    return HostLayout(*_C.plan_host_layout(page_size_bytes, block_size, max_model_len, host_budget_bytes))
+    return HostLayout(
+        *_C.plan_host_layout(
+            _args.require_int("page_size_bytes", page_size_bytes, 0, bits=64),
+            _args.require_int("block_size", block_size, 0, bits=64),
+            _args.require_int("max_model_len", max_model_len, 0, bits=64),
+            _args.require_int("host_budget_bytes", host_budget_bytes, 0, bits=64),
+        )
+    )
 
 
 def check_host_memory(pool_bytes: int) -> None:
     """Raise ValueError when a pinned pool of ``pool_bytes`` would not fit in RAM."""
-    if isinstance(pool_bytes, bool) or not isinstance(pool_bytes, int):
-        raise TypeError(f"pool_bytes: expected an int, got {type(pool_bytes).__name__}")
-    if pool_bytes < 0:
-        raise ValueError(f"pool_bytes: expected a non-negative int, got {pool_bytes!r}")
-    _C.check_host_memory(pool_bytes)
+    _C.check_host_memory(_args.require_int("pool_bytes", pool_bytes, 0, bits=64))
 
 
 def available_host_memory() -> int:

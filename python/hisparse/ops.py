@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-from . import _C
-from ._tensors import export, export_optional, stream_handle
+from . import _C, _args
+from ._tensors import torch_or_none
 
 __all__ = [
     "GATHER_VARIANTS",
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # Schedules of the CUDA gather (hs_gather_variant_t), all byte-identical;
-# "auto" is the one measured fastest. The CPU backend runs one reference loop.
+# "auto" is the library's choice. The CPU backend runs one reference loop.
 GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_VARIANTS))
 
 # Most hot caches (pieces) one gather_compact_group call fills.
@@ -41,7 +41,7 @@ def copy_bytes(dst: Any, src: Any, *, stream: Any = None) -> None:
     On CUDA, ``src`` may be registered/pinned host memory (read zero-copy) or
     memory of the same device. Both must be contiguous and equally sized.
     """
-    _C.copy_bytes(export(dst, "dst"), export(src, "src"), stream_handle(stream, dst, src))
+    _C.copy_bytes(_args.tensor("dst", dst), _args.tensor("src", src), _args.stream(stream, dst, src))
 
 
 def resolve_residency(
@@ -70,7 +70,7 @@ def resolve_residency(
     resident_block_size: int = 0,
     num_valid_rows: Optional[Any] = None,
     stats: Optional[Any] = None,
-    gather_host_rows: Optional[Any] = None,
+    gather_host_cache: Optional[Any] = None,
     gather_hot_cache: Optional[Any] = None,
     gather_hot_block_stride: int = 0,
     stream: Any = None,
@@ -83,7 +83,7 @@ def resolve_residency(
     invalid; accumulated). ``device_global_indices`` and ``lru_slots`` are
     updated in place.
 
-    Fused gather: with ``gather_host_rows`` and ``gather_hot_cache`` (both or
+    Fused gather: with ``gather_host_cache`` and ``gather_hot_cache`` (both or
     neither) the call also copies the rows of the swap list it emits into the
     hot cache, leaving the bytes :func:`gather_compact` would leave if run
     right after it on ``out_swap_host_rows``, ``out_swap_device_rows`` and
@@ -91,53 +91,43 @@ def resolve_residency(
     ``hot_block_stride=gather_hot_block_stride`` (0 = ``hot_block_size``);
     one launch per layer instead of two, which pays off when few rows miss
     (steady-state decode; see docs/residency.md). The two tensors follow
-    :func:`gather_compact`'s rules for ``host_rows`` and ``hot_cache``; the
+    :func:`gather_compact`'s rules for ``host_cache`` and ``hot_cache``; the
     hot cache is on the device of ``topk_indices``.
     """
     _C.resolve_residency(
-        export(topk_indices, "topk_indices"),
-        export(req_id_per_token, "req_id_per_token"),
-        export(request_state_indices, "request_state_indices"),
-        export(device_global_indices, "device_global_indices"),
-        export(lru_slots, "lru_slots"),
-        export(hot_block_table, "hot_block_table"),
+        _args.tensor("topk_indices", topk_indices),
+        _args.tensor("req_id_per_token", req_id_per_token),
+        _args.tensor("request_state_indices", request_state_indices),
+        _args.tensor("device_global_indices", device_global_indices),
+        _args.tensor("lru_slots", lru_slots),
+        _args.tensor("hot_block_table", hot_block_table),
         hot_block_size,
         attention_block_stride,
         host_rows,
         max_union_rows,
-        export(out_attention, "out_attention"),
-        export(out_hot_rows, "out_hot_rows"),
-        export(out_resolved, "out_resolved"),
-        export(out_miss_mask, "out_miss_mask"),
-        export(out_valid_counts, "out_valid_counts"),
-        export(out_swap_host_rows, "out_swap_host_rows"),
-        export(out_swap_device_rows, "out_swap_device_rows"),
-        export(out_swap_counts, "out_swap_counts"),
-        export_optional(source_block_table, "source_block_table"),
+        _args.tensor("out_attention", out_attention),
+        _args.tensor("out_hot_rows", out_hot_rows),
+        _args.tensor("out_resolved", out_resolved),
+        _args.tensor("out_miss_mask", out_miss_mask),
+        _args.tensor("out_valid_counts", out_valid_counts),
+        _args.tensor("out_swap_host_rows", out_swap_host_rows),
+        _args.tensor("out_swap_device_rows", out_swap_device_rows),
+        _args.tensor("out_swap_counts", out_swap_counts),
+        _args.optional_tensor("source_block_table", source_block_table),
         block_size,
-        export_optional(resident_block_table, "resident_block_table"),
+        _args.optional_tensor("resident_block_table", resident_block_table),
         resident_block_size,
-        export_optional(num_valid_rows, "num_valid_rows"),
-        export_optional(stats, "stats"),
-        export_optional(gather_host_rows, "gather_host_rows"),
-        export_optional(gather_hot_cache, "gather_hot_cache"),
+        _args.optional_tensor("num_valid_rows", num_valid_rows),
+        _args.optional_tensor("stats", stats),
+        _args.optional_tensor("gather_host_cache", gather_host_cache),
+        _args.optional_tensor("gather_hot_cache", gather_hot_cache),
         gather_hot_block_stride,
-        stream_handle(stream, topk_indices),
+        _args.stream(stream, topk_indices),
     )
 
 
-def _gather_variant(variant: Union[str, int]) -> int:
-    if isinstance(variant, str):
-        if variant not in GATHER_VARIANTS:
-            raise ValueError(f"variant: expected one of {list(GATHER_VARIANTS)}, got {variant!r}")
-        return GATHER_VARIANTS.index(variant)
-    if isinstance(variant, bool) or not isinstance(variant, int):
-        raise TypeError(f"variant: expected a variant name or int, got {type(variant).__name__}")
-    return variant
-
-
 def gather_compact(
-    host_rows: Any,
+    host_cache: Any,
     hot_cache: Any,
     swap_host_rows: Any,
     swap_device_rows: Any,
@@ -151,7 +141,7 @@ def gather_compact(
 ) -> None:
     """Copy each swap entry's host row into its hot row (zero-copy host reads).
 
-    ``host_rows``: the host cache ``[..., W]`` (any dtype, rows at one pitch,
+    ``host_cache``: the host cache ``[..., W]`` (any dtype, rows at one pitch,
     16-byte aligned rows of a multiple of 16 bytes; registered or pinned on
     CUDA). ``hot_cache``: the paged hot cache on the executing device, same
     dtype and W; physical hot row ``r`` lives at row offset
@@ -162,28 +152,27 @@ def gather_compact(
     destination outside the hot cache is skipped, a host slot at or past the
     host row count zero-fills the destination. ``variant`` picks the CUDA
     schedule (:data:`GATHER_VARIANTS`; "auto" = "row_persistent", one warp per
-    row on one block per SM, the fastest for misses local to each request);
-    ``max_blocks`` sets the thread blocks of the "row_persistent",
-    "persistent" and "sorted" schedules (None: one per SM for
-    "row_persistent", half the SMs for the others, which is faster for rows
-    scattered over the whole pool).
+    row on one block per SM, suited to misses local to each request; "sorted"
+    for rows scattered over the pool); ``max_blocks`` sets the thread blocks
+    of the "row_persistent" and "sorted" schedules (None: one per SM for
+    "row_persistent", half the SMs for "sorted").
     """
     _C.gather_compact(
-        export(host_rows, "host_rows"),
-        export(hot_cache, "hot_cache"),
-        export(swap_host_rows, "swap_host_rows"),
-        export(swap_device_rows, "swap_device_rows"),
-        export(swap_counts, "swap_counts"),
-        hot_block_size,
-        0 if hot_block_stride is None else hot_block_stride,
-        _gather_variant(variant),
-        0 if max_blocks is None else max_blocks,
-        stream_handle(stream, hot_cache, swap_host_rows),
+        _args.tensor("host_cache", host_cache),
+        _args.tensor("hot_cache", hot_cache),
+        _args.tensor("swap_host_rows", swap_host_rows),
+        _args.tensor("swap_device_rows", swap_device_rows),
+        _args.tensor("swap_counts", swap_counts),
+        _args.require_int("hot_block_size", hot_block_size, bits=64),
+        _args.optional_int("hot_block_stride", hot_block_stride, 0),
+        _args.choice("variant", variant, GATHER_VARIANTS),
+        _args.optional_int("max_blocks", max_blocks, 0),
+        _args.stream(stream, hot_cache, swap_host_rows),
     )
 
 
 def gather_compact_group(
-    host_rows: Any,
+    host_cache: Any,
     hot_caches: Sequence[Any],
     swap_host_rows: Any,
     swap_device_rows: Any,
@@ -196,7 +185,7 @@ def gather_compact_group(
 ) -> None:
     """:func:`gather_compact` for P layers whose rows of one token lie side by side.
 
-    ``host_rows``: ``[..., P, W]``, the P rows of a host slot back to back
+    ``host_cache``: ``[..., P, W]``, the P rows of a host slot back to back
     (for example ``host[:, l0:l0 + P, :]`` of a token-major ``[slots, layers,
     W]`` cache); the leading dimensions flatten to slots at one pitch.
     ``hot_caches``: P hot caches of one shape, strides, dtype and device, as
@@ -208,21 +197,17 @@ def gather_compact_group(
     data, while P adjacent rows read together waste at most one line.
     ``max_blocks``: CUDA thread blocks (None: one per SM).
     """
-    if isinstance(hot_caches, (str, bytes)) or hasattr(hot_caches, "__dlpack__") or not hasattr(
-        hot_caches, "__iter__"
-    ):
-        raise TypeError(f"hot_caches: expected a sequence of tensors, got {type(hot_caches).__name__}")
-    hot_caches = list(hot_caches)
+    hot_caches = _args.sequence("hot_caches", hot_caches)
     _C.gather_compact_group(
-        export(host_rows, "host_rows"),
-        [export(h, f"hot_caches[{i}]") for i, h in enumerate(hot_caches)],
-        export(swap_host_rows, "swap_host_rows"),
-        export(swap_device_rows, "swap_device_rows"),
-        export(swap_counts, "swap_counts"),
-        hot_block_size,
-        0 if hot_block_stride is None else hot_block_stride,
-        0 if max_blocks is None else max_blocks,
-        stream_handle(stream, *hot_caches[:1], swap_host_rows),
+        _args.tensor("host_cache", host_cache),
+        _args.tensor_list("hot_caches", hot_caches),
+        _args.tensor("swap_host_rows", swap_host_rows),
+        _args.tensor("swap_device_rows", swap_device_rows),
+        _args.tensor("swap_counts", swap_counts),
+        _args.require_int("hot_block_size", hot_block_size, bits=64),
+        _args.optional_int("hot_block_stride", hot_block_stride, 0),
+        _args.optional_int("max_blocks", max_blocks, 0),
+        _args.stream(stream, *hot_caches[:1], swap_host_rows),
     )
 
 
@@ -236,12 +221,12 @@ def gather_plan(src_rows: Any, staged: Any, row_ids: Any, dst_rows: Any, miss_ma
     whose source or destination row is out of range are skipped.
     """
     _C.gather_plan(
-        export(src_rows, "src_rows"),
-        export(staged, "staged"),
-        export(row_ids, "row_ids"),
-        export(dst_rows, "dst_rows"),
-        export(miss_mask, "miss_mask"),
-        stream_handle(stream, staged, row_ids),
+        _args.tensor("src_rows", src_rows),
+        _args.tensor("staged", staged),
+        _args.tensor("row_ids", row_ids),
+        _args.tensor("dst_rows", dst_rows),
+        _args.tensor("miss_mask", miss_mask),
+        _args.stream(stream, staged, row_ids),
     )
 
 
@@ -253,12 +238,10 @@ def table_pointers(tables: Sequence[Any]) -> Any:
     with the tables. Passing it is optional: without it the pointers travel
     as kernel arguments.
     """
-    from ._tensors import torch_or_none  # noqa: PLC0415
-
     torch = torch_or_none()
     if torch is None:
         raise RuntimeError("table_pointers needs torch")
-    tables = list(tables)
+    tables = _args.sequence("tables", tables)
     if not tables:
         raise ValueError("tables: expected at least one table")
     device = tables[0].device
@@ -284,20 +267,18 @@ def invalidate_written_slots(
     ``device_global_indices``, all of one shape and device. ``table_pointers``:
     optional, see :func:`table_pointers`.
     """
-    if isinstance(tables, (str, bytes)) or hasattr(tables, "__dlpack__") or not hasattr(tables, "__iter__"):
-        raise TypeError(f"tables: expected a sequence of tensors, got {type(tables).__name__}")
-    tables = list(tables)
+    tables = _args.sequence("tables", tables)
     _C.invalidate_written_slots(
-        [export(t, f"tables[{i}]") for i, t in enumerate(tables)],
-        export(request_state_indices, "request_state_indices"),
-        export(req_id_per_token, "req_id_per_token"),
-        export(written_slots, "written_slots"),
-        export_optional(table_pointers, "table_pointers"),
-        stream_handle(stream, request_state_indices, *tables),
+        _args.tensor_list("tables", tables),
+        _args.tensor("request_state_indices", request_state_indices),
+        _args.tensor("req_id_per_token", req_id_per_token),
+        _args.tensor("written_slots", written_slots),
+        _args.optional_tensor("table_pointers", table_pointers),
+        _args.stream(stream, request_state_indices, *tables),
     )
 
 
-def mirror_rows(src_rows: Any, host_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
+def mirror_rows(src_rows: Any, host_cache: Any, slot_mapping: Any, *, stream: Any = None) -> None:
     """Write device row ``i`` of ``src_rows`` to host slot ``slot_mapping[i]``.
 
     Keeps the host pool authoritative for KV written on the GPU: a kernel
@@ -306,10 +287,10 @@ def mirror_rows(src_rows: Any, host_rows: Any, slot_mapping: Any, *, stream: Any
     ``slot_mapping``: int32 or int64, at least one entry per source row.
     """
     _C.mirror_rows(
-        export(src_rows, "src_rows"),
-        export(host_rows, "host_rows"),
-        export(slot_mapping, "slot_mapping"),
-        stream_handle(stream, src_rows, slot_mapping),
+        _args.tensor("src_rows", src_rows),
+        _args.tensor("host_cache", host_cache),
+        _args.tensor("slot_mapping", slot_mapping),
+        _args.stream(stream, src_rows, slot_mapping),
     )
 
 
@@ -323,5 +304,8 @@ def swap_blocks_batch(src: Any, dst: Any, sizes: Any, *, stream: Any = None) -> 
     memory of that device or registered host memory.
     """
     _C.swap_blocks_batch(
-        export(src, "src"), export(dst, "dst"), export(sizes, "sizes"), stream_handle(stream, src, dst, sizes)
+        _args.tensor("src", src),
+        _args.tensor("dst", dst),
+        _args.tensor("sizes", sizes),
+        _args.stream(stream, src, dst, sizes),
     )

@@ -12,14 +12,12 @@ followers' host rows are laid out token-major: see
 
 from __future__ import annotations
 
-import numbers
 import weakref
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
-from . import _C
-from ._tensors import export, export_optional, stream_handle, torch_or_none
-from .config import Config, dtype_itemsize
-from .index_group import _parse_device
+from . import _C, _args
+from ._tensors import torch_or_none
+from .config import Config
 
 __all__ = ["Runtime", "SlotInvalidator", "paged_cache_view"]
 
@@ -33,47 +31,28 @@ def _torch():
     return torch
 
 
-def _require_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
-    return value
+def _torch_dtype(dtype: Any) -> Any:
+    return getattr(_torch(), _args.dtype_name(dtype))
 
 
-def _flag(name: str, value: Any) -> int:
-    """A bool (or int) flag for the C core, which refuses anything but 0 or 1 naming ``name``."""
-    if not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
-    value = int(value)
-    if not -(2**31) <= value < 2**31:  # past int32 the core never sees it
-        raise ValueError(f"{name}: expected 0 or 1, got {value}")
-    return value
+def _strided_view(raw_tensor: Any, geometry: Tuple[int, tuple, tuple], dtype: Any) -> Any:
+    """A torch view of ``raw_tensor``'s memory with the geometry the library computed.
 
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _dtype_code(dtype: Any) -> int:
-    name = _dtype_name(dtype)
-    if name not in _C.DTYPE_CODES:
-        raise TypeError(f"dtype: expected one of {sorted(_C.DTYPE_CODES)}, got {dtype!r}")
-    return _C.DTYPE_CODES[name]
-
-
-def _handle(value: Any, name: str, attribute: str) -> int:
-    """An integer CUDA handle from an int or a torch object's ``attribute``."""
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: expected None, an int handle or a torch object, got a bool")
-    if isinstance(value, int):
-        return value
-    handle = getattr(value, attribute, None)
-    if handle is None:
-        raise TypeError(f"{name}: expected None, an int handle or a torch.cuda object, got {type(value).__name__}")
-    return int(handle)
+    ``geometry`` is (data pointer, shape, element strides of ``dtype``) of a
+    3-D view inside the contiguous ``raw_tensor``; the view shares (and keeps
+    alive) raw_tensor's storage.
+    """
+    torch = _torch()
+    data, shape, strides = geometry
+    itemsize = _args.dtype_itemsize(dtype)
+    flat = raw_tensor.reshape(-1).view(torch.uint8)
+    view = torch.as_strided(
+        flat,
+        (shape[0], shape[1], shape[2] * itemsize),
+        (strides[0] * itemsize, strides[1] * itemsize, 1),
+        data - flat.data_ptr(),
+    )
+    return view if dtype == torch.uint8 else view.view(dtype)
 
 
 def paged_cache_view(
@@ -89,41 +68,25 @@ def paged_cache_view(
     """A ``[num_blocks, block_size, row_width]`` view of ``dtype`` into a byte slab.
 
     Block ``b`` starts ``byte_offset + b * block_stride`` bytes into the
-    contiguous ``raw_tensor`` (the seed's ``PagedCacheView.bind``). Every
-    number is checked against the slab's extent; errors name the argument.
+    contiguous torch tensor ``raw_tensor`` (the seed's
+    ``PagedCacheView.bind``): the view ``Runtime.bind_hot_cache`` binds, as
+    the library computes and checks it (``hs_paged_cache_view``; errors name
+    the argument).
     """
     torch = _torch()
     if not isinstance(raw_tensor, torch.Tensor):
         raise TypeError(f"raw_tensor: expected a torch.Tensor, got {type(raw_tensor).__name__}")
-    for name, value, minimum in (
-        ("row_width", row_width, 1),
-        ("byte_offset", byte_offset, 0),
-        ("block_stride", block_stride, 1),
-        ("num_blocks", num_blocks, 1),
-        ("block_size", block_size, 1),
-    ):
-        _require_int(name, value, minimum)
-    if not raw_tensor.is_contiguous():
-        raise ValueError("raw_tensor: expected a contiguous slab")
-    itemsize = dtype_itemsize(dtype)
-    row_bytes = row_width * itemsize
-    if byte_offset % 16:
-        raise ValueError(f"byte_offset: expected a multiple of 16 bytes, got {byte_offset}")
-    if block_stride % row_bytes or block_stride < block_size * row_bytes:
-        raise ValueError(
-            f"block_stride: expected a multiple of the row size {row_bytes} of at least "
-            f"block_size x row bytes = {block_size * row_bytes} bytes, got {block_stride}"
-        )
-    slab_bytes = raw_tensor.numel() * raw_tensor.element_size()
-    needed = byte_offset + (num_blocks - 1) * block_stride + block_size * row_bytes
-    if needed > slab_bytes:
-        raise ValueError(
-            f"raw_tensor: the slab is too small: the view needs {needed} bytes "
-            f"(byte_offset + (num_blocks - 1) x block_stride + block_size x row bytes), the slab has {slab_bytes}"
-        )
-    flat = raw_tensor.reshape(-1).view(torch.uint8)
-    view = torch.as_strided(flat, (num_blocks, block_size, row_bytes), (block_stride, row_bytes, 1), byte_offset)
-    return view.view(dtype) if dtype != torch.uint8 else view
+    element = _torch_dtype(dtype)
+    geometry = _C.paged_cache_view(
+        _args.tensor("raw_tensor", raw_tensor),
+        _args.dtype_code("dtype", dtype),
+        _args.require_int("row_width", row_width, bits=64),
+        _args.require_int("byte_offset", byte_offset, bits=64),
+        _args.require_int("block_stride", block_stride, bits=64),
+        _args.require_int("num_blocks", num_blocks, bits=64),
+        _args.require_int("block_size", block_size, bits=64),
+    )
+    return _strided_view(raw_tensor, geometry, element)
 
 
 class Runtime:
@@ -133,8 +96,8 @@ class Runtime:
     element type of the KV rows (default ``config.dtype``, else uint8: view
     FP8 caches as uint8), so a row is ``config.row_bytes / itemsize``
     elements. ``max_swap_rows`` (token rows of shared top-k state per
-    forward) defaults to the leader's, else ``max_num_reqs * (1 +
-    config.num_speculative_tokens)``. A runtime created with ``leader`` joins
+    forward) defaults to the leader's, else to the library's ``max_num_reqs *
+    (1 + config.num_speculative_tokens)``. A runtime created with ``leader`` joins
     that runtime's index group. The leader alone may take a ``copy_stream``
     (torch.cuda.Stream or handle; default: the group creates one) and a
     ``topk_ready`` event (torch.cuda.Event or handle) that the producer of the
@@ -164,18 +127,15 @@ class Runtime:
             raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
         if leader is not None and not isinstance(leader, Runtime):
             raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
-        _require_int("max_num_reqs", max_num_reqs, 1)
+        _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
         if dtype is None:
             dtype = config.dtype if config.dtype is not None else "uint8"
-        elif config.dtype is not None and _dtype_name(dtype) != _dtype_name(config.dtype):
+        elif config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
             raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
-        kv_code = _dtype_code(dtype)
-        if max_swap_rows is None:
-            max_swap_rows = (
-                leader.max_swap_rows if leader is not None else max_num_reqs * (1 + config.num_speculative_tokens)
-            )
-        _require_int("max_swap_rows", max_swap_rows, 1)
-        device_type, device_index = _parse_device(device)
+        kv_code = _args.dtype_code("dtype", dtype)
+        if max_swap_rows is not None:
+            _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
+        device_type, device_index = _args.device(device)
         if leader is not None and device is None:
             device_type, device_index = leader._info["device_type"], leader._info["device_index"]
         self._config = config
@@ -183,6 +143,7 @@ class Runtime:
             config.top_k,
             config.device_buffer_size,
             config.max_union_rows,
+            config.num_speculative_tokens,
             config.row_bytes,
             config.block_size,
             config.hot_block_size,
@@ -190,15 +151,15 @@ class Runtime:
             device_type,
             device_index,
             max_num_reqs,
-            max_swap_rows,
+            max_swap_rows or 0,
             kv_code,
             leader._rt if leader is not None else None,
-            _handle(copy_stream, "copy_stream", "cuda_stream"),
+            _args.handle("copy_stream", copy_stream, "cuda_stream"),
             self._event_handle(topk_ready, device_type, device_index),
         )
         self._info = self._rt.info()
         torch = _torch()
-        self._dtype = getattr(torch, _dtype_name(dtype))
+        self._dtype = _torch_dtype(dtype)
         self._leader = leader
         # Weak, so that a leader and its followers form no reference cycle.
         self._followers: List[weakref.ref] = []
@@ -217,17 +178,17 @@ class Runtime:
     @staticmethod
     def _event_handle(event: Any, device_type: int, device_index: int) -> int:
         if event is None or isinstance(event, int):
-            return _handle(event, "topk_ready", "cuda_event")
-        if device_type != _C.INDEX_GROUP_DEVICE_CUDA:
+            return _args.handle("topk_ready", event, "cuda_event")
+        if device_type != _C.DEVICE_CUDA:
             raise ValueError("topk_ready: a top-k-ready event needs a CUDA runtime")
-        handle = _handle(event, "topk_ready", "cuda_event")
+        handle = _args.handle("topk_ready", event, "cuda_event")
         if handle == 0:
             # torch creates the CUDA event at its first record; record it once
             # so that a handle exists (a no-op dependency for later waits).
             torch = _torch()
             device = torch.device("cuda", device_index) if device_index >= 0 else torch.device("cuda")
             event.record(torch.cuda.current_stream(device))
-            handle = _handle(event, "topk_ready", "cuda_event")
+            handle = _args.handle("topk_ready", event, "cuda_event")
         return handle
 
     # ------------------------------------------------------------------ description
@@ -251,7 +212,7 @@ class Runtime:
     @property
     def device(self) -> Any:
         torch = _torch()
-        if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+        if self._info["device_type"] == _C.DEVICE_CUDA:
             return torch.device("cuda", self._info["device_index"])
         return torch.device("cpu")
 
@@ -348,7 +309,7 @@ class Runtime:
         ``registered_host_pool`` is the registered range that holds it.
         """
         self._rt.bind_source_cache(
-            export(kv_cache, "host_cache"), export_optional(registered_host_pool, "registered_host_pool")
+            _args.tensor("host_cache", kv_cache), _args.optional_tensor("registered_host_pool", registered_host_pool)
         )
         self._bound["host_cache"] = kv_cache
         self._bound["registered_host_pool"] = registered_host_pool
@@ -369,26 +330,20 @@ class Runtime:
         ``block_table`` is int32 ``[B, >= ceil(H / block_size)]``, the
         physical hot block of each logical hot block per batch row.
         """
-        for name, value in (
-            ("byte_offset", byte_offset),
-            ("block_stride", block_stride),
-            ("num_blocks", num_blocks),
-            ("block_size", block_size),
-        ):
-            _require_int(name, value)
         self._rt.bind_hot_cache(
-            export(raw_tensor, "raw_tensor"), byte_offset, block_stride, num_blocks, block_size,
-            export(block_table, "block_table"),
+            _args.tensor("raw_tensor", raw_tensor),
+            _args.require_int("byte_offset", byte_offset, bits=64),
+            _args.require_int("block_stride", block_stride, bits=64),
+            _args.require_int("num_blocks", num_blocks, bits=64),
+            _args.require_int("block_size", block_size, bits=64),
+            _args.tensor("block_table", block_table),
         )
         self._bound["hot_backing"] = raw_tensor
         self._bound["hot_block_table"] = block_table
-        # The core checked the same numbers; a NumPy slab simply has no torch view.
-        self._hot = (
-            paged_cache_view(raw_tensor, dtype=self._dtype, row_width=self.row_width, byte_offset=byte_offset,
-                             block_stride=block_stride, num_blocks=num_blocks, block_size=block_size)
-            if isinstance(raw_tensor, _torch().Tensor)
-            else None
-        )
+        # The view the library bound (a NumPy slab simply has no torch view).
+        torch = torch_or_none()
+        is_torch = torch is not None and isinstance(raw_tensor, torch.Tensor)
+        self._hot = _strided_view(raw_tensor, self._rt.hot_cache(), self._dtype) if is_torch else None
 
     def unbind_cache(self) -> None:
         """Restore the unbound state without unregistering the host pool."""
@@ -398,7 +353,7 @@ class Runtime:
 
     # ------------------------------------------------------------------ decode step
     def _stream(self, stream: Any, *tensors: Any) -> int:
-        return stream_handle(stream, self._views["device_global_indices"], *tensors)
+        return _args.stream(stream, self._views["device_global_indices"], *tensors)
 
     def begin_forward(self) -> None:
         """Reset the per-forward row cursor (call on every runtime before a forward)."""
@@ -453,40 +408,30 @@ class Runtime:
         (:attr:`followers_staged_together`); otherwise ``ValueError`` naming
         ``group_gather``, raised before anything is enqueued. Bytes and
         indices are the same either way. The group gather reads more bytes
-        per second but makes every follower wait for all followers' bytes:
-        measured on an H200 it only paid when a layer's attention was short
-        next to a follower's copy (10 us against ~300 us); see
-        docs/staging.md, "Token-major host layout".
+        per second but makes every follower wait for all followers' bytes, so
+        it pays only when a layer's attention is short next to a follower's
+        copy; see docs/staging.md, "Token-major host layout".
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
-        if num_tokens is None:
-            num_tokens = 0
-        _require_int("num_tokens", num_tokens, 0)
-        block_size = 0 if block_size is None else _require_int("block_size", block_size)
-        fused = _flag("fused_gather", fused_gather)
-        grouped = _flag("group_gather", group_gather)
-        if resident_block_size is None:
-            resident_block_size = 0
-        _require_int("resident_block_size", resident_block_size)
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         first, count, _ = self._rt.swap_in(
-            export_optional(topk_indices, "topk_indices"),
-            export_optional(req_id_per_token, "req_id_per_token"),
-            export_optional(request_state_indices, "request_state_indices"),
-            export_optional(block_table, "block_table"),
-            block_size,
-            export_optional(resident_block_table, "resident_block_table"),
-            resident_block_size,
-            export_optional(num_valid_rows, "num_valid_rows"),
-            export_optional(attention_indices_out, "attention_indices_out"),
-            export_optional(valid_counts_out, "valid_counts_out"),
+            _args.optional_tensor("topk_indices", topk_indices),
+            _args.optional_tensor("req_id_per_token", req_id_per_token),
+            _args.optional_tensor("request_state_indices", request_state_indices),
+            _args.optional_tensor("block_table", block_table),
+            _args.optional_int("block_size", block_size, 0),
+            _args.optional_tensor("resident_block_table", resident_block_table),
+            _args.optional_int("resident_block_size", resident_block_size, 0),
+            _args.optional_tensor("num_valid_rows", num_valid_rows),
+            _args.optional_tensor("attention_indices_out", attention_indices_out),
+            _args.optional_tensor("valid_counts_out", valid_counts_out),
             bool(prefetch),
             bool(ignore_topk_ready),
-            num_tokens,
-            fused,
-            grouped,
+            _args.optional_int("num_tokens", num_tokens, 0, 0),
+            _args.flag("fused_gather", fused_gather),
+            _args.flag("group_gather", group_gather),
             self._stream(stream, topk_indices),
         )
         rows = slice(first, first + count)
@@ -503,14 +448,18 @@ class Runtime:
     def invalidate_sorted_slots(self, sorted_slots: Any, state_indices: Any, *, stream: Any = None) -> None:
         """Drop hot copies of the host slots in ``sorted_slots`` (ascending) for ``state_indices``."""
         self._rt.invalidate_sorted_slots(
-            export(sorted_slots, "sorted_slots"), export(state_indices, "state_indices"),
+            _args.tensor("sorted_slots", sorted_slots),
+            _args.tensor("state_indices", state_indices),
             self._stream(stream, sorted_slots),
         )
 
     def mirror_rows(self, src_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
         """``host_cache[slot_mapping[i]] = src_rows[i]`` (device rows into the host pool), stream-ordered."""
-        self._rt.mirror_rows(export(src_rows, "src_rows"), export(slot_mapping, "slot_mapping"),
-                             self._stream(stream, src_rows))
+        self._rt.mirror_rows(
+            _args.tensor("src_rows", src_rows),
+            _args.tensor("slot_mapping", slot_mapping),
+            self._stream(stream, src_rows),
+        )
 
     # ------------------------------------------------------------------ prefill
     def gather_prefill_cache(
@@ -538,7 +487,7 @@ class Runtime:
                 f"the KV cache block size {cache_block_size}."
             )
         plan_device = plan.row_ids.device
-        if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+        if self._info["device_type"] == _C.DEVICE_CUDA:
             index = self._info["device_index"]
             expected = "cuda" if index < 0 else f"cuda:{index}"
             same = plan_device.type == "cuda" and (index < 0 or plan_device.index == index)
@@ -565,7 +514,7 @@ class Runtime:
         if synchronize:
             handle = self._stream(stream)
             self._rt.copy_stats_async(handle)
-            if self._info["device_type"] == _C.INDEX_GROUP_DEVICE_CUDA:
+            if self._info["device_type"] == _C.DEVICE_CUDA:
                 torch = _torch()
                 if stream is not None and hasattr(stream, "synchronize"):
                     stream.synchronize()
@@ -602,9 +551,9 @@ class SlotInvalidator:
         device = request_state_indices.device
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-            self._inv = _C.SlotInvalidator(_C.INDEX_GROUP_DEVICE_CUDA, index)
+            self._inv = _C.SlotInvalidator(_C.DEVICE_CUDA, index)
         else:
-            self._inv = _C.SlotInvalidator(_C.INDEX_GROUP_DEVICE_CPU, 0)
+            self._inv = _C.SlotInvalidator(_C.DEVICE_CPU, 0)
 
     def __call__(
         self, leaders: Sequence[Runtime], written_slots: Any, req_id_per_token: Any, *, stream: Any = None
@@ -615,8 +564,8 @@ class SlotInvalidator:
                 raise TypeError(f"leaders[{i}]: expected a hisparse.Runtime, got {type(leader).__name__}")
         self._inv.run(
             [leader._rt for leader in leaders],
-            export(self.request_state_indices, "request_state_indices"),
-            export(req_id_per_token, "req_id_per_token"),
-            export(written_slots, "written_slots"),
-            stream_handle(stream, self.request_state_indices),
+            _args.tensor("request_state_indices", self.request_state_indices),
+            _args.tensor("req_id_per_token", req_id_per_token),
+            _args.tensor("written_slots", written_slots),
+            _args.stream(stream, self.request_state_indices),
         )

@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 from . import _C
-from ._tensors import export, export_optional, stream_handle
+from . import _args
 
 __all__ = [
     "MIN_STAGED_PREFILL_ROWS",
@@ -110,7 +110,7 @@ def build_staging_plan(
         )
         storage = _empty(module, block_table, (nbytes,), "uint8")
     plan = StagingPlan(device_type, device_index, shape[0], shape[1], block_size, staging_block_capacity, storage)
-    plan.build(block_table, seq_lens, stream_handle(stream, block_table, seq_lens))
+    plan.build(block_table, seq_lens, _args.stream(stream, block_table, seq_lens))
     return plan
 
 
@@ -138,12 +138,12 @@ def staging_remap(block_table: Any, block_size: int, *, stream: Any = None) -> t
     row_ids = _empty(module, block_table, (1, (numel + 1) * block_size), "int32")
     workspace = _empty(module, block_table, (nbytes,), "uint8")
     _C.staging_remap(
-        export(block_table, "block_table"),
+        _args.tensor("block_table", block_table),
         block_size,
-        export(new_table, "out_block_table"),
-        export(row_ids, "out_row_ids"),
-        export(workspace, "workspace"),
-        stream_handle(stream, block_table),
+        _args.tensor("out_block_table", new_table),
+        _args.tensor("out_row_ids", row_ids),
+        _args.tensor("workspace", workspace),
+        _args.stream(stream, block_table),
     )
     return new_table, row_ids
 
@@ -159,10 +159,10 @@ def gather_resident_rows(source: Any, destination: Any, row_ids: Any, *, stream:
     or past the end) copies row 0; callers overwrite or ignore those rows.
     """
     _C.gather_resident_rows(
-        export(source, "source"),
-        export(destination, "destination"),
-        export(row_ids, "row_ids"),
-        stream_handle(stream, destination, source),
+        _args.tensor("source", source),
+        _args.tensor("destination", destination),
+        _args.tensor("row_ids", row_ids),
+        _args.stream(stream, destination, source),
     )
 
 
@@ -207,9 +207,9 @@ def gather_prefill_cache(
     staged = staged[:num_blocks]
     _C.gather_prefill_cache(
         plan,
-        export(host_cache, "host_cache"),
-        export_optional(resident_cache, "resident_cache"),
-        export(staged, "staged"),
-        stream_handle(stream, staged),
+        _args.tensor("host_cache", host_cache),
+        _args.optional_tensor("resident_cache", resident_cache),
+        _args.tensor("staged", staged),
+        _args.stream(stream, staged),
     )
     return staged

@@ -151,6 +151,43 @@ TEST(Config, UnionRowsBetweenTopKAndBufferSize) {
   expect_invalid(hs_config_validate(&config, -1), {"max_union_rows"});
 }
 
+// One rule per default, wherever it applies: 0 = top_k x (1 + draft tokens)
+// union rows, max_num_reqs x (1 + draft tokens) swap rows.
+TEST(Config, DefaultsFollowOneRule) {
+  int32_t rows = 0;
+  ASSERT_EQ(hs_default_max_union_rows(2048, 0, &rows), HS_SUCCESS);
+  EXPECT_EQ(rows, 2048);
+  ASSERT_EQ(hs_default_max_union_rows(2048, 3, &rows), HS_SUCCESS);
+  EXPECT_EQ(rows, 8192);
+  ASSERT_EQ(hs_default_max_swap_rows(64, 1, &rows), HS_SUCCESS);
+  EXPECT_EQ(rows, 128);
+  expect_invalid(hs_default_max_union_rows(2048, -1, &rows), {"num_speculative_tokens"});
+  expect_invalid(hs_default_max_union_rows(1 << 30, 3, &rows), {"num_speculative_tokens", "INT32_MAX"});
+  expect_invalid(hs_default_max_union_rows(0, 0, &rows), {"top_k"});
+  expect_invalid(hs_default_max_swap_rows(0, 0, &rows), {"max_num_reqs"});
+  expect_invalid(hs_default_max_swap_rows(1, 0, nullptr), {"max_swap_rows"});
+
+  hs_config_t config = default_config();
+  EXPECT_EQ(config.max_union_rows, 0) << "hs_config_init leaves the default to the rule";
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+  config.num_speculative_tokens = 1;  // 4096 rows: H itself
+  EXPECT_EQ(hs_config_validate(&config, -1), HS_SUCCESS) << hs_last_error();
+  config.num_speculative_tokens = 2;  // 6144 > H = 4096
+  expect_invalid(hs_config_validate(&config, -1), {"max_union_rows", "6144", "default"});
+  config.num_speculative_tokens = -1;
+  expect_invalid(hs_config_validate(&config, -1), {"num_speculative_tokens"});
+
+  hs_index_group_options_t o;
+  hs_index_group_options_init(&o);
+  o.max_num_reqs = 3;
+  o.top_k = 8;
+  o.device_buffer_size = 32;
+  o.num_speculative_tokens = 1;
+  hs::IndexGroup group(o);
+  EXPECT_EQ(group.info().max_union_rows, 16);
+  EXPECT_EQ(group.info().max_swap_rows, 6);
+}
+
 TEST(Config, RowsAre16ByteAligned) {
   hs_config_t config = default_config();
   for (int32_t bad : {0, -16, 8, 650, 1000}) {

@@ -113,6 +113,40 @@ TEST(BuildInfo, RefusesAStructTooSmall) {
   expect_error(hs_get_build_info(nullptr), HS_ERROR_INVALID_ARGUMENT, {"info", "NULL"});
 }
 
+// Every input struct goes through one reader: too small a struct_size, or a
+// struct_version other than 1 .. the header's, is refused naming the field.
+TEST(VersionedStructs, InputsAreCheckedForSizeAndVersion) {
+  hs_config_t config;
+  hs_config_init(&config);
+  hs_index_group_options_t options;
+  hs_index_group_options_init(&options);
+  options.max_num_reqs = 1;
+  hs_gather_compact_args_t gather;
+  hs_gather_compact_args_init(&gather);
+  const auto config_call = [&] { return hs_config_validate(&config, -1); };
+  hs_index_group_t group = nullptr;  // created once, by the valid call
+  const auto group_call = [&] { return hs_index_group_create(&options, &group); };
+  const auto gather_call = [&] { return hs_gather_compact(&gather, nullptr); };
+  for (uint32_t version : {0u, 2u}) {
+    config.struct_version = version;
+    expect_error(config_call(), HS_ERROR_INVALID_ARGUMENT, {"config", "struct_version"});
+    options.struct_version = version;
+    expect_error(group_call(), HS_ERROR_INVALID_ARGUMENT, {"options", "struct_version"});
+    gather.struct_version = version;
+    expect_error(gather_call(), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_version"});
+  }
+  config.struct_version = HS_CONFIG_VERSION;
+  options.struct_version = HS_INDEX_GROUP_OPTIONS_VERSION;
+  EXPECT_EQ(config_call(), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(group_call(), HS_SUCCESS) << hs_last_error();
+  config.struct_size = sizeof(config) - 4;
+  expect_error(config_call(), HS_ERROR_INVALID_ARGUMENT, {"config", "struct_size"});
+  hs_index_group_destroy(group);
+  options.struct_size = sizeof(options) - 4;
+  expect_error(group_call(), HS_ERROR_INVALID_ARGUMENT, {"options", "struct_size"});
+  EXPECT_EQ(group, nullptr);
+}
+
 TEST(BuildInfo, NeverWritesPastTheCallersStruct) {
   // A newer caller may hand in a bigger struct; the library fills what it
   // knows and leaves the caller's tail alone.

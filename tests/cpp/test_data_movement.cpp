@@ -53,7 +53,7 @@ TEST(GatherCompact, StridedHotBlocksZeroFillClampAndSkips) {
   hs::Tensor hot_t = hot.tensor();
   hs_gather_compact_args_t args;
   hs_gather_compact_args_init(&args);
-  args.host_rows = host_t;
+  args.host_cache = host_t;
   args.hot_cache = hot_t;
   args.swap_host_rows = sh;
   args.swap_device_rows = sd;
@@ -90,7 +90,7 @@ TEST(GatherCompact, ErrorsNameTheArgument) {
   hs::Tensor sc(counts.data(), HS_DTYPE_INT32, {1});
   hs_gather_compact_args_t args;
   hs_gather_compact_args_init(&args);
-  args.host_rows = host_t;
+  args.host_cache = host_t;
   args.hot_cache = hot_t;
   args.swap_host_rows = sh;
   args.swap_device_rows = sh;
@@ -99,10 +99,10 @@ TEST(GatherCompact, ErrorsNameTheArgument) {
   expect_error(hs_gather_compact(&args, nullptr), HS_ERROR_INVALID_DTYPE, {"swap_host_rows", "int32", "int64"});
 
   hs::Tensor narrow(host.base, HS_DTYPE_UINT8, {8, 12});
-  args.host_rows = narrow;
-  expect_error(hs_gather_compact(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows", "multiple of 16 bytes"});
+  args.host_cache = narrow;
+  expect_error(hs_gather_compact(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache", "multiple of 16 bytes"});
 
-  args.host_rows = host_t;
+  args.host_cache = host_t;
   args.hot_block_size = 0;
   expect_error(hs_gather_compact(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"hot_block_size"});
 

@@ -1,7 +1,7 @@
 // The fused gather of hs_resolve_residency through the C ABI on the CPU
-// backend: the same bytes as a resolve followed by hs_gather_compact, a
-// version-1 args struct that still works (and never sees the new fields),
-// and bad arguments that fail naming them and leave everything untouched.
+// backend: the same bytes as a resolve followed by hs_gather_compact, and bad
+// arguments (the args struct's size and version among them) that fail naming
+// them and leave everything untouched.
 // The shape sweep lives in tests/python/test_fused_gather.py.
 #include <gtest/gtest.h>
 
@@ -124,7 +124,7 @@ struct Call {
     args.out_swap_device_rows = out_swap_device_rows;
     args.out_swap_counts = out_swap_counts;
     args.stats = stats;
-    args.gather_host_rows = fused ? host.get() : nullptr;
+    args.gather_host_cache = fused ? host.get() : nullptr;
     args.gather_hot_cache = fused ? hot.get() : nullptr;
     args.gather_hot_block_stride = fused ? Case::kHotBlockStride : 0;
     return args;
@@ -135,7 +135,7 @@ struct Call {
     ASSERT_EQ(hs_resolve_residency(&bind(false), nullptr), HS_SUCCESS) << hs_last_error();
     hs_gather_compact_args_t g;
     hs_gather_compact_args_init(&g);
-    g.host_rows = host;
+    g.host_cache = host;
     g.hot_cache = hot;
     g.swap_host_rows = out_swap_host_rows;
     g.swap_device_rows = out_swap_device_rows;
@@ -199,28 +199,20 @@ TEST(FusedGather, CpuZeroFillsSlotsPastTheHostCache) {
   EXPECT_EQ(std::vector<uint8_t>(c.hot.begin() + 2 * Case::kRowBytes, c.hot.begin() + 3 * Case::kRowBytes), fill);
 }
 
-TEST(FusedGather, VersionOneCallerNeverSeesTheNewFields) {
-  Case old_caller, reference;
-  Call call(old_caller);
+TEST(FusedGather, ArgsStructOfAnotherSizeOrVersionIsRefused) {
+  Case c;
+  const Case before = c;
+  Call call(c);
   hs_resolve_residency_args_t& args = call.bind(true);
-  args.gather_hot_block_stride = -5;  // would fail if it were read
-  args.struct_version = 1;
-  args.struct_size = offsetof(hs_resolve_residency_args_t, gather_host_rows);
-  // The caller's struct ends where version 1 ended: nothing past it is read.
-  std::vector<unsigned char> v1(args.struct_size);
-  std::memcpy(v1.data(), &args, v1.size());
-  const hs_status_t status =
-      hs_resolve_residency(reinterpret_cast<const hs_resolve_residency_args_t*>(v1.data()), nullptr);
-  ASSERT_EQ(status, HS_SUCCESS) << hs_last_error();
-  Call plain(reference);
-  ASSERT_EQ(hs_resolve_residency(&plain.bind(false), nullptr), HS_SUCCESS) << hs_last_error();
-  EXPECT_TRUE(old_caller == reference);
-  EXPECT_EQ(old_caller.hot, std::vector<uint8_t>(old_caller.hot.size(), kHotFill));
-  EXPECT_GT(old_caller.swap_counts[0], 0);
-
-  args.struct_size = offsetof(hs_resolve_residency_args_t, stats);  // too small even for version 1
+  args.struct_size = offsetof(hs_resolve_residency_args_t, gather_host_cache);
   expect_error(hs_resolve_residency(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});
-  EXPECT_EQ(HS_RESOLVE_RESIDENCY_ARGS_VERSION, 2);
+  args.struct_size = sizeof(args);
+  for (const uint32_t version : {0u, HS_RESOLVE_RESIDENCY_ARGS_VERSION + 1u}) {
+    args.struct_version = version;
+    expect_error(hs_resolve_residency(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_version"});
+  }
+  EXPECT_TRUE(c == before);
+  EXPECT_EQ(c.hot, before.hot);
 }
 
 TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
@@ -235,26 +227,26 @@ TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
     void (*edit)(Call&, hs_resolve_residency_args_t&, void*, void*);
   };
   const std::vector<Bad> cases = {
-      {"hot cache alone", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "NULL", "together"},
-       [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_host_rows = nullptr; }},
+      {"hot cache alone", HS_ERROR_INVALID_ARGUMENT, {"gather_host_cache", "NULL", "together"},
+       [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_host_cache = nullptr; }},
       {"host rows alone", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache", "NULL", "together"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_cache = nullptr; }},
       {"stride without a gather", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "expected 0"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) {
-         a.gather_host_rows = nullptr;
+         a.gather_host_cache = nullptr;
          a.gather_hot_cache = nullptr;  // gather_hot_block_stride stays 3
        }},
       {"stride below the block size", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "at least"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_block_stride = 1; }},
-      {"hot cache dtype", HS_ERROR_INVALID_DTYPE, {"gather_hot_cache", "dtype uint8", "gather_host_rows"},
+      {"hot cache dtype", HS_ERROR_INVALID_DTYPE, {"gather_hot_cache", "dtype uint8", "gather_host_cache"},
        [](Call& call, hs_resolve_residency_args_t& a, void* wide, void*) {
          call.hot = hs::Tensor(wide, HS_DTYPE_INT16, {Case::kHotRows, Case::kRowBytes});
          a.gather_hot_cache = call.hot;
        }},
-      {"host row width", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "multiple of 16 bytes"},
+      {"host row width", HS_ERROR_INVALID_ARGUMENT, {"gather_host_cache", "multiple of 16 bytes"},
        [](Call& call, hs_resolve_residency_args_t& a, void*, void* odd) {
          call.host = hs::Tensor(odd, HS_DTYPE_UINT8, {Case::kHostRows, 24});
-         a.gather_host_rows = call.host;
+         a.gather_host_cache = call.host;
        }},
       {"hot cache on another device", HS_ERROR_INVALID_ARGUMENT,
        {"gather_hot_cache", "expected a tensor on cpu", "topk_indices"},

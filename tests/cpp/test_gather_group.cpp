@@ -45,12 +45,12 @@ struct HostCache {
     std::mt19937 gen(seed);
     for (size_t i = 0; i < memory.size; ++i) memory.base[i] = static_cast<uint8_t>(gen());
   }
-  // host_rows of the group: [slots, pieces, row_bytes] at a pitch of `layers` rows.
+  // host_cache of the group: [slots, pieces, row_bytes] at a pitch of `layers` rows.
   hs::Tensor group(int64_t first_layer, int64_t pieces) const {
     return hs::Tensor(memory.base + first_layer * row_bytes, HS_DTYPE_UINT8, {slots, pieces, row_bytes})
         .strides({layers * row_bytes, row_bytes, 1});
   }
-  // host_rows of hs_gather_compact for one layer: [slots, row_bytes] at the same pitch.
+  // host_cache of hs_gather_compact for one layer: [slots, row_bytes] at the same pitch.
   hs::Tensor layer(int64_t index) const {
     return hs::Tensor(memory.base + index * row_bytes, HS_DTYPE_UINT8, {slots, row_bytes})
         .strides({layers * row_bytes, 1});
@@ -146,7 +146,7 @@ hs_gather_compact_group_args_t group_args(const hs_tensor_t* host, const HotCach
   hs_gather_compact_group_args_t args;
   hs_gather_compact_group_args_init(&args);
   args.num_hot_caches = static_cast<int32_t>(hot.pointers.size());
-  args.host_rows = host;
+  args.host_cache = host;
   args.hot_caches = hot.pointers.data();
   args.swap_host_rows = sh;
   args.swap_device_rows = sd;
@@ -170,8 +170,8 @@ void expect_group_equals_single_calls(int64_t pieces, bool slab, uint32_t seed) 
   HotCaches group(pieces, blocks, hbs, stride, row_bytes, slab, seed + 2);
   group.describe(group.host_bases(), HS_DEVICE_CPU);
   const auto before = group.contents();
-  const hs::Tensor host_rows = host.group(first_layer, pieces);
-  hs_gather_compact_group_args_t args = group_args(host_rows, group, sh, sd, sc);
+  const hs::Tensor host_cache = host.group(first_layer, pieces);
+  hs_gather_compact_group_args_t args = group_args(host_cache, group, sh, sd, sc);
   ASSERT_EQ(hs_gather_compact_group(&args, nullptr), HS_SUCCESS) << hs_last_error();
 
   HotCaches single(pieces, blocks, hbs, stride, row_bytes, slab, seed + 2);
@@ -181,7 +181,7 @@ void expect_group_equals_single_calls(int64_t pieces, bool slab, uint32_t seed) 
     const hs::Tensor layer = host.layer(first_layer + i);
     hs_gather_compact_args_t one;
     hs_gather_compact_args_init(&one);
-    one.host_rows = layer;
+    one.host_cache = layer;
     one.hot_cache = single.pointers[static_cast<size_t>(i)];
     one.swap_host_rows = sh;
     one.swap_device_rows = sd;
@@ -205,7 +205,7 @@ TEST(GatherCompactGroup, ByHandZeroFillClampsSkipsAndPaddingRows) {
       std::memset(host.base + (s * layers + l) * row_bytes, static_cast<int>(16 * s + l + 1), row_bytes);
     }
   }
-  hs::Tensor host_rows = hs::Tensor(host.base + row_bytes, HS_DTYPE_UINT8, {slots, pieces, row_bytes})
+  hs::Tensor host_cache = hs::Tensor(host.base + row_bytes, HS_DTYPE_UINT8, {slots, pieces, row_bytes})
                              .strides({layers * row_bytes, row_bytes, 1});
   // Three separate 2-D caches of 10 rows: blocks of 2 rows, 3 rows apart, the
   // view ending inside block 3 (offset 10 lies past it). Each buffer holds 12
@@ -232,7 +232,7 @@ TEST(GatherCompactGroup, ByHandZeroFillClampsSkipsAndPaddingRows) {
   hs_gather_compact_group_args_t args;
   hs_gather_compact_group_args_init(&args);
   args.num_hot_caches = pieces;
-  args.host_rows = host_rows;
+  args.host_cache = host_cache;
   args.hot_caches = hot_ptrs;
   args.swap_host_rows = sh;
   args.swap_device_rows = sd;
@@ -285,8 +285,8 @@ TEST(GatherCompactGroup, ErrorsNameTheArgumentAndTouchNothing) {
   std::vector<int32_t> counts = {4, 4};
   hs::Tensor sh(swap.data(), HS_DTYPE_INT32, {2, 4});
   hs::Tensor sc(counts.data(), HS_DTYPE_INT32, {2});
-  const hs::Tensor host_rows = host.group(1, 2);
-  const hs_gather_compact_group_args_t good = group_args(host_rows, hot, sh, sh, sc);
+  const hs::Tensor host_cache = host.group(1, 2);
+  const hs_gather_compact_group_args_t good = group_args(host_cache, hot, sh, sh, sc);
 
   hs_gather_compact_group_args_t a = good;
   a.struct_size = offsetof(hs_gather_compact_group_args_t, max_blocks);
@@ -314,7 +314,7 @@ TEST(GatherCompactGroup, ErrorsNameTheArgumentAndTouchNothing) {
   a.hot_caches = mismatched;
   expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"hot_caches[1]", "[2, 4, 32]"});
 
-  // The dtype of host_rows (uint8) on every cache.
+  // The dtype of host_cache (uint8) on every cache.
   hs::Tensor halves = hs::Tensor(hot.host_bases()[0], HS_DTYPE_FLOAT16, {2, 4, 16}).strides({64, 16, 1});
   hs::Tensor halves1 = hs::Tensor(hot.host_bases()[1], HS_DTYPE_FLOAT16, {2, 4, 16}).strides({64, 16, 1});
   const hs_tensor_t* both_halves[] = {halves, halves1};
@@ -322,28 +322,28 @@ TEST(GatherCompactGroup, ErrorsNameTheArgumentAndTouchNothing) {
   a.hot_caches = both_halves;
   expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_DTYPE, {"hot_caches[0]", "uint8", "float16"});
 
-  // host_rows: [..., P, W] with P == num_hot_caches and the pieces back to back.
+  // host_cache: [..., P, W] with P == num_hot_caches and the pieces back to back.
   const hs::Tensor flat_host = host.layer(1);
   a = good;
-  a.host_rows = flat_host;
-  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows"});
+  a.host_cache = flat_host;
+  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache"});
   const hs::Tensor three_pieces = host.group(1, 3);
   a = good;
-  a.host_rows = three_pieces;
-  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows"});
+  a.host_cache = three_pieces;
+  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache"});
   const hs::Tensor gapped =
       hs::Tensor(host.memory.base, HS_DTYPE_UINT8, {8, 2, 32}).strides({4 * 32, 2 * 32, 1});  // layers 0 and 2
   a = good;
-  a.host_rows = gapped;
-  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows"});
+  a.host_cache = gapped;
+  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache"});
   const hs::Tensor odd_pitch = hs::Tensor(host.memory.base, HS_DTYPE_UINT8, {4, 2, 32}).strides({72, 32, 1});
   a = good;
-  a.host_rows = odd_pitch;
-  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows", "16"});
+  a.host_cache = odd_pitch;
+  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache", "16"});
   const hs::Tensor overlapping = hs::Tensor(host.memory.base, HS_DTYPE_UINT8, {8, 2, 32}).strides({32, 32, 1});
   a = good;
-  a.host_rows = overlapping;
-  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows"});
+  a.host_cache = overlapping;
+  expect_error(hs_gather_compact_group(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache"});
 
   a = good;
   a.hot_block_size = 0;
@@ -369,7 +369,7 @@ TEST(GatherCompactGroup, HotCachesWithDifferentStridesFail) {
   hs::Tensor a1 = hs::Tensor(second.base, HS_DTYPE_UINT8, {2, 2, 4, 32}).strides({512, 128, 32, 1});
   const hs_tensor_t* caches[] = {a0, a1};
   HostCache host(8, 2, 32, 9);
-  const hs::Tensor host_rows = host.group(0, 2);
+  const hs::Tensor host_cache = host.group(0, 2);
   std::vector<int32_t> swap = {0, 1, 2, 3};
   std::vector<int32_t> counts = {4};
   hs::Tensor sh(swap.data(), HS_DTYPE_INT32, {1, 4});
@@ -377,7 +377,7 @@ TEST(GatherCompactGroup, HotCachesWithDifferentStridesFail) {
   hs_gather_compact_group_args_t args;
   hs_gather_compact_group_args_init(&args);
   args.num_hot_caches = 2;
-  args.host_rows = host_rows;
+  args.host_cache = host_cache;
   args.hot_caches = caches;
   args.swap_host_rows = sh;
   args.swap_device_rows = sh;
@@ -476,14 +476,14 @@ TEST(GatherCompactGroupCuda, MatchesTheCpuBackend) {
     }
   }
 
-  // A plain (unregistered) host tensor with device hot caches fails naming host_rows.
+  // A plain (unregistered) host tensor with device hot caches fails naming host_cache.
   HotCaches gpu(pieces, blocks, hbs, stride, row_bytes, true, 74);
   DeviceBytes slab(gpu.buffers[0].size);
   std::vector<uint8_t*> bases;
   for (const auto& [buffer, row] : gpu.placements) bases.push_back(slab.bytes() + row * row_bytes);
   gpu.describe(bases, HS_DEVICE_CUDA);
   hs_gather_compact_group_args_t args = group_args(cpu_rows, gpu, gsh, gsd, gsc);
-  expect_error(hs_gather_compact_group(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_rows"});
+  expect_error(hs_gather_compact_group(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"host_cache"});
 #endif
 }
 

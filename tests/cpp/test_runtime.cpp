@@ -187,6 +187,81 @@ TEST(Runtime, LeaderAndFollowerShareOneGroup) {
   expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_DTYPE, {"kv_dtype"});
 }
 
+// hs_paged_cache_view computes the view bind_hot_cache binds: the same data
+// pointer, shape and strides as hs_runtime_get_hot_cache, and the same errors.
+TEST(Runtime, PagedCacheViewIsTheBoundHotView) {
+  Fixture f;
+  hs::Runtime leader(f.options());
+  f.bind(leader, 1);
+  const hs_tensor_t hot = leader.hot_cache();
+  hs_paged_view_t view{};
+  view.struct_size = sizeof(view);
+  ASSERT_EQ(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, kRowBytes, kBlockBytes, kBlockStride, kSlabBlocks,
+                                kBlock, &view),
+            HS_SUCCESS)
+      << hs_last_error();
+  EXPECT_EQ(view.struct_version, static_cast<uint32_t>(HS_PAGED_VIEW_VERSION));
+  EXPECT_EQ(view.data, hot.data);
+  EXPECT_EQ(view.data, f.slab.data() + kBlockBytes);
+  ASSERT_EQ(hot.ndim, 3);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(view.shape[d], hot.shape[d]) << d;
+    EXPECT_EQ(view.strides[d], hot.strides[d]) << d;
+  }
+  EXPECT_EQ(view.strides[0], kBlockStride);
+  // As int16 elements: the row is half as wide, the strides count elements.
+  ASSERT_EQ(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_INT16, kRowBytes / 2, 0, kBlockStride, kSlabBlocks, kBlock,
+                                &view),
+            HS_SUCCESS)
+      << hs_last_error();
+  EXPECT_EQ(view.shape[2], kRowBytes / 2);
+  EXPECT_EQ(view.strides[0], kBlockStride / 2);
+
+  auto refused = [&](int64_t offset, int64_t stride, int64_t blocks, int64_t rows, int32_t dtype,
+                     std::initializer_list<const char*> fragments) {
+    expect_error(hs_paged_cache_view(&f.slab_tensor, dtype, kRowBytes, offset, stride, blocks, rows, &view),
+                 dtype == HS_DTYPE_UINT8 ? HS_ERROR_INVALID_ARGUMENT : HS_ERROR_INVALID_DTYPE, fragments);
+  };
+  refused(0, kBlockStride, kSlabBlocks + 1, kBlock, HS_DTYPE_UINT8, {"raw_tensor", "too small"});
+  refused(8, kBlockStride, kSlabBlocks, kBlock, HS_DTYPE_UINT8, {"byte_offset", "16"});
+  refused(0, kBlockStride + 16, kSlabBlocks, kBlock, HS_DTYPE_UINT8, {"block_stride", "multiple"});
+  refused(0, kBlockStride, 0, kBlock, HS_DTYPE_UINT8, {"num_blocks"});
+  refused(0, kBlockStride, kSlabBlocks, 0, HS_DTYPE_UINT8, {"block_size"});
+  refused(0, kBlockStride, kSlabBlocks, kBlock, 99, {"dtype"});
+  expect_error(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, 0, 0, kBlockStride, kSlabBlocks, kBlock, &view),
+               HS_ERROR_INVALID_ARGUMENT, {"row_width"});
+  expect_error(hs_paged_cache_view(nullptr, HS_DTYPE_UINT8, kRowBytes, 0, kBlockStride, kSlabBlocks, kBlock, &view),
+               HS_ERROR_INVALID_ARGUMENT, {"raw_tensor"});
+  view.struct_size = 8;
+  expect_error(hs_paged_cache_view(&f.slab_tensor, HS_DTYPE_UINT8, kRowBytes, 0, kBlockStride, kSlabBlocks, kBlock,
+                                   &view),
+               HS_ERROR_INVALID_ARGUMENT, {"view", "struct_size"});
+}
+
+// max_swap_rows 0 is the library's default: max_num_reqs x (1 + the config's
+// num_speculative_tokens) on a leader, the leader's on a follower.
+TEST(Runtime, SwapRowsDefaultFollowsTheSpeculativeTokens) {
+  Fixture f;
+  f.config.num_speculative_tokens = 2;
+  f.config.max_union_rows = 0;  // top_k x 3 = 12 <= H = 16
+  hs_runtime_options_t o = f.options();
+  o.max_swap_rows = 0;
+  hs::Runtime leader(o);
+  int32_t expected = 0;
+  ASSERT_EQ(hs_default_max_swap_rows(kReqs, 2, &expected), HS_SUCCESS);
+  EXPECT_EQ(expected, kReqs * 3);
+  EXPECT_EQ(leader.info().max_swap_rows, expected);
+  EXPECT_EQ(leader.info().max_union_rows, kTopK * 3);
+  EXPECT_EQ(leader.info().num_speculative_tokens, 2);
+  hs_config_t plain = f.config;
+  plain.num_speculative_tokens = 0;
+  plain.max_union_rows = kTopK * 3;
+  hs_runtime_options_t fo = f.options();
+  fo.config = &plain;
+  fo.max_swap_rows = 0;
+  EXPECT_EQ(hs::Runtime::follower(leader, fo).info().max_swap_rows, expected) << "a follower takes its leader's";
+}
+
 TEST(Runtime, BindingChecksNameTheArgument) {
   Fixture f;
   hs::Runtime leader(f.options());
@@ -510,14 +585,13 @@ TEST(Runtime, FusedGatherOnTheLeaderMovesTheSameBytes) {
   }
 }
 
-TEST(Runtime, SwapInArgsOfEarlierVersionsAreStillAccepted) {
-  EXPECT_EQ(HS_RUNTIME_SWAP_IN_ARGS_VERSION, 3);
+TEST(Runtime, SwapInFlagsAreZeroOrOneAndTheArgsStructIsChecked) {
   Fixture f;
   hs::Runtime leader(f.options());
   f.bind(leader, 0);
   Step s({1, 2, 3, 4, 5, 6, 7, 8});
 
-  // A version-3 struct with a bad flag is refused, naming it, and takes no rows.
+  // A bad flag is refused, naming it, and takes no rows.
   hs_runtime_swap_in_args_t a = s.args(false);
   leader.begin_forward();
   for (const int32_t value : {2, -1}) {
@@ -535,40 +609,24 @@ TEST(Runtime, SwapInArgsOfEarlierVersionsAreStillAccepted) {
   a.group_gather = 1;
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"group_gather", "prefetch = 1", "prefetch = 0"});
+  a.group_gather = 0;
+  a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"args", "struct_size"});
+  a.struct_size = sizeof(a);
+  a.struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION + 1;
+  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"args", "struct_version"});
   EXPECT_EQ(leader.info().next_row, 0);
   EXPECT_EQ(leader.info().staged, 0);
 
-  // A version-2 caller's struct ends at its padding after fused_gather, before
-  // group_gather: the stale 1 past it is never read, so the call succeeds.
-  a.struct_version = 2;
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, group_gather);
-  EXPECT_EQ(a.struct_size % alignof(hs_runtime_swap_in_args_t), 0u);
-  EXPECT_LT(offsetof(hs_runtime_swap_in_args_t, fused_gather), a.struct_size);
+  a.struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION;
   hs_runtime_swap_in_result_t r;
   std::memset(&r, 0, sizeof(r));
   r.struct_size = sizeof(r);
   ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
   EXPECT_EQ(r.num_rows, kReqs);
   expect_rows_match(f, leader, 0, 0, kReqs);
-
-  // ... and a version-2 caller still has fused_gather.
-  leader.begin_forward();
-  a.fused_gather = 2;
-  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"fused_gather", "0 or 1", "2"});
-
-  // The same bytes from a version-1 caller: its struct ends at num_tokens, so
-  // the stale flags past it are never read.
-  a.struct_version = 1;
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, fused_gather);
-  EXPECT_EQ(a.struct_size, offsetof(hs_runtime_swap_in_args_t, num_tokens) + sizeof(int64_t));
-  ASSERT_EQ(hs_runtime_swap_in(leader.get(), &a, &r, nullptr), HS_SUCCESS) << hs_last_error();
-  EXPECT_EQ(r.num_rows, kReqs);
-  expect_rows_match(f, leader, 0, 0, kReqs);
-
-  a.struct_size = offsetof(hs_runtime_swap_in_args_t, num_tokens);  // too small even for version 1
-  expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"args", "struct_size"});
 }
 
 // `n` layers (a leader and n - 1 followers) whose host rows are either one
@@ -708,7 +766,6 @@ struct LayerGroup {
 // even though the followers tile), and layer-major buffers. Every byte, index
 // and state entry agrees.
 TEST(Runtime, GroupGatherOfTokenMajorFollowersMovesTheSameBytes) {
-  EXPECT_EQ(HS_RUNTIME_INFO_VERSION, 2);
   // Runtime l binds piece order[l]: the followers tile in address order 3, 1, 2.
   for (const std::vector<int>& order : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{3, 1, 2, 0}}) {
     LayerGroup grouped(order), per_follower(order), layer_major(order);
@@ -863,35 +920,25 @@ TEST(Runtime, GroupGatherIsRefusedUnlessTheFollowersTile) {
   a.group_gather = 1;
   expect_error(hs_runtime_swap_in(f.runtimes[0].get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
                {"follower 1", "not bound"});
-
-  // A version-1 caller of get_info does not see the field.
-  hs_runtime_info_t v1;
-  std::memset(&v1, 0xFF, sizeof(v1));
-  v1.struct_size = offsetof(hs_runtime_info_t, followers_staged_together);
-  ASSERT_EQ(hs_runtime_get_info(f.runtimes[0].get(), &v1), HS_SUCCESS) << hs_last_error();
-  EXPECT_EQ(v1.followers_staged_together, -1) << "written past a version-1 struct";
-  EXPECT_EQ(v1.group_size, 4);
 }
 
-// hs_index_group_resolve's fused gather: version 2 equals resolve + gather_compact,
-// version 1 never reads the new fields.
-TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
-  EXPECT_EQ(HS_INDEX_GROUP_RESOLVE_ARGS_VERSION, 2);
+// hs_index_group_resolve's fused gather equals a resolve followed by gather_compact.
+TEST(IndexGroupResolve, FusedGatherEqualsResolveThenGather) {
   hs_index_group_options_t options;
   hs_index_group_options_init(&options);
   options.max_num_reqs = kReqs;
   options.device_buffer_size = kHot;
   options.top_k = kTopK;
   options.max_swap_rows = kSwapRows;
-  Fixture fused_f, plain_f, old_f;
-  hs::IndexGroup fused(options), plain(options), old(options);
+  Fixture fused_f, plain_f, untouched_f;
+  hs::IndexGroup fused(options), plain(options);
   const int64_t stride_rows = kBlockStride / kRowBytes;
   std::vector<int64_t> view_shape{kSlabBlocks, kBlock, kRowBytes};
   std::vector<int64_t> view_strides{kBlockStride, kRowBytes, 1};
   auto hot_view = [&](Fixture& f) {
     return hs_tensor_t{f.slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, view_shape.data(), view_strides.data()};
   };
-  const hs_tensor_t fused_hot = hot_view(fused_f), plain_hot = hot_view(plain_f), old_hot = hot_view(old_f);
+  const hs_tensor_t fused_hot = hot_view(fused_f), plain_hot = hot_view(plain_f);
   auto args = [&](const Step& s, Fixture& f) {
     hs_index_group_resolve_args_t a;
     hs_index_group_resolve_args_init(&a);
@@ -908,47 +955,30 @@ TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
   for (int step = 0; step < 3; ++step) {
     Step s({1 + step, 5, 9, 13, 2, 6 + step, 10, 63});
     hs_index_group_resolve_args_t a = args(s, fused_f);
-    a.gather_host_rows = &fused_f.host_tensors[0];
+    a.gather_host_cache = &fused_f.host_tensors[0];
     a.gather_hot_cache = &fused_hot;
     a.gather_hot_block_stride = stride_rows;
     fused.resolve(a);
 
     plain.resolve(args(s, plain_f));
-    hs_tensor_t host_rows = plain.tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS);
+    hs_tensor_t swap_host = plain.tensor(HS_INDEX_GROUP_SWAP_HOST_ROWS);
     hs_tensor_t device_rows = plain.tensor(HS_INDEX_GROUP_SWAP_DEVICE_ROWS);
     hs_tensor_t counts = plain.tensor(HS_INDEX_GROUP_SWAP_COUNTS);
-    host_rows.shape = swap_shape.data();
+    swap_host.shape = swap_shape.data();
     device_rows.shape = swap_shape.data();
     counts.shape = count_shape.data();
     hs_gather_compact_args_t g;
     hs_gather_compact_args_init(&g);
-    g.host_rows = &plain_f.host_tensors[0];
+    g.host_cache = &plain_f.host_tensors[0];
     g.hot_cache = &plain_hot;
-    g.swap_host_rows = &host_rows;
+    g.swap_host_rows = &swap_host;
     g.swap_device_rows = &device_rows;
     g.swap_counts = &counts;
     g.hot_block_size = kBlock;
     g.hot_block_stride = stride_rows;
     ASSERT_EQ(hs_gather_compact(&g, nullptr), HS_SUCCESS) << hs_last_error();
     EXPECT_EQ(fused_f.slab, plain_f.slab) << "step " << step;
-    EXPECT_NE(fused_f.slab, old_f.slab) << "step " << step << ": the fused gather moved rows";
-
-    // A version-1 caller with stale bytes where the new fields would be: it
-    // resolves the same and gathers nothing.
-    hs_index_group_resolve_args_t v1 = args(s, old_f);
-    v1.gather_host_rows = &old_f.host_tensors[0];
-    v1.gather_hot_cache = &old_hot;
-    v1.gather_hot_block_stride = -5;  // would be refused if read
-    v1.struct_version = 1;
-    v1.struct_size = offsetof(hs_index_group_resolve_args_t, gather_host_rows);
-    ASSERT_EQ(hs_index_group_resolve(old.get(), &v1, nullptr), HS_SUCCESS) << hs_last_error();
-    EXPECT_EQ(old_f.slab, std::vector<uint8_t>(old_f.slab.size(), 0)) << "step " << step;
-    for (auto which : {HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, HS_INDEX_GROUP_ATTENTION_INDICES,
-                       HS_INDEX_GROUP_SWAP_HOST_ROWS, HS_INDEX_GROUP_SWAP_COUNTS}) {
-      const hs_tensor_t x = fused.tensor(which), y = old.tensor(which);
-      const size_t n = static_cast<size_t>(x.shape[0] * (x.ndim == 2 ? x.shape[1] : 1));
-      EXPECT_EQ(0, std::memcmp(x.data, y.data, n * sizeof(int32_t))) << "step " << step << " tensor " << which;
-    }
+    EXPECT_NE(fused_f.slab, untouched_f.slab) << "step " << step << ": the fused gather moved rows";
   }
 
   // The resolver's own checks apply, naming the field.
@@ -958,7 +988,7 @@ TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"gather_hot_block_stride"});
   a.gather_hot_block_stride = 0;
-  a.gather_host_rows = &fused_f.host_tensors[0];
+  a.gather_host_cache = &fused_f.host_tensors[0];
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache"});
   a.struct_size = offsetof(hs_index_group_resolve_args_t, out_valid_counts);
   expect_error(hs_index_group_resolve(fused.get(), &a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});

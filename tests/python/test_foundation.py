@@ -273,6 +273,20 @@ def test_config_type_errors_name_the_field(kwargs, name):
         hisparse.Config(**kwargs)
 
 
+def test_config_defaults_and_names_come_from_the_library():
+    defaults = hisparse._C.default_config()
+    config = hisparse.Config(row_bytes=656)
+    for name in ("top_k", "device_buffer_size", "block_size", "hot_block_size", "num_speculative_tokens",
+                 "eager_host_mirror"):
+        assert getattr(config, name) == defaults[name], name
+    assert defaults["max_union_rows"] == 0  # the rule's: top_k x (1 + num_speculative_tokens)
+    assert config.max_union_rows == hisparse._C.default_max_union_rows(config.top_k, 0) == config.top_k
+    assert hisparse.Config(row_bytes=656, device_buffer_size=8192, num_speculative_tokens=3).max_union_rows == 8192
+    assert hisparse.STAT_NAMES == hisparse._C.STAT_NAMES == ("lookups", "hits", "misses", "resident", "invalid")
+    assert hisparse._C.DTYPES["bfloat16"] == (6, 2) and hisparse._C.DTYPES["float8_e4m3fn"][1] == 1
+    assert len(hisparse._C.DTYPES) == 12
+
+
 def test_config_derives_rows_and_union():
     config = hisparse.Config(top_k=2048, device_buffer_size=8192, row_width=576, dtype="bfloat16",
                              num_speculative_tokens=2)

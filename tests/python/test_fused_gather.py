@@ -51,7 +51,7 @@ class Shape:
     block_size: int = 16
     source_width: int = 10
     resolver_host_rows: int = 740  # slots 740..767 of the source blocks are invalid
-    gather_host_rows: int = 700  # slots 700..739 are valid but zero-fill their hot rows
+    gather_cache_rows: int = 700  # slots 700..739 are valid but zero-fill their hot rows
     steps: int = 5
 
 
@@ -92,7 +92,7 @@ class World:
         resident[:, -2:] = rng.integers(1, 50, (self.B, 2))  # the newest tokens stay on the GPU
         self.resident = resident
 
-        self.host = torch.from_numpy(rng.integers(0, 256, (s.gather_host_rows, s.row_bytes), dtype=np.uint8))
+        self.host = torch.from_numpy(rng.integers(0, 256, (s.gather_cache_rows, s.row_bytes), dtype=np.uint8))
         slab_rows = self.physical_blocks * s.hot_block_stride
         self.slab = torch.from_numpy(rng.integers(0, 256, (slab_rows, s.row_bytes), dtype=np.uint8))
         self.working = [rng.choice(self.context + 8, size=int(1.6 * s.K), replace=False) for _ in range(self.B)]
@@ -183,7 +183,7 @@ class Lane:
         args = (self.tensor(topk), self.tensor(w.req_id_per_token), self.tensor(np.array(STATE_ROWS, np.int32)),
                 self.dgi, self.lru, self.tensor(w.hot_table))
         if self.fused:
-            ops.resolve_residency(*args, **kwargs, gather_host_rows=self.host, gather_hot_cache=self.hot,
+            ops.resolve_residency(*args, **kwargs, gather_host_cache=self.host, gather_hot_cache=self.hot,
                                   gather_hot_block_stride=self.stride_arg)
         else:
             ops.resolve_residency(*args, **kwargs)
@@ -232,7 +232,7 @@ def test_fused_gather_matches_resolve_then_gather(device, shape):
         counts = np.clip(got["swap_counts"][: world.T], 0, shape.K)
         moved += int(counts.sum())
         for t, count in enumerate(counts):
-            zero_filled += int((got["swap_host_rows"][t, :count] >= shape.gather_host_rows).sum())
+            zero_filled += int((got["swap_host_rows"][t, :count] >= shape.gather_cache_rows).sum())
         overflowed += world.candidate_union(topk, 1, world.T if valid is None else valid) > shape.max_union_rows
     # The scenario exercised what it claims to: misses moved rows, some of
     # them zero-filled, resident pages, invalid entries and union overflow.
@@ -257,7 +257,7 @@ def test_fused_gather_copies_the_swap_list_by_hand(device):
         for k in range(max(0, min(int(got["swap_counts"][t]), shape.K))):
             h, d = int(got["swap_host_rows"][t, k]), int(got["swap_device_rows"][t, k])
             offset = (d // shape.hot_block_size) * shape.hot_block_stride + d % shape.hot_block_size
-            expected[offset] = host[h] if h < shape.gather_host_rows else 0
+            expected[offset] = host[h] if h < shape.gather_cache_rows else 0
     assert got["stats"][2] > 0
     assert_same({"hot_bytes": got["hot_bytes"]}, {"hot_bytes": expected}, "hand model")
 
@@ -297,7 +297,7 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
         out.update({n: torch.full((B * q,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
-            attention_block_stride=block, host_rows=host_rows, max_union_rows=H, gather_host_rows=host,
+            attention_block_stride=block, host_rows=host_rows, max_union_rows=H, gather_host_cache=host,
             gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
         results.append(out)
     return [{n: t.cpu().numpy() for n, t in out.items()} for out in results], hot.cpu(), host.cpu()
@@ -368,7 +368,7 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=B * span, max_union_rows=max_union_rows,
-            gather_host_rows=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+            gather_host_cache=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
         results.append({n: t.cpu().numpy() for n, t in out.items()})
         held = dgi.cpu()  # what the buffers hold now, for the next step's hits and misses
     return results, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
@@ -466,7 +466,7 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
         topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
         torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
         attention_block_stride=block, host_rows=host_rows, max_union_rows=max_union_rows,
-        gather_host_rows=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+        gather_host_cache=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
     return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
 
@@ -534,28 +534,28 @@ def test_fused_gather_bad_inputs(device):
     def fail(exc, match, **gather):
         expect_failure(lane, args, kwargs, exc, match, **gather)
 
-    fail(ValueError, r"gather_hot_cache: expected a tensor, got NULL \(a fused gather needs", gather_host_rows=host)
-    fail(ValueError, r"gather_host_rows: expected a tensor, got NULL \(a fused gather needs", gather_hot_cache=hot)
+    fail(ValueError, r"gather_hot_cache: expected a tensor, got NULL \(a fused gather needs", gather_host_cache=host)
+    fail(ValueError, r"gather_host_cache: expected a tensor, got NULL \(a fused gather needs", gather_hot_cache=hot)
     fail(ValueError, "gather_hot_block_stride: expected 0 without a fused gather", gather_hot_block_stride=8)
     fail(ValueError, r"gather_hot_block_stride: expected 0 \(= hot_block_size\) or at least hot_block_size \(4\)",
-         gather_host_rows=host, gather_hot_cache=hot, gather_hot_block_stride=3)
-    fail(TypeError, r"gather_hot_cache: expected dtype uint8 \(the dtype of gather_host_rows\), got int16",
-         gather_host_rows=host, gather_hot_cache=hot.view(torch.int16))
+         gather_host_cache=host, gather_hot_cache=hot, gather_hot_block_stride=3)
+    fail(TypeError, r"gather_hot_cache: expected dtype uint8 \(the dtype of gather_host_cache\), got int16",
+         gather_host_cache=host, gather_hot_cache=hot.view(torch.int16))
     fail(ValueError, "gather_hot_cache: expected rows of 32 bytes",
-         gather_host_rows=host, gather_hot_cache=lane.slab.view(-1, 64))
-    fail(ValueError, "gather_host_rows: expected rows of a positive multiple of 16 bytes",
-         gather_host_rows=host_copy(torch.zeros((8, 20), dtype=torch.uint8), device), gather_hot_cache=hot)
+         gather_host_cache=host, gather_hot_cache=lane.slab.view(-1, 64))
+    fail(ValueError, "gather_host_cache: expected rows of a positive multiple of 16 bytes",
+         gather_host_cache=host_copy(torch.zeros((8, 20), dtype=torch.uint8), device), gather_hot_cache=hot)
     misaligned = host_copy(torch.zeros(8 * 32 + 1, dtype=torch.uint8), device)[1:].view(8, 32)
-    fail(ValueError, "gather_host_rows: expected a data pointer aligned to 16 bytes",
-         gather_host_rows=misaligned, gather_hot_cache=hot)
+    fail(ValueError, "gather_host_cache: expected a data pointer aligned to 16 bytes",
+         gather_host_cache=misaligned, gather_hot_cache=hot)
     fail(ValueError, "gather_hot_cache: expected size 4 in dimension 1",
-         gather_host_rows=host, gather_hot_cache=lane.slab[:64].view(32, 2, 32))
+         gather_host_cache=host, gather_hot_cache=lane.slab[:64].view(32, 2, 32))
     fail(ValueError, "gather_hot_cache: expected a block stride of gather_hot_block_stride x row width",
-         gather_host_rows=host, gather_hot_cache=lane.slab[:64].view(16, 4, 32), gather_hot_block_stride=5)
+         gather_host_cache=host, gather_hot_cache=lane.slab[:64].view(16, 4, 32), gather_hot_block_stride=5)
     other = "cuda" if device.type == "cpu" and cuda_available() else ("cpu" if device.type == "cuda" else None)
     if other is not None:
         fail(ValueError, rf"gather_hot_cache: expected a tensor on {device.type}.* \(the device of topk_indices\)",
-             gather_host_rows=host, gather_hot_cache=hot.to(other))
+             gather_host_cache=host, gather_hot_cache=hot.to(other))
 
 
 @requires_cuda
@@ -567,10 +567,10 @@ def test_fused_gather_bad_inputs_cuda():
         expect_failure(lane, args, kwargs, ValueError, match, **gather)
 
     unpinned = torch.zeros(tuple(lane.host.shape), dtype=lane.host.dtype)
-    fail("gather_host_rows: host memory that is not pinned or registered",
-         gather_host_rows=unpinned, gather_hot_cache=lane.hot)
+    fail("gather_host_cache: host memory that is not pinned or registered",
+         gather_host_cache=unpinned, gather_hot_cache=lane.hot)
     if torch.cuda.device_count() > 1:
-        fail("gather_host_rows", gather_host_rows=lane.host.to("cuda:1"), gather_hot_cache=lane.hot)
+        fail("gather_host_cache", gather_host_cache=lane.host.to("cuda:1"), gather_hot_cache=lane.hot)
 
 
 @requires_cuda

@@ -46,16 +46,16 @@ def as_bytes(tensor):
 # ---------------------------------------------------------------- the model
 
 
-def expected_group(host_rows, hot_regions, swap_host, swap_dev, counts, hbs, stride):
+def expected_group(host_cache, hot_regions, swap_host, swap_dev, counts, hbs, stride):
     """The contract with torch indexing, in place on `hot_regions`.
 
-    host_rows: the [..., P, W] source (CPU). hot_regions: P uint8 tensors
+    host_cache: the [..., P, W] source (CPU). hot_regions: P uint8 tensors
     [span, row_bytes], each the memory of one hot cache from its data pointer
     to the end of its extent (written in place). Each used entry (h, d) is
     skipped when h < 0, d < 0 or the physical offset of d lies at or past
     span; a host slot at or past the slot count zero-fills every piece."""
-    pieces = host_rows.shape[-2]
-    host = as_bytes(host_rows).reshape(-1, pieces, hot_regions[0].shape[1])
+    pieces = host_cache.shape[-2]
+    host = as_bytes(host_cache).reshape(-1, pieces, hot_regions[0].shape[1])
     slots = host.shape[0]
     rows, k = swap_host.shape
     used = torch.arange(k)[None, :] < counts[:rows].to(torch.int64).clamp(0, k)[:, None]
@@ -144,27 +144,27 @@ class HotCaches:
         views = [backings[b].as_strided(self.shape, self.strides, row * self.width) for b, row in self.placements]
         return backings, views
 
-    def expected(self, host_rows, swap_host, swap_dev, counts, hbs, stride):
+    def expected(self, host_cache, swap_host, swap_dev, counts, hbs, stride):
         """Expected bytes of every backing tensor, and the number of landing entries."""
         out = [as_bytes(b).clone() for b in self.backings]
         regions = [out[b][row : row + self.span] for b, row in self.placements]
-        landed = expected_group(host_rows, regions, swap_host, swap_dev, counts, hbs, stride)
+        landed = expected_group(host_cache, regions, swap_host, swap_dev, counts, hbs, stride)
         return out, landed
 
 
 def run_group_case(device, host_full, slicer, hot, swap, hbs, stride, *, max_blocks=None):
     """Runs gather_compact_group on `device`; checks the model, then P calls of gather_compact."""
     swap_host, swap_dev, counts = swap
-    host_rows_cpu = slicer(host_full)
-    pieces = host_rows_cpu.shape[-2]
-    expected, landed = hot.expected(host_rows_cpu, swap_host, swap_dev, counts, hbs, stride)
+    host_cache_cpu = slicer(host_full)
+    pieces = host_cache_cpu.shape[-2]
+    expected, landed = hot.expected(host_cache_cpu, swap_host, swap_dev, counts, hbs, stride)
     assert landed > 0
     assert any(not torch.equal(e, as_bytes(b)) for e, b in zip(expected, hot.backings))
 
-    host_rows = slicer(host_copy(host_full, device))
+    host_cache = slicer(host_copy(host_full, device))
     sh, sd, sc = swap_host.to(device), swap_dev.to(device), counts.to(device)
     backings, views = hot.materialize(device)
-    ops.gather_compact_group(host_rows, views, sh, sd, sc, hot_block_size=hbs,
+    ops.gather_compact_group(host_cache, views, sh, sd, sc, hot_block_size=hbs,
                              hot_block_stride=None if stride == hbs else stride, max_blocks=max_blocks)
     sync(device)
     for i, (got, want) in enumerate(zip(backings, expected)):
@@ -173,7 +173,7 @@ def run_group_case(device, host_full, slicer, hot, swap, hbs, stride, *, max_blo
     # The same bytes as P calls of gather_compact, one per piece.
     single_backings, single_views = hot.materialize(device)
     for i in range(pieces):
-        ops.gather_compact(host_rows[..., i, :], single_views[i], sh, sd, sc, hot_block_size=hbs,
+        ops.gather_compact(host_cache[..., i, :], single_views[i], sh, sd, sc, hot_block_size=hbs,
                            hot_block_stride=stride)
     sync(device)
     for i, (got, want) in enumerate(zip(backings, single_backings)):
@@ -355,18 +355,18 @@ def test_group_from_host_pool_in_cuda_graph():
     with hisparse.HostPool(slots * layers * width, register="always") as pool:
         full = pool.view("uint8", (slots, layers, width))
         full.copy_(random_bytes((slots, layers, width), gen))
-        host_rows = full[:, 2 : 2 + pieces]
+        host_cache = full[:, 2 : 2 + pieces]
         hots = [torch.zeros((hot_rows, width), dtype=torch.uint8, device="cuda") for _ in range(pieces)]
         swap_host = torch.zeros((4, 64), dtype=torch.int32, device="cuda")
         swap_dev = torch.zeros((4, 64), dtype=torch.int32, device="cuda")
         counts = torch.zeros(4, dtype=torch.int32, device="cuda")
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        ops.gather_compact_group(host_rows, hots, swap_host, swap_dev, counts, hot_block_size=64, stream=stream)
+        ops.gather_compact_group(host_cache, hots, swap_host, swap_dev, counts, hot_block_size=64, stream=stream)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            ops.gather_compact_group(host_rows, hots, swap_host, swap_dev, counts, hot_block_size=64)
+            ops.gather_compact_group(host_cache, hots, swap_host, swap_dev, counts, hot_block_size=64)
         for step in range(3):
             h = torch.randperm(slots + 40, generator=gen)[:256].view(4, 64).to(torch.int32)  # some zero fill
             d = torch.randperm(hot_rows + 20, generator=gen)[:256].view(4, 64).to(torch.int32)  # some outside
@@ -379,10 +379,10 @@ def test_group_from_host_pool_in_cuda_graph():
             graph.replay()
             torch.cuda.synchronize()
             regions = [torch.zeros((hot_rows, width), dtype=torch.uint8) for _ in range(pieces)]
-            expected_group(host_rows.clone(), regions, h, d, c, 64, 64)
+            expected_group(host_cache.clone(), regions, h, d, c, 64, 64)
             for i, (got, want) in enumerate(zip(hots, regions)):
                 assert torch.equal(got.cpu(), want), (step, i)
-        del full, host_rows
+        del full, host_cache
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -419,7 +419,7 @@ def test_group_bad_inputs(device):
     # Number of pieces.
     run(ValueError, "num_hot_caches", hots=[], host=host((8, 1, 32)))
     run(ValueError, "num_hot_caches", pieces=MAX_PIECES + 1, width=16)
-    # The hot caches: one shape, one stride set, the dtype and row width of host_rows.
+    # The hot caches: one shape, one stride set, the dtype and row width of host_cache.
     run(ValueError, r"hot_caches\[1\]", hots=[zeros((8, 32)), zeros((12, 32))])
     run(ValueError, r"hot_caches\[2\]", pieces=3, hots=[zeros((8, 32)), zeros((8, 32)), zeros((2, 4, 32))])
     wide = zeros((2, 2, 4, 32))  # as [2, 2, 2, 32] with a doubled outer stride
@@ -431,14 +431,14 @@ def test_group_bad_inputs(device):
     run(ValueError, "hot_caches", hots=[zeros((8, 64))[:, :32], zeros((8, 64))[:, :32]])  # rows not contiguous
     run(TypeError, "hot_caches", hots=zeros((2, 8, 32)))  # a tensor, not a sequence of tensors
     run(TypeError, "hot_caches", hots=[zeros((8, 32)), None])
-    # host_rows: [..., P, W], rows back to back, slots at a pitch of a multiple of 16 bytes >= P rows.
-    run(ValueError, "host_rows", host=host((8, 32)), pieces=1)
-    run(ValueError, "host_rows", host=host((8, 3, 32)))
-    run(ValueError, "host_rows", host=host((8, 2, 64))[:, :, :32])  # stride(-2) != W
+    # host_cache: [..., P, W], rows back to back, slots at a pitch of a multiple of 16 bytes >= P rows.
+    run(ValueError, "host_cache", host=host((8, 32)), pieces=1)
+    run(ValueError, "host_cache", host=host((8, 3, 32)))
+    run(ValueError, "host_cache", host=host((8, 2, 64))[:, :, :32])  # stride(-2) != W
     pitched = host((8 * 72,)).as_strided((8, 2, 32), (72, 32, 1))
-    run(ValueError, "host_rows.*16", host=pitched)
+    run(ValueError, "host_cache.*16", host=pitched)
     overlapping = host((9 * 32,)).as_strided((8, 2, 32), (32, 32, 1))
-    run(ValueError, "host_rows", host=overlapping)
+    run(ValueError, "host_cache", host=overlapping)
     # The rest as gather_compact.
     run(TypeError, "swap_host_rows", swap_host=zeros((2, 4), torch.int64))
     run(ValueError, "swap_device_rows", swap_dev=zeros((2, 5), torch.int32))
@@ -463,7 +463,7 @@ def test_group_bad_inputs(device):
 def test_group_bad_inputs_cuda():
     host, hots, swap_host, swap_dev, counts = group_args(torch.device("cuda"))
     unpinned = torch.full((8, 2, 32), 7, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="host_rows: host memory that is not pinned or registered"):
+    with pytest.raises(ValueError, match="host_cache: host memory that is not pinned or registered"):
         ops.gather_compact_group(unpinned, hots, swap_host, swap_dev, counts, hot_block_size=4)
     with pytest.raises(ValueError, match=r"hot_caches\[1\]"):
         ops.gather_compact_group(host, [hots[0], hots[1].cpu()], swap_host, swap_dev, counts, hot_block_size=4)

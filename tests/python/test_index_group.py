@@ -125,8 +125,11 @@ def test_sizes_from_config(device):
     assert group.config is config
     assert (group.top_k, group.device_buffer_size, group.max_union_rows) == (8, 32, 16)
     assert group.max_swap_rows == 6  # max_num_reqs x (1 + speculative tokens)
-    default_union = hisparse.IndexGroup(max_num_reqs=1, top_k=8, device_buffer_size=4, device=device)
-    assert default_union.max_union_rows == 4  # min(top_k, device_buffer_size)
+    default_union = hisparse.IndexGroup(max_num_reqs=1, top_k=4, device_buffer_size=8, device=device)
+    assert default_union.max_union_rows == 4  # top_k x (1 + num_speculative_tokens), hisparse._C's rule
+    assert default_union.max_union_rows == hisparse._C.default_max_union_rows(4, 0)
+    with pytest.raises(ValueError, match="max_union_rows"):  # the default union does not fit 4 hot slots
+        hisparse.IndexGroup(max_num_reqs=1, top_k=8, device_buffer_size=4, device=device)
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,49 @@ def test_bind_errors_name_the_argument(device):
                                   num_blocks=setup.num_blocks, block_size=4, block_table=setup.hot_table.cpu())
 
 
+def test_hot_view_is_the_one_the_library_bound(device):
+    setup = GroupSetup(device, num_layers=2)
+    for i, runtime in enumerate(setup.runtimes):
+        hot = runtime.hot
+        assert hot.data_ptr() == setup.slab.data_ptr() + i * setup.block_bytes
+        assert tuple(hot.shape) == (setup.num_blocks, setup.hot_block_size, setup.row_bytes)
+        assert hot.stride() == (setup.block_stride, setup.row_bytes, 1)
+        same = paged_cache_view(setup.slab, dtype=torch.uint8, row_width=setup.row_bytes,
+                                byte_offset=i * setup.block_bytes, block_stride=setup.block_stride,
+                                num_blocks=setup.num_blocks, block_size=setup.hot_block_size)
+        assert same.data_ptr() == hot.data_ptr() and same.stride() == hot.stride() and same.shape == hot.shape
+    # Writes through the view land in the slab (it shares the slab's storage).
+    setup.leader.hot[1, 2].fill_(7)
+    offset = setup.block_stride + 2 * setup.row_bytes
+    assert bool((setup.slab[offset : offset + setup.row_bytes] == 7).all())
+    # Another element type: the row is narrower, the strides count elements.
+    wide = paged_cache_view(setup.slab, dtype=torch.int16, row_width=setup.row_bytes // 2, byte_offset=0,
+                            block_stride=setup.block_stride, num_blocks=setup.num_blocks,
+                            block_size=setup.hot_block_size)
+    assert wide.dtype == torch.int16 and wide.stride() == (setup.block_stride // 2, setup.row_bytes // 2, 1)
+
+
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (dict(byte_offset=8), ValueError, "byte_offset"),
+        (dict(num_blocks=10**6), ValueError, "raw_tensor.*too small"),
+        (dict(block_stride=100), ValueError, "block_stride"),
+        (dict(block_size=0), ValueError, "block_size"),
+        (dict(row_width=1.5), TypeError, "row_width"),
+        (dict(dtype="complex128"), TypeError, "dtype"),
+    ],
+)
+def test_paged_cache_view_errors_name_the_argument(device, overrides, error, match):
+    setup = GroupSetup(device, num_layers=1)
+    kwargs = dict(dtype=torch.uint8, row_width=setup.row_bytes, byte_offset=0, block_stride=setup.block_stride,
+                  num_blocks=setup.num_blocks, block_size=setup.hot_block_size)
+    with pytest.raises(error, match=match):
+        paged_cache_view(setup.slab, **{**kwargs, **overrides})
+    with pytest.raises(TypeError, match="raw_tensor"):
+        paged_cache_view(setup.slab.numpy() if device.type == "cpu" else None, **kwargs)
+
+
 def test_bad_constructor_arguments(device):
     config = hisparse.Config(top_k=8, device_buffer_size=32, row_bytes=64)
     with pytest.raises(TypeError, match="config"):

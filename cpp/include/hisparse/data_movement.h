@@ -35,23 +35,19 @@ extern "C" {
 /* How the CUDA gather is scheduled. Every variant writes the same bytes; the
  * CPU backend accepts every value and runs its one reference loop. */
 typedef enum hs_gather_variant {
-  HS_GATHER_AUTO = 0,         /* the variant measured fastest (see hs_gather_default_variant) */
-  HS_GATHER_WARP_PER_ROW = 1, /* one warp per swap entry: the plain baseline */
-  HS_GATHER_UNROLLED = 2,     /* a warp copies several rows, issuing all loads before the stores */
-  HS_GATHER_PERSISTENT = 3,   /* UNROLLED on a fixed grid (max_blocks, else half the SMs) that
-                                 strides over the used rows */
-  HS_GATHER_SORTED = 4,       /* per token row, entries sorted by host slot in shared memory, then
-                                 copied in address order by whole blocks: runs of adjacent host rows
-                                 become contiguous reads; max_blocks (else half the SMs) blocks in
-                                 all. A block's share of a token row of more than 2048 columns
-                                 opts in to more than 48 KiB of shared memory; past the device's
-                                 limit (8192 columns on an H200) the call runs PERSISTENT. */
-  HS_GATHER_ROW_PERSISTENT = 5, /* one warp per row, all of a row's loads before its stores, on a
+  HS_GATHER_AUTO = 0,           /* the library's choice (hs_gather_default_variant) */
+  HS_GATHER_WARP_PER_ROW = 1,   /* one warp per swap entry on a grid of K x R warps */
+  HS_GATHER_SORTED = 2,         /* per token row, entries sorted by host slot in shared memory, then
+                                   copied in address order by whole blocks: runs of adjacent host rows
+                                   become contiguous reads; max_blocks (else half the SMs) blocks in
+                                   all. For rows scattered over the pool. A block's share of a token
+                                   row of more than 2048 columns opts in to more than 48 KiB of shared
+                                   memory; past the device's limit the call runs ROW_PERSISTENT. */
+  HS_GATHER_ROW_PERSISTENT = 3, /* one warp per row, all of a row's loads before its stores, on a
                                    fixed grid (max_blocks, else one block per SM) that strides over
-                                   the used rows. The default (HS_GATHER_AUTO): best or within 0.01
-                                   of the best schedule for misses local to each request
-                                   (bench/lab/gather_schedules.cu) */
-  HS_NUM_GATHER_VARIANTS = 6
+                                   the used rows. The default (HS_GATHER_AUTO): suited to misses
+                                   local to each request, the decode case. */
+  HS_NUM_GATHER_VARIANTS = 4
 } hs_gather_variant_t;
 
 /* Static name of a variant ("auto", "warp_per_row", ...); "unknown" otherwise. */
@@ -61,7 +57,7 @@ HS_API int32_t hs_gather_default_variant(void);
 
 /* Copy each swap entry's host row into its hot row.
  *
- * host_rows: the host cache, [..., W] of any dtype whose leading dimensions
+ * host_cache: the host cache, [..., W] of any dtype whose leading dimensions
  *   flatten to rows at one uniform pitch (a multiple of 16 bytes); its base
  *   is 16-byte aligned; row_bytes = W * itemsize, a multiple of 16. On CUDA
  *   it must be registered or pinned host memory (or memory of the same
@@ -86,7 +82,7 @@ HS_API int32_t hs_gather_default_variant(void);
 typedef struct hs_gather_compact_args {
   size_t struct_size;
   uint32_t struct_version;
-  const hs_tensor_t* host_rows;
+  const hs_tensor_t* host_cache;       /* [..., W] */
   const hs_tensor_t* hot_cache;
   const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
   const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
@@ -94,9 +90,10 @@ typedef struct hs_gather_compact_args {
   int64_t hot_block_size;              /* rows per hot block, > 0 */
   int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
   int32_t variant;                     /* hs_gather_variant_t */
-  int32_t max_blocks;                  /* CUDA: thread blocks of PERSISTENT/SORTED; 0 = half the SMs (fewer
-                                          concurrent rows translate fewer host pages at once, which is
-                                          faster for scattered rows and leaves SMs to compute) */
+  int32_t max_blocks;                  /* CUDA: thread blocks of SORTED and ROW_PERSISTENT; 0 = half the SMs
+                                          for SORTED (fewer concurrent rows translate fewer host pages at
+                                          once, which suits scattered rows and leaves SMs to compute), one
+                                          per SM for ROW_PERSISTENT */
 } hs_gather_compact_args_t;
 #define HS_GATHER_COMPACT_ARGS_VERSION 1
 
@@ -121,14 +118,14 @@ HS_API hs_status_t hs_gather_compact(const hs_gather_compact_args_t* args, hs_st
  * in 128-byte lines, so an isolated 656-byte row costs six lines for 5.1 of
  * data; P adjacent rows read together waste at most one line in total.
  *
- * host_rows: [..., P, W] of any dtype: the last two dimensions are P rows of
+ * host_cache: [..., P, W] of any dtype: the last two dimensions are P rows of
  *   W elements back to back (stride of dimension -2 == W, unit stride in the
  *   last), the leading dimensions flatten to host slots at one uniform pitch
  *   (a multiple of 16 bytes, at least P * row_bytes); e.g. host[:, l0:l0+P, :]
- *   of a token-major [slots, layers, W] cache. Memory rules as host_rows of
+ *   of a token-major [slots, layers, W] cache. Memory rules as host_cache of
  *   hs_gather_compact.
  * hot_caches: num_hot_caches == P descriptors (1..HS_MAX_GATHER_GROUP_PIECES),
- *   each a hot cache as in hs_gather_compact (same dtype and W as host_rows);
+ *   each a hot cache as in hs_gather_compact (same dtype and W as host_cache);
  *   all P on one device with identical shapes and strides (the layers of one
  *   index group share their hot layout), at any base addresses.
  * swap_host_rows, swap_device_rows, swap_counts, hot_block_size,
@@ -143,7 +140,7 @@ typedef struct hs_gather_compact_group_args {
   size_t struct_size;
   uint32_t struct_version;
   int32_t num_hot_caches;              /* P */
-  const hs_tensor_t* host_rows;        /* [..., P, W] */
+  const hs_tensor_t* host_cache;        /* [..., P, W] */
   const hs_tensor_t* const* hot_caches; /* P hot caches */
   const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
   const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
@@ -223,15 +220,15 @@ HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots
 
 /* ------------------------------------------------------------------ device -> host */
 
-/* host_rows[slot_mapping[i]] = src_rows[i] for i < N, skipping negative
+/* host_cache[slot_mapping[i]] = src_rows[i] for i < N, skipping negative
  * slots and slots >= the host row count. src_rows: [N, ..., W] at a uniform
- * row pitch on the executing device; host_rows: [..., W] as in
+ * row pitch on the executing device; host_cache: [..., W] as in
  * hs_gather_compact (registered host memory on CUDA, written zero-copy by a
  * kernel); same dtype and W. slot_mapping: int32 or int64 1-D with at least
  * N entries (only the first N are read). Duplicate slots: which row lands is
  * unspecified. The host sees the bytes once the stream has passed the call
  * (synchronise or wait on an event before reading them on the CPU). */
-HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* host_rows,
+HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache,
                                   const hs_tensor_t* slot_mapping, hs_stream_t stream);
 
 /* Copy sizes[i] bytes from address src[i] to address dst[i] for every i

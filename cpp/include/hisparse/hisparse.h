@@ -8,7 +8,10 @@
  *   - objects are opaque handles created by *_create and freed by *_destroy;
  *   - structs passed by pointer open with their own size and version, so
  *     they can grow without breaking old callers; the *_init helpers are
- *     inline, so they always fill the struct the caller was compiled with;
+ *     inline, so they always fill the struct the caller was compiled with.
+ *     A struct smaller than the library's, or an input struct of a version
+ *     the library does not read, is refused naming struct_size or
+ *     struct_version; output structs are written up to the library's size;
  *   - a stream is an opaque pointer (a cudaStream_t for the CUDA backend,
  *     ignored by the CPU backend) and is always the last argument;
  *   - functions that take a stream never block the host and never allocate
@@ -131,8 +134,8 @@ typedef struct hs_build_info {
 } hs_build_info_t;
 #define HS_BUILD_INFO_VERSION 1
 
-/* Fill *info (caller sets struct_size, or call with a zeroed struct of the
- * current size). Never touches a GPU. */
+/* Fill *info (the caller sets info->struct_size = sizeof(hs_build_info_t)).
+ * Never touches a GPU. */
 HS_API hs_status_t hs_get_build_info(hs_build_info_t* info);
 
 typedef struct hs_device_properties {
@@ -271,34 +274,46 @@ HS_API hs_status_t hs_plan_host_layout(uint64_t page_size_bytes, int64_t block_s
 typedef struct hs_config {
   size_t struct_size;
   uint32_t struct_version;
-  int32_t top_k;              /* positions the indexer selects per token row */
-  int32_t device_buffer_size; /* H: hot slots per request, <= 32767 */
-  int32_t max_union_rows;     /* distinct rows per request and step, top_k <= . <= H */
-  int32_t row_bytes;          /* bytes of one token's KV in one layer, multiple of 16 */
-  int32_t block_size;         /* tokens per host (source) block */
-  int32_t hot_block_size;     /* tokens per hot-cache block */
-  int32_t eager_host_mirror;  /* 1 = mirror decode-time KV writes to the host eagerly */
+  int32_t top_k;                  /* positions the indexer selects per token row */
+  int32_t device_buffer_size;     /* H: hot slots per request, <= 32767 */
+  int32_t max_union_rows;         /* distinct rows per request and step, top_k <= . <= H;
+                                     0 = top_k x (1 + num_speculative_tokens) (hs_default_max_union_rows) */
+  int32_t num_speculative_tokens; /* draft tokens per request and step (token rows - 1), >= 0 */
+  int32_t row_bytes;              /* bytes of one token's KV in one layer, multiple of 16 */
+  int32_t block_size;             /* tokens per host (source) block */
+  int32_t hot_block_size;         /* tokens per hot-cache block */
+  int32_t eager_host_mirror;      /* 1 = mirror decode-time KV writes to the host eagerly */
 } hs_config_t;
 #define HS_CONFIG_VERSION 1
 
-/* Defaults: DeepSeek-V3.2 FP8 MLA decode (top_k 2048, H 4096, union 2048,
- * 656-byte rows, blocks of 64 tokens). */
+/* Defaults: DeepSeek-V3.2 FP8 MLA decode (top_k 2048, H 4096, no draft
+ * tokens, so a union of 2048 rows, 656-byte rows, blocks of 64 tokens). */
 static inline void hs_config_init(hs_config_t* config) {
   memset(config, 0, sizeof(*config));
   config->struct_size = sizeof(*config);
   config->struct_version = HS_CONFIG_VERSION;
   config->top_k = 2048;
   config->device_buffer_size = 4096;
-  config->max_union_rows = 2048;
   config->row_bytes = 656;
   config->block_size = 64;
   config->hot_block_size = 64;
 }
 
-/* Validate a configuration up front. `device` >= 0 also checks that the
- * residency resolver's shared memory fits CUDA device `device`; -1 skips the
- * device check. */
+/* Validate a configuration up front (its max_union_rows default filled in).
+ * `device` >= 0 also checks that the residency resolver's shared memory fits
+ * CUDA device `device`; -1 skips the device check. */
 HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device);
+
+/* The defaults of max_union_rows and max_swap_rows wherever they appear
+ * (hs_config_t, hs_index_group_options_t, hs_runtime_options_t), one rule
+ * each: the distinct rows one request can select in a step,
+ * top_k x (1 + num_speculative_tokens), and the token rows of one forward's
+ * shared top-k state, max_num_reqs x (1 + num_speculative_tokens).
+ * HS_ERROR_INVALID_ARGUMENT for a negative count or a product past INT32_MAX. */
+HS_API hs_status_t hs_default_max_union_rows(int32_t top_k, int32_t num_speculative_tokens,
+                                             int32_t* max_union_rows);
+HS_API hs_status_t hs_default_max_swap_rows(int32_t max_num_reqs, int32_t num_speculative_tokens,
+                                            int32_t* max_swap_rows);
 
 /* Dynamic shared memory, in bytes, that the CUDA residency resolver needs per
  * block for `device_buffer_size` hot slots and `max_union_rows` union rows. */
@@ -318,11 +333,11 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
  * backend is chosen by the device of `topk_indices` (every tensor must be on
  * it). Stream-ordered, no host sync, no allocation, capturable.
  *
- * Fused gather (optional, struct version 2): with gather_host_rows and
- * gather_hot_cache set, the call also copies the rows of the swap list it
- * emits from the host cache into the hot cache, with the bytes
- * hs_gather_compact would write if run right after it on out_swap_*. One
- * launch and no dependent round trip per layer instead of two. */
+ * Fused gather (optional): with gather_host_cache and gather_hot_cache
+ * set, the call also copies the rows of the swap list it emits from the host
+ * cache into the hot cache, with the bytes hs_gather_compact would write if
+ * run right after it on out_swap_*. One launch and no dependent round trip
+ * per layer instead of two. */
 typedef struct hs_resolve_residency_args {
   size_t struct_size;
   uint32_t struct_version;
@@ -333,10 +348,10 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* device_global_indices; /* int32 [S, H], updated */
   const hs_tensor_t* lru_slots;             /* int16 [S, H], updated */
   const hs_tensor_t* hot_block_table;       /* int32 [B, >= ceil(H / hot_block_size)] */
-  int64_t hot_block_size;
-  int64_t attention_block_stride;
-  int64_t host_rows;
-  int64_t max_union_rows;
+  int64_t hot_block_size;                   /* rows per hot block */
+  int64_t attention_block_stride;           /* rows between hot blocks, >= hot_block_size */
+  int64_t host_rows;                        /* rows of the host cache: host slots at or past it are invalid */
+  int64_t max_union_rows;                   /* distinct rows per request, 1 <= . <= H */
   /* outputs */
   const hs_tensor_t* out_attention;         /* int32 [>= T, K] */
   const hs_tensor_t* out_hot_rows;          /* int32 [>= T, K] */
@@ -353,20 +368,19 @@ typedef struct hs_resolve_residency_args {
   int64_t resident_block_size;
   const hs_tensor_t* num_valid_rows;        /* int32 [1] */
   const hs_tensor_t* stats;                 /* int64 [>= 5], accumulated */
-  /* Fused gather (version 2; optional, both NULL = off, both or neither).
-   * The same rules as hs_gather_compact's host_rows, hot_cache and
-   * hot_block_stride, with the swap list being out_swap_host_rows,
-   * out_swap_device_rows and out_swap_counts (the first T rows) and
-   * hot_block_size this call's hot_block_size. gather_hot_cache must be on
-   * the device of topk_indices; on CUDA gather_host_rows is registered or
-   * pinned host memory (or memory of that device). A caller whose
-   * struct_size ends before these fields gets no fused gather. */
-  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  /* Fused gather (optional, both NULL = off, both or neither). The same
+   * rules as hs_gather_compact's host_cache, hot_cache and hot_block_stride,
+   * with the swap list being out_swap_host_rows, out_swap_device_rows and
+   * out_swap_counts (the first T rows) and hot_block_size this call's
+   * hot_block_size. gather_hot_cache must be on the device of topk_indices;
+   * on CUDA gather_host_cache is registered or pinned host memory (or memory
+   * of that device). */
+  const hs_tensor_t* gather_host_cache;     /* [..., W] host cache */
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
 } hs_resolve_residency_args_t;
-#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 2
+#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 1
 
 static inline void hs_resolve_residency_args_init(hs_resolve_residency_args_t* args) {
   memset(args, 0, sizeof(*args));

@@ -288,6 +288,17 @@ class Runtime {
   hs_runtime_t handle_ = nullptr;
 };
 
+// The paged view of a slab that Runtime::bind_hot_cache would bind
+// (hs_paged_cache_view), e.g. for a layer's resident cache.
+inline hs_paged_view_t paged_cache_view(const hs_tensor_t* raw_tensor, hs_dtype_t dtype, int64_t row_width,
+                                        int64_t byte_offset, int64_t block_stride, int64_t num_blocks,
+                                        int64_t block_size) {
+  hs_paged_view_t view{};
+  view.struct_size = sizeof(view);
+  check(hs_paged_cache_view(raw_tensor, dtype, row_width, byte_offset, block_stride, num_blocks, block_size, &view));
+  return view;
+}
+
 // Drops hot copies of rewritten host slots in many index groups at once.
 class SlotInvalidator {
  public:

@@ -41,18 +41,22 @@ typedef struct hs_index_group* hs_index_group_t;
 typedef struct hs_index_group_options {
   size_t struct_size;
   uint32_t struct_version;
-  int32_t device_type;        /* HS_DEVICE_CPU or HS_DEVICE_CUDA */
-  int32_t device_index;       /* CUDA device; -1 = the calling thread's current device */
-  int32_t max_num_reqs;       /* S: request state rows, >= 1 */
-  int32_t device_buffer_size; /* H: hot slots per state row, 1 <= H <= 32767 */
-  int32_t max_swap_rows;      /* R: token rows of the shared top-k state; 0 = max_num_reqs */
-  int32_t top_k;              /* K: top-k width of the shared outputs, >= 1 */
-  int32_t max_union_rows;     /* distinct rows per request and step, 1 <= . <= H; 0 = min(top_k, H) */
+  int32_t device_type;            /* HS_DEVICE_CPU or HS_DEVICE_CUDA */
+  int32_t device_index;           /* CUDA device; -1 = the calling thread's current device */
+  int32_t max_num_reqs;           /* S: request state rows, >= 1 */
+  int32_t device_buffer_size;     /* H: hot slots per state row, 1 <= H <= 32767 */
+  int32_t max_swap_rows;          /* R: token rows of the shared top-k state;
+                                     0 = max_num_reqs x (1 + num_speculative_tokens) (hs_default_max_swap_rows) */
+  int32_t top_k;                  /* K: top-k width of the shared outputs, >= 1 */
+  int32_t max_union_rows;         /* distinct rows per request and step, 1 <= . <= H;
+                                     0 = top_k x (1 + num_speculative_tokens) (hs_default_max_union_rows) */
+  int32_t num_speculative_tokens; /* draft tokens per request and step, >= 0; read by the defaults only */
 } hs_index_group_options_t;
 #define HS_INDEX_GROUP_OPTIONS_VERSION 1
 
-/* Defaults: CPU backend, top_k 2048, H 4096, max_union_rows = top_k,
- * max_swap_rows = max_num_reqs. Set max_num_reqs (and the device). */
+/* Defaults: CPU backend, top_k 2048, H 4096, no draft tokens (so
+ * max_union_rows = top_k and max_swap_rows = max_num_reqs). Set
+ * max_num_reqs (and the device). */
 static inline void hs_index_group_options_init(hs_index_group_options_t* options) {
   memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
@@ -152,12 +156,11 @@ HS_API hs_status_t hs_index_group_read_stats(hs_index_group_t group, int64_t* va
  * the outputs written to the shared top-k rows [row_offset, row_offset + T)
  * (T = rows of topk_indices). Leave a field 0/NULL for its default.
  *
- * Fused gather (struct version 2): gather_host_rows, gather_hot_cache and
- * gather_hot_block_stride go to hs_resolve_residency unchanged (same rules,
- * same messages; see its "Fused gather" and docs/residency.md), so the
- * resolve also copies the rows of the swap list it writes into the shared
- * rows into that hot cache. A caller whose struct_size ends before these
- * fields (version 1) gets no fused gather. */
+ * Fused gather (optional): gather_host_cache, gather_hot_cache and
+ * gather_hot_block_stride follow hs_resolve_residency's rules (same
+ * messages; see its "Fused gather" and docs/residency.md), so the resolve
+ * also copies the rows of the swap list it writes into the shared rows into
+ * that hot cache. */
 typedef struct hs_index_group_resolve_args {
   size_t struct_size;
   uint32_t struct_version;
@@ -177,13 +180,13 @@ typedef struct hs_index_group_resolve_args {
   const hs_tensor_t* num_valid_rows;        /* int32 [1] */
   const hs_tensor_t* out_attention;         /* int32 [>= T, K]: write here instead of the shared rows */
   const hs_tensor_t* out_valid_counts;      /* int32 [>= T]: write here instead of the shared rows */
-  /* fused gather (version 2; both NULL = off, both or neither) */
-  const hs_tensor_t* gather_host_rows;      /* [..., W] host cache */
+  /* fused gather (optional; both NULL = off, both or neither) */
+  const hs_tensor_t* gather_host_cache;     /* [..., W] host cache */
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W, on the group's device */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
 } hs_index_group_resolve_args_t;
-#define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 2
+#define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 1
 
 static inline void hs_index_group_resolve_args_init(hs_index_group_resolve_args_t* args) {
   memset(args, 0, sizeof(*args));

@@ -30,16 +30,13 @@
  * batch with group_gather = 1 stages all followers with one
  * hs_gather_compact_group (one contiguous read per missed slot) instead of
  * one gather per follower. It is opt-in per call because it trades latency
- * for bandwidth: the group gather reads more bytes per second (0.86-0.91 of
- * memcpy against 0.80 for per-layer gathers, measured on an H200), but
- * every follower's ready event waits for all followers' bytes, so the first
- * followers' attention can no longer overlap the later followers' copies.
- * In a 61-layer decode step on an H200 (groups of 4, 150 us of attention
- * per layer) it made the step slower at 5% and at 20% new positions (13.2
- * vs 11.0 ms, 29.3 vs 25.6 ms against layer-major per-follower gathers) and
- * faster only with 10 us of attention per layer at 20% (22.8 vs 23.5 ms).
- * Use it only when a layer's attention is short next to a follower's copy
- * (docs/staging.md has the model and the table).
+ * for bandwidth: the group gather moves the followers' bytes at a higher
+ * rate, but every follower's ready event waits for all followers' bytes, so
+ * the first followers' attention can no longer overlap the later followers'
+ * copies. Use it only when a layer's attention is short next to a
+ * follower's copy; with longer attention the per-follower gathers hide
+ * behind it and finish the step sooner (docs/staging.md has the model,
+ * docs/performance.md the measurements).
  * The leader gathers its own rows alone first either way. Precisely, the
  * followers (at least two) tile when all are bound with the same kv_dtype,
  * row width, host row count, host slot pitch (when there are two or more
@@ -102,7 +99,8 @@ typedef struct hs_runtime_options {
   int32_t device_type;       /* HS_DEVICE_CPU or HS_DEVICE_CUDA */
   int32_t device_index;      /* CUDA device; -1 = the calling thread's current device */
   int32_t max_num_reqs;      /* S: request state rows, >= 1 */
-  int32_t max_swap_rows;     /* R: token rows of the shared top-k state per forward; 0 = max_num_reqs */
+  int32_t max_swap_rows;     /* R: token rows of the shared top-k state per forward; 0 = the leader's on a follower,
+                                else max_num_reqs x (1 + config->num_speculative_tokens) (hs_default_max_swap_rows) */
   int32_t kv_dtype;          /* hs_dtype_t of the KV rows; row width = config->row_bytes / its size */
   int32_t reserved0;
   hs_runtime_t leader;       /* NULL: become a group leader; else join this runtime's group */
@@ -112,8 +110,8 @@ typedef struct hs_runtime_options {
 } hs_runtime_options_t;
 #define HS_RUNTIME_OPTIONS_VERSION 1
 
-/* Defaults: CPU backend, uint8 rows, max_swap_rows = max_num_reqs, leader
- * with its own copy stream. Set config and max_num_reqs. */
+/* Defaults: CPU backend, uint8 rows, the default max_swap_rows, leader with
+ * its own copy stream. Set config and max_num_reqs. */
 static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
   memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
@@ -127,7 +125,7 @@ static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
  * config->top_k, device_buffer_size, max_union_rows, max_num_reqs and
  * max_swap_rows), the copy stream (unless one is given) and the group's
  * events; with a leader it joins the leader's group, and its device,
- * max_num_reqs, max_swap_rows (0 = the leader's) and config's top_k,
+ * max_num_reqs and max_swap_rows (0 = the leader's) and config's top_k,
  * device_buffer_size, max_union_rows and hot_block_size must equal the
  * leader's (row_bytes, kv_dtype, block_size and eager_host_mirror may
  * differ). A borrowed copy stream or event must outlive the group.
@@ -161,6 +159,7 @@ typedef struct hs_runtime_info {
   int32_t top_k;
   int32_t device_buffer_size;
   int32_t max_union_rows;
+  int32_t num_speculative_tokens;
   int32_t row_bytes;
   int32_t kv_dtype;
   int32_t row_width;              /* elements of kv_dtype per row */
@@ -170,23 +169,19 @@ typedef struct hs_runtime_info {
   int32_t source_bound;           /* 1 after bind_source_cache */
   int32_t hot_bound;              /* 1 after bind_hot_cache */
   int32_t staged;                 /* 1 while this layer's rows are staged and not yet waited for */
+  int32_t followers_staged_together; /* 1 on a leader whose followers' layout allows group_gather: their
+                                        host caches tile one token-major span as the bindings stand now
+                                        (see "Token-major host layout" above); 0 otherwise and on
+                                        followers. It reports the layout, not what a call did. */
   int64_t host_rows;              /* rows of the bound host cache (0 unbound) */
   int64_t hot_num_blocks;         /* blocks of the bound hot view (0 unbound) */
   int64_t attention_block_stride; /* rows between hot blocks (block_stride / row_bytes; 0 unbound) */
   int64_t next_row;               /* first shared row the next swap_in takes */
   uint64_t group_row_bytes;       /* row_bytes summed over the group's live runtimes */
-  /* version 2 */
-  int32_t followers_staged_together; /* 1 on a leader whose followers' layout allows group_gather: their
-                                        host caches tile one token-major span as the bindings stand now
-                                        (see "Token-major host layout" above); 0 otherwise and on
-                                        followers. It reports the layout, not what a call did. */
-  int32_t reserved0;
 } hs_runtime_info_t;
-#define HS_RUNTIME_INFO_VERSION 2
+#define HS_RUNTIME_INFO_VERSION 1
 
-/* Non-blocking. Set info->struct_size (sizeof(hs_runtime_info_t) of the
- * caller's header); a version-1 caller's struct ends at group_row_bytes and
- * gets nothing past it. */
+/* Non-blocking. Set info->struct_size (sizeof(hs_runtime_info_t)). */
 HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* info);
 
 /* ------------------------------------------------------------------ binding */
@@ -226,6 +221,25 @@ static inline void hs_hot_cache_binding_init(hs_hot_cache_binding_t* binding) {
   binding->struct_size = sizeof(*binding);
   binding->struct_version = HS_HOT_CACHE_BINDING_VERSION;
 }
+
+/* The view hs_runtime_bind_hot_cache would bind, of any slab: the data
+ * pointer of block 0's first row and the shape [num_blocks, block_size,
+ * row_width] with element strides of `dtype` (an hs_dtype_t) for a
+ * contiguous raw_tensor, byte_offset, block_stride (bytes), num_blocks and
+ * block_size, checked by the same rules (errors name the argument); e.g. the
+ * paged view of a layer's resident cache. Host-only. */
+typedef struct hs_paged_view {
+  size_t struct_size;
+  uint32_t struct_version;
+  void* data;
+  int64_t shape[3];
+  int64_t strides[3];
+} hs_paged_view_t;
+#define HS_PAGED_VIEW_VERSION 1
+
+HS_API hs_status_t hs_paged_cache_view(const hs_tensor_t* raw_tensor, int32_t dtype, int64_t row_width,
+                                       int64_t byte_offset, int64_t block_stride, int64_t num_blocks,
+                                       int64_t block_size, hs_paged_view_t* view);
 
 /* Bind the hot cache. Every number is checked against the slab's extent; a
  * follower must have its leader's block size and attention_block_stride
@@ -269,17 +283,14 @@ typedef struct hs_runtime_swap_in_args {
   const hs_tensor_t* out_valid_counts;      /* int32 [>= T], optional: valid counts here */
   int32_t prefetch;                         /* 1 = stage every follower's rows now (a prefetch batch) */
   int32_t ignore_topk_ready;                /* 1 = wait for the compute stream even with a top-k-ready event */
-  /* read by every runtime */
-  int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
-  /* version 2; 0 or 1 on every runtime, acted on by the leader only */
-  int32_t fused_gather;                     /* 1 = the resolve launch also copies the leader's own rows */
-  /* version 3 */
-  int32_t reserved0;                        /* ignored: version 2's padding, so that group_gather lies past the
-                                               end of a version-2 struct */
+  int32_t fused_gather;                     /* 0 or 1 on every runtime, acted on by the leader only: 1 = the resolve
+                                               launch also copies the leader's own rows */
   int32_t group_gather;                     /* 0 or 1 on every runtime, acted on by the leader only: 1 = stage
                                                the followers of this prefetch batch with one group gather */
+  /* read by every runtime */
+  int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
 } hs_runtime_swap_in_args_t;
-#define HS_RUNTIME_SWAP_IN_ARGS_VERSION 3
+#define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
 
 static inline void hs_runtime_swap_in_args_init(hs_runtime_swap_in_args_t* args) {
   memset(args, 0, sizeof(*args));
@@ -320,8 +331,7 @@ typedef struct hs_runtime_swap_in_result {
  * (steady-state decode: one launch and one dependent wait fewer per step)
  * and loses when few requests miss many rows (warm-up, bulk loads): see
  * docs/residency.md, "Fused gather". Followers ignore the flag (they never
- * resolve), but it must still be 0 or 1. A caller whose struct_size ends
- * before fused_gather (version 1) gets 0.
+ * resolve), but it must still be 0 or 1.
  *
  * group_gather = 1 on the leader: the prefetch batch stages all followers
  * with one hs_gather_compact_group from their token-major host span instead
@@ -332,8 +342,7 @@ typedef struct hs_runtime_swap_in_result {
  * that failed, before anything is enqueued (no rows taken, nothing staged).
  * Bytes, outputs, state, counters and events are those of group_gather = 0.
  * Followers ignore the flag (they never stage others), but it must still be
- * 0 or 1. A caller whose struct_size ends before group_gather (version 1 or
- * 2) gets 0.
+ * 0 or 1.
  * Stream-ordered, no host sync, no allocation, capturable. */
 HS_API hs_status_t hs_runtime_swap_in(hs_runtime_t runtime, const hs_runtime_swap_in_args_t* args,
                                       hs_runtime_swap_in_result_t* result, hs_stream_t stream);

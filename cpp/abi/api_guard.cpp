@@ -1,4 +1,5 @@
-#include "core/error.hpp"
+// The thread-local last error and the status names.
+#include "abi/api_guard.hpp"
 
 namespace hisparse {
 namespace {

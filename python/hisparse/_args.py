@@ -1,0 +1,210 @@
+"""Argument checks and conversions of every Python entry point of hisparse.
+
+Python converts what only Python can (int vs bool, dtype objects, devices,
+torch streams and events, torch tensors to DLPack) and checks that each
+value has the type the C library takes; every range, shape, dtype and device
+rule is the C library's, which names the argument in its own error. Each
+function here raises TypeError or ValueError naming the argument.
+
+CUDA tensors are exported with ``stream=-1`` so the export itself never
+synchronises streams (a plain ``__dlpack__()`` makes the default stream wait
+on the current one, which breaks CUDA-graph capture); kernels are ordered on
+the stream hisparse is given instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
+
+from . import _C
+from ._tensors import torch_or_none
+
+__all__ = [
+    "choice",
+    "device",
+    "dtype_code",
+    "dtype_itemsize",
+    "dtype_name",
+    "flag",
+    "handle",
+    "require_bool",
+    "sequence",
+    "require_int",
+    "optional_int",
+    "stream",
+    "tensor",
+    "optional_tensor",
+    "tensor_list",
+]
+
+_INT_RANGE = {32: (-(2**31), 2**31), 64: (-(2**63), 2**63)}
+# Names torch and NumPy give the dtypes _C.DTYPES calls otherwise.
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "float8_e4m3": "float8_e4m3fn"}
+
+
+# ---------------------------------------------------------------- scalars
+def require_int(name: str, value: Any, minimum: Optional[int] = None, *, bits: Optional[int] = None) -> int:
+    """``value`` as an int (bool refused), at least ``minimum``, within ``bits``-bit signed range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    if bits is not None:
+        low, high = _INT_RANGE[bits]
+        if not low <= value < high:
+            raise ValueError(f"{name}: expected a value that fits in {bits} bits, got {value}")
+    return value
+
+
+def optional_int(name: str, value: Any, default: int, minimum: Optional[int] = None) -> int:
+    """``default`` for None, else :func:`require_int`."""
+    return default if value is None else require_int(name, value, minimum, bits=64)
+
+
+def require_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def flag(name: str, value: Any) -> int:
+    """A bool (or int) flag for the C library, which refuses anything but 0 or 1 naming ``name``."""
+    if not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    value = int(value)
+    if not -(2**31) <= value < 2**31:  # past int32 the library never sees it
+        raise ValueError(f"{name}: expected 0 or 1, got {value}")
+    return value
+
+
+def choice(name: str, value: Any, choices: Sequence[str]) -> int:
+    """The index of ``value`` in ``choices`` (a name), or ``value`` itself (an int)."""
+    if isinstance(value, str):
+        if value not in choices:
+            raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
+        return list(choices).index(value)
+    return require_int(name, value, bits=32)
+
+
+# ---------------------------------------------------------------- dtypes
+def dtype_name(dtype: Any) -> str:
+    """The library's name of a torch dtype, NumPy dtype or dtype name ('int32', 'bfloat16', ...)."""
+    if isinstance(dtype, str):
+        name = dtype.removeprefix("torch.")
+    elif type(dtype).__module__.startswith("torch"):
+        name = str(dtype).removeprefix("torch.")
+    else:
+        try:
+            import numpy  # noqa: PLC0415
+
+            name = numpy.dtype(dtype).name
+        except (ImportError, TypeError) as error:
+            raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {dtype!r}") from error
+    return _DTYPE_ALIASES.get(name, name)
+
+
+def dtype_code(name: str, dtype: Any) -> int:
+    """The hs_dtype_t code of ``dtype``."""
+    key = dtype_name(dtype)
+    if key not in _C.DTYPES:
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+    return _C.DTYPES[key][0]
+
+
+def dtype_itemsize(dtype: Any, name: str = "dtype") -> int:
+    """Bytes per element of ``dtype``: its own ``itemsize`` (torch and NumPy dtypes), else hs_dtype_size."""
+    itemsize = getattr(dtype, "itemsize", None)
+    if isinstance(itemsize, int):
+        return itemsize
+    key = dtype_name(dtype)
+    if key not in _C.DTYPES:
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+    return _C.DTYPES[key][1]
+
+
+# ---------------------------------------------------------------- devices, streams and handles
+def device(value: Any, name: str = "device") -> Tuple[int, int]:
+    """(hs_device_type_t, device index; -1 = the current CUDA device) of a torch.device, str or CUDA index."""
+    if value is None:
+        return _C.DEVICE_CPU, 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{name}: expected a CUDA device index >= 0, got {value}")
+        return _C.DEVICE_CUDA, value
+    text = str(value)
+    kind, _, index = text.partition(":")
+    if kind == "cpu" and not index:
+        return _C.DEVICE_CPU, 0
+    if kind == "cuda" and (not index or index.isdigit()):
+        return _C.DEVICE_CUDA, int(index) if index else -1
+    raise ValueError(f"{name}: expected 'cpu', 'cuda' or 'cuda:N', got {text!r}")
+
+
+def handle(name: str, value: Any, attribute: str) -> int:
+    """An integer CUDA handle from None (0), an int, or a torch object's ``attribute``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected None, an int handle or a torch object, got a bool")
+    if isinstance(value, int):
+        return value
+    result = getattr(value, attribute, None)
+    if result is None:
+        raise TypeError(f"{name}: expected None, an int handle or a torch.cuda object, got {type(value).__name__}")
+    return int(result)
+
+
+def stream(value: Any, *tensors: Any) -> int:
+    """The integer stream handle of a call.
+
+    ``value`` may be None (torch's current stream of the first CUDA tensor's
+    device, or 0 for host tensors), an int handle, or a torch.cuda.Stream.
+    """
+    if value is not None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        result = getattr(value, "cuda_stream", None)
+        if result is None:
+            raise TypeError(f"stream: expected None, an int handle or a torch.cuda.Stream, got {type(value).__name__}")
+        return int(result)
+    for item in tensors:
+        if _is_torch_tensor(item) and item.device.type == "cuda":
+            torch = torch_or_none()
+            return int(torch.cuda.current_stream(item.device).cuda_stream)
+    return 0
+
+
+# ---------------------------------------------------------------- tensors
+def _is_torch_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def tensor(name: str, value: Any) -> Any:
+    """What _C receives for a tensor argument: a torch tensor or another DLPack array."""
+    if _is_torch_tensor(value):
+        return value.__dlpack__(stream=-1) if value.device.type == "cuda" else value
+    if value is None or not hasattr(value, "__dlpack__"):
+        raise TypeError(f"{name}: expected a tensor (torch or NumPy), got {type(value).__name__}")
+    return value
+
+
+def optional_tensor(name: str, value: Any) -> Any:
+    return None if value is None else tensor(name, value)
+
+
+def sequence(name: str, values: Iterable[Any]) -> List[Any]:
+    """A sequence of tensors as a list (a single tensor or a string is refused)."""
+    if isinstance(values, (str, bytes)) or hasattr(values, "__dlpack__") or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name}: expected a sequence of tensors, got {type(values).__name__}")
+    return list(values)
+
+
+def tensor_list(name: str, values: Iterable[Any]) -> List[Any]:
+    """Each tensor of a sequence, element i named ``name[i]``."""
+    return [tensor(f"{name}[{i}]", value) for i, value in enumerate(sequence(name, values))]
