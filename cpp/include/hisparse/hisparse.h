@@ -393,5 +393,6 @@ typedef enum hs_stat {
 #include "hisparse/index_group.h"
 #include "hisparse/data_movement.h"
 #include "hisparse/runtime.h"
+#include "hisparse/shared_host_pool.h"
 
 #endif /* HISPARSE_HISPARSE_H_ */

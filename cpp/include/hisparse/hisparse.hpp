@@ -320,4 +320,6 @@ class SlotInvalidator {
 
 }  // namespace hs
 
+#include "hisparse/shared_host_pool.hpp"
+
 #endif  // HISPARSE_HISPARSE_HPP_
