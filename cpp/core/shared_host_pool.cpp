@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -146,17 +147,19 @@ SharedHostPool::SharedHostPool(const SharedHostPoolOptions& options) : SharedHos
 
 SharedHostPool::SharedHostPool(const SharedHostPoolOptions& options, std::shared_ptr<SharedRegion> region)
     : HostPool(region->data(), options.size_bytes, region->data_bytes(), region, options.registrar, options.device),
-      region_(region),
+      region_(region.get()),
       role_{options.rank, options.nranks, options.writer_rank} {
   try {
     populate_share(options);
-    region_->stage(SharedPoolStage::kPopulated);
     region_->reached(SharedPoolStep::kPopulated);
     // Every page exists now: registering pins pages that are all resident.
     if (options.registrar != nullptr) {
-      register_segments(options.max_segment_bytes, [this] { region_->heartbeat(); });
+      bool first = true;
+      register_segments(options.max_segment_bytes, [this, &first] {
+        region_->heartbeat();
+        if (std::exchange(first, false)) region_->stage(SharedPoolStage::kRegistering);
+      });
     }
-    region_->stage(SharedPoolStage::kRegistered);
     region_->reached(SharedPoolStep::kRegistered);
     region_->stage(SharedPoolStage::kReady);
   } catch (const Error& error) {
@@ -178,6 +181,7 @@ SharedHostPool::~SharedHostPool() { forget(); }
 
 void SharedHostPool::release() {
   HostPool::release();
+  region_ = nullptr;
   forget();
 }
 

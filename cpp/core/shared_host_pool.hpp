@@ -59,7 +59,7 @@ class SharedHostPool final : public HostPool {
   void populate_share(const SharedHostPoolOptions& options);
   void forget() noexcept;
 
-  std::shared_ptr<SharedRegion> region_;  // also held by HostPool as the mapping
+  SharedRegion* region_;  // owned by HostPool as the mapping: valid until release
   SharedPoolRole role_;
   uint64_t share_offset_ = 0;
   uint64_t share_bytes_ = 0;

@@ -49,6 +49,9 @@ struct RegionHeader {
   std::atomic<int32_t> failed;
   int32_t failure_status;
   char failure[1024];
+  // Ranks (bit r) that read the failure before they attached: the failing
+  // ranks keep the name until every rank attached or read it.
+  std::atomic<uint64_t> failure_seen;
   RankSlot slots[HS_SHARED_POOL_MAX_RANKS];
 };
 
@@ -200,8 +203,7 @@ SharedRegion::SharedRegion(const SharedRegionOptions& options)
       open_object();
       claim_slot();
     }
-    stage(SharedPoolStage::kAttached);
-    wait_for(SharedPoolStep::kAttached);
+    reached(SharedPoolStep::kAttached);
     // Every rank maps the object now: from here on it lives only as long as
     // a mapping does, whatever happens to the processes.
     unlink_name();
@@ -300,12 +302,17 @@ void SharedRegion::create_object() {
 void SharedRegion::open_object() {
   const std::string& name = options_.id.name;
   const double timeout = options_.timeout_seconds;
+  // Each wait below is for progress of rank 0, so each has its own clock.
+  auto waiting_since = std::chrono::steady_clock::now();
+  const auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting_since).count();
+  };
   Backoff backoff;
   for (;;) {
     fd_ = shm_open(name.c_str(), O_RDWR, 0);
     if (fd_ >= 0) break;
     if (errno != ENOENT) fail(HS_ERROR_SYSTEM, "shm_open(", name, ") failed: ", std::strerror(errno));
-    if (elapsed() > timeout) {
+    if (waited() > timeout) {
       fail(HS_ERROR_SYSTEM, "shared host pool: rank 0 did not create the pool's object ", name, " within ", timeout,
            " s (timeout_seconds): it did not start, it died first, or the pool of this id formed already and "
            "removed its name (an id makes one pool)");
@@ -313,13 +320,14 @@ void SharedRegion::open_object() {
     backoff.sleep();
   }
   struct stat st {};
+  waiting_since = std::chrono::steady_clock::now();
   for (;;) {
     if (fstat(fd_, &st) != 0) fail(HS_ERROR_SYSTEM, "fstat of ", name, " failed: ", std::strerror(errno));
     if (static_cast<uint64_t>(st.st_size) >= header_bytes_) break;
     have_object_ = true;  // so that giving up removes the name
     dev_ = st.st_dev;
     ino_ = st.st_ino;
-    if (elapsed() > timeout) {
+    if (waited() > timeout) {
       fail(HS_ERROR_SYSTEM, "shared host pool: rank 0 created ", name, " but did not size it within ", timeout,
            " s (timeout_seconds); it died or stalled");
     }
@@ -331,9 +339,10 @@ void SharedRegion::open_object() {
 
   // The header alone first: its sizes decide how much to map.
   map(header_bytes_);
+  waiting_since = std::chrono::steady_clock::now();
   while (header_->magic.load(std::memory_order_acquire) != kHeaderMagic) {
     throw_if_failed();
-    if (elapsed() > timeout) {
+    if (waited() > timeout) {
       fail(HS_ERROR_SYSTEM, "shared host pool: rank 0 created ", name, " but did not initialise it within ", timeout,
            " s (timeout_seconds); it died or stalled");
     }
@@ -397,9 +406,10 @@ void SharedRegion::claim_slot() {
   slot.step.store(static_cast<uint32_t>(SharedPoolStep::kAttached), std::memory_order_release);
 }
 
-void SharedRegion::throw_if_failed() const {
+void SharedRegion::throw_if_failed() {
   const int32_t failed = header_->failed.load(std::memory_order_acquire);
   if (failed == 0 || failed == options_.rank + 1) return;
+  header_->failure_seen.fetch_or(1ull << options_.rank, std::memory_order_acq_rel);
   throw Error(static_cast<hs_status_t>(header_->failure_status),
               str("shared host pool: rank ", failed - 1, " failed: ", header_->failure));
 }
@@ -442,7 +452,9 @@ void SharedRegion::wait_for(SharedPoolStep step) {
       if (reached < target) missing.push_back(r);
     }
     if (missing.empty()) break;
-    for (int r = 0; r < options_.nranks; ++r) {
+    // Only the missing ranks matter: one that finished this step and died
+    // has done its part, and the next step would miss it.
+    for (int r : missing) {
       if (r == options_.rank || header_->slots[r].step.load(std::memory_order_acquire) == 0) continue;
       std::string why;
       if (peer_died(r, &why)) throw Error(HS_ERROR_SYSTEM, why);
@@ -465,6 +477,11 @@ void SharedRegion::wait_for(SharedPoolStep step) {
 
 void SharedRegion::reached(SharedPoolStep step) {
   header_->slots[options_.rank].step.store(static_cast<uint32_t>(step), std::memory_order_release);
+  switch (step) {
+    case SharedPoolStep::kAttached: stage(SharedPoolStage::kAttached); break;
+    case SharedPoolStep::kPopulated: stage(SharedPoolStage::kPopulated); break;
+    case SharedPoolStep::kRegistered: stage(SharedPoolStage::kRegistered); break;
+  }
   wait_for(step);
 }
 
@@ -481,8 +498,31 @@ void SharedRegion::mark_failed(hs_status_t status, const std::string& message) n
       std::snprintf(header_->failure, sizeof(header_->failure), "%s", message.c_str());
       header_->failed.store(options_.rank + 1, std::memory_order_release);
     }
+    header_->failure_seen.fetch_or(1ull << options_.rank, std::memory_order_acq_rel);
+    if (!unlinked_) wait_for_late_ranks();
   }
   unlink_name();
+}
+
+void SharedRegion::wait_for_late_ranks() noexcept {
+  // A rank that has not attached can only learn of the failure from the
+  // header, so the name stays until it attached or read the failure; but
+  // not past timeout_seconds into the setup, by when it is given up on.
+  // Rank 0's count once it published the header: a rank given another
+  // count must not wait for ranks that do not exist.
+  const bool published = header_->magic.load(std::memory_order_acquire) == kHeaderMagic;
+  const int nranks = published ? std::min(header_->nranks, HS_SHARED_POOL_MAX_RANKS) : options_.nranks;
+  Backoff backoff;
+  while (elapsed() < options_.timeout_seconds) {
+    const uint64_t seen = header_->failure_seen.load(std::memory_order_acquire);
+    bool all = true;
+    for (int r = 0; r < nranks && all; ++r) {
+      all = r == options_.rank || header_->slots[r].step.load(std::memory_order_acquire) != 0 ||
+            (seen >> r & 1) != 0;
+    }
+    if (all) return;
+    backoff.sleep();
+  }
 }
 
 void SharedRegion::finish() {

@@ -39,8 +39,9 @@ enum class SharedPoolStage {
   kObjectCreated,  // rank 0: the object exists and is sized; its header is not initialised yet
   kAttached,       // this rank holds its slot; other ranks may not have attached yet
   kPopulating,     // part of this rank's share is populated (called from a populating thread)
-  kPopulated,      // this rank's share is populated
-  kRegistered,     // this rank registered the whole region
+  kPopulated,      // this rank published that its share is populated; the others may not be
+  kRegistering,    // part of the region is registered with this rank's device
+  kRegistered,     // this rank published that it registered the whole region
   kReady,          // every rank is ready; the create call is about to return
 };
 
@@ -78,14 +79,16 @@ class SharedRegion {
   uint64_t data_bytes() const { return options_.data_bytes; }
   const SharedRegionOptions& options() const { return options_; }
 
-  // This rank finished `step`; returns once every rank has. Throws (as the
-  // constructor) when a rank failed, died or stalled meanwhile.
+  // This rank finished `step`: publishes it, calls the matching stage, and
+  // returns once every rank has. Throws (as the constructor) when a rank
+  // failed, died or stalled meanwhile.
   void reached(SharedPoolStep step);
   // Progress within a step (a populated chunk, a registered segment) that
   // restarts the other ranks' stall timers. Safe from any thread.
   void heartbeat();
   // Marks the pool failed for every rank (the first failure's status and
-  // message are kept) and unlinks the name if it is still there.
+  // message are kept) and unlinks the name if it is still there, once every
+  // rank attached or read the failure (at most timeout_seconds into setup).
   void mark_failed(hs_status_t status, const std::string& message) noexcept;
   // Setup succeeded on every rank: lets go of this rank's slot.
   void finish();
@@ -104,7 +107,8 @@ class SharedRegion {
   void validate_header();
   void claim_slot();
   void wait_for(SharedPoolStep step);
-  void throw_if_failed() const;
+  void throw_if_failed();
+  void wait_for_late_ranks() noexcept;
   bool peer_died(int rank, std::string* why);
   void unlink_name() noexcept;
   void close_all() noexcept;
