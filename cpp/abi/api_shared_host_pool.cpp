@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "abi/host_pool_handle.hpp"
+#include "core/backend.hpp"
 #include "core/error.hpp"
 #include "core/shared_host_pool.hpp"
 #include "hisparse/shared_host_pool.h"
@@ -11,6 +12,18 @@
 using namespace hisparse;
 
 extern "C" {
+
+HS_API hs_status_t hs_supports_shared_host_pool(int32_t device_type, int32_t* supported) {
+  return api_guard([&] {
+    require_pointer(supported, "supported");
+    if (device_type != HS_DEVICE_CPU && device_type != HS_DEVICE_CUDA) {
+      invalid_argument("device_type: expected HS_DEVICE_CPU (", HS_DEVICE_CPU, ") or HS_DEVICE_CUDA (", HS_DEVICE_CUDA,
+                       "), got ", device_type);
+    }
+    const Backend* backend = device_type == HS_DEVICE_CPU ? &cpu_backend() : cuda_backend();
+    *supported = backend != nullptr && backend->supports_shared_host_pool() ? 1 : 0;
+  });
+}
 
 HS_API hs_status_t hs_shared_pool_id_create(hs_shared_pool_id_t* id) {
   return api_guard([&] { *require_pointer(id, "id") = SharedPoolId::create().encode(); });

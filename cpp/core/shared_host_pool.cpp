@@ -220,7 +220,8 @@ void SharedHostPool::populate_share(const SharedHostPoolOptions& options) {
   auto work = [&](uint64_t first_page, uint64_t last_page) {
     try {
       bool madvise_works = true;
-      for (uint64_t p = first_page; p < last_page && !stop.load(std::memory_order_relaxed);) {
+      // A failure elsewhere ends the setup: stop instead of populating for nothing.
+      for (uint64_t p = first_page; p < last_page && !stop.load(std::memory_order_relaxed) && !region_->failed();) {
         const uint64_t count = std::min(kPopulatePiece / page, last_page - p);
         char* piece = share + p * page;
         if (madvise_works) madvise_works = populate_with_madvise(piece, count * page);

@@ -289,15 +289,18 @@ void SharedRegion::create_object() {
   // Claimed before publishing, so that a rank that sees the header can
   // already tell whether rank 0 is alive.
   claim_slot();
-  header->magic.store(kHeaderMagic, std::memory_order_release);
-
   // The creator checks that the host can hold the pool (the seed's
-  // creator_memory_check); the ranks waiting for it see a refusal at once.
+  // creator_memory_check) before publishing: no rank may go on to populate
+  // a pool that is refused. The ranks waiting for the header read the
+  // refusal from it.
   if (options_.check_memory) {
     check_host_memory(options_.size_bytes);
     check_shm_space(total);
   }
+  header->magic.store(kHeaderMagic, std::memory_order_release);
 }
+
+bool SharedRegion::failed() const { return header_->failed.load(std::memory_order_acquire) != 0; }
 
 void SharedRegion::open_object() {
   const std::string& name = options_.id.name;
@@ -410,8 +413,13 @@ void SharedRegion::throw_if_failed() {
   const int32_t failed = header_->failed.load(std::memory_order_acquire);
   if (failed == 0 || failed == options_.rank + 1) return;
   header_->failure_seen.fetch_or(1ull << options_.rank, std::memory_order_acq_rel);
+  // A rank's own failure gets its rank in front; a message about another
+  // rank (a death, a stall) is complete already and gets who saw it.
+  const std::string text = header_->failure;
+  static const std::string kPrefix = "shared host pool: ";
   throw Error(static_cast<hs_status_t>(header_->failure_status),
-              str("shared host pool: rank ", failed - 1, " failed: ", header_->failure));
+              text.rfind(kPrefix, 0) == 0 ? str(text, " (seen by rank ", failed - 1, ")")
+                                          : str(kPrefix, "rank ", failed - 1, " failed: ", text));
 }
 
 bool SharedRegion::peer_died(int rank, std::string* why) {
@@ -452,10 +460,14 @@ void SharedRegion::wait_for(SharedPoolStep step) {
       if (reached < target) missing.push_back(r);
     }
     if (missing.empty()) break;
-    // Only the missing ranks matter: one that finished this step and died
-    // has done its part, and the next step would miss it.
-    for (int r : missing) {
-      if (r == options_.rank || header_->slots[r].step.load(std::memory_order_acquire) == 0) continue;
+    // Every attached rank that still has setup to do: one that dies cannot
+    // finish, so waiting on would only reach the timeout. One that finished
+    // the last step did its part; its death fails nobody.
+    for (int r = 0; r < options_.nranks; ++r) {
+      const uint32_t reached = header_->slots[r].step.load(std::memory_order_acquire);
+      if (r == options_.rank || reached == 0 || reached >= static_cast<uint32_t>(SharedPoolStep::kRegistered)) {
+        continue;
+      }
       std::string why;
       if (peer_died(r, &why)) throw Error(HS_ERROR_SYSTEM, why);
     }

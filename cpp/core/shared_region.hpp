@@ -90,6 +90,8 @@ class SharedRegion {
   // message are kept) and unlinks the name if it is still there, once every
   // rank attached or read the failure (at most timeout_seconds into setup).
   void mark_failed(hs_status_t status, const std::string& message) noexcept;
+  // Whether some rank marked the pool failed (long steps stop early).
+  bool failed() const;
   // Setup succeeded on every rank: lets go of this rank's slot.
   void finish();
   void stage(SharedPoolStage stage) const {

@@ -10,4 +10,6 @@ NB_MODULE(_C, m) {
   hisparse_py::register_index_group(m);
   hisparse_py::register_data_movement(m);
   hisparse_py::register_runtime(m);
+  hisparse_py::register_shared_host_pool(m);
+  hisparse_py::register_ipc_event(m);
 }

@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence, Union
 from . import _C
 from ._tensors import torch_or_none
 from .config import dtype_itemsize
+from .shared_pool import broadcast_pool_id
 
 __all__ = ["HostPool"]
 
@@ -69,7 +70,109 @@ class HostPool:
         self._size = size_bytes
         _live_pools.add(self)
 
+    @classmethod
+    def shared(
+        cls,
+        size_bytes: int,
+        *,
+        group: Any = None,
+        pool_id: Optional[bytes] = None,
+        rank: Optional[int] = None,
+        ranks: Optional[int] = None,
+        writer_rank: int = 0,
+        populate_threads: Optional[int] = None,
+        register: str = "auto",
+        device: Optional[int] = None,
+        huge_pages: bool = True,
+        check_memory: bool = True,
+        max_segment_bytes: Optional[int] = None,
+        timeout: float = _C.SHARED_POOL_DEFAULT_TIMEOUT_SECONDS,
+    ) -> "HostPool":
+        """This rank's view of one host pool shared by the ranks of a group.
+
+        A collective over the torch.distributed process group ``group``
+        (None: the world group; gloo or NCCL): rank 0 makes the pool id and
+        broadcasts it through the group, every rank attaches to one named
+        shared-memory region, populates its share of the pages, and
+        registers the whole region with its own device (``register``,
+        ``device`` as for a private pool). Returns on every rank once every
+        rank is ready, or raises on every rank: a rank that fails, dies or
+        makes no progress for ``timeout`` seconds is named in the error, and
+        nothing stays in /dev/shm. ``pool_id``, ``rank`` and ``ranks``
+        replace the group for callers with their own channel (the id from
+        :func:`hisparse.shared_pool_id`, sent to every rank).
+
+        ``size_bytes`` and ``writer_rank`` (the one rank that writes rows;
+        the others only read) must agree on every rank. Views, ``info()``
+        (adds ``shared``, ``rank``, ``ranks``, ``writer_rank``,
+        ``is_writer``, this rank's share and wait times) and ``release()``
+        (this rank's registration and mapping) work as for a private pool.
+        """
+        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int):
+            raise TypeError(f"size_bytes: expected an int, got {type(size_bytes).__name__}")
+        if size_bytes <= 0:
+            raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
+        if register not in _REGISTRATION:
+            raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
+        for name, value in (
+            ("writer_rank", writer_rank),
+            ("populate_threads", populate_threads),
+            ("device", device),
+            ("max_segment_bytes", max_segment_bytes),
+            ("rank", rank),
+            ("ranks", ranks),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        if populate_threads is not None and populate_threads < 1:
+            raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
+        if device is not None and device < 0:
+            raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
+        if max_segment_bytes is not None and max_segment_bytes < 1:
+            raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
+        if pool_id is None:
+            if rank is not None or ranks is not None:
+                raise ValueError("rank, ranks: give them with pool_id; with a group they come from the group")
+            pool_id, rank, ranks = broadcast_pool_id(group)
+        else:
+            if group is not None:
+                raise ValueError("group: give either a group or pool_id with rank and ranks, not both")
+            if not isinstance(pool_id, (bytes, bytearray)):
+                raise TypeError(f"pool_id: expected bytes from hisparse.shared_pool_id(), got {type(pool_id).__name__}")
+            if rank is None or ranks is None:
+                raise ValueError("rank, ranks: pool_id needs this process's rank and the rank count")
+        pool = cls.__new__(cls)
+        pool._pool = _C.HostPool.shared(
+            bytes(pool_id),
+            rank,
+            ranks,
+            size_bytes,
+            writer_rank,
+            populate_threads or 0,
+            _REGISTRATION[register],
+            -1 if device is None else device,
+            bool(huge_pages),
+            bool(check_memory),
+            max_segment_bytes or 0,
+            float(timeout),
+        )
+        pool._size = size_bytes
+        _live_pools.add(pool)
+        return pool
+
     # ------------------------------------------------------------------ facts
+    @property
+    def is_shared(self) -> bool:
+        """True for a pool made by :meth:`shared`."""
+        return bool(self._pool.info()["shared"])
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this rank may write rows (always True for a private pool)."""
+        return bool(self._pool.info()["is_writer"])
+
     @property
     def nbytes(self) -> int:
         return self._size
@@ -88,7 +191,10 @@ class HostPool:
         return self._pool.data_ptr
 
     def info(self) -> dict:
-        """Setup figures: bytes, populate and register seconds, segments, ..."""
+        """Setup figures: bytes, populate and register seconds, segments, and
+        the sharing facts (``shared``, ``rank``, ``ranks``, ``writer_rank``,
+        ``is_writer``, ``share_offset``, ``share_bytes``, ``wait_seconds``,
+        ``ready_seconds``; a private pool is rank 0 of 1)."""
         return self._pool.info()
 
     def segments(self) -> list:
@@ -158,7 +264,8 @@ class HostPool:
     def __repr__(self) -> str:
         info = self._pool.info()
         state = "released" if info["released"] else ("registered" if info["registered"] else "unregistered")
-        return f"HostPool({self._size} bytes, {state})"
+        shared = f", shared rank {info['rank']} of {info['ranks']}" if info["shared"] else ""
+        return f"HostPool({self._size} bytes, {state}{shared})"
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -54,6 +54,11 @@
 extern "C" {
 #endif
 
+/* Whether the backend of device_type (HS_DEVICE_CPU or HS_DEVICE_CUDA) can
+ * serve a shared pool (the seed's supports_shared_host_pool): the CPU
+ * backend always can; CUDA when it is compiled in and a device is usable. */
+HS_API hs_status_t hs_supports_shared_host_pool(int32_t device_type, int32_t* supported);
+
 /* ------------------------------------------------------------------ id */
 
 #define HS_SHARED_POOL_ID_BYTES 128
