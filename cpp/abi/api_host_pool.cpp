@@ -1,11 +1,11 @@
 // C ABI of the host pool and of the host-memory check.
 #include <cstddef>
 
+#include "abi/host_pool_handle.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/host_pool.hpp"
-#include "abi/host_pool_handle.hpp"
 
 namespace hisparse {
 namespace {

@@ -23,8 +23,7 @@ Backend* choose_registrar(int32_t registration, int32_t device_index, int* devic
   }
   *device = device_index >= 0 ? device_index : cuda->current_device();
   if (*device >= cuda->device_count()) {
-    invalid_argument("device_index: expected -1 or 0 <= device_index < ", cuda->device_count(), ", got ",
-                     device_index);
+    invalid_argument("device_index: expected -1 or 0 <= device_index < ", cuda->device_count(), ", got ", device_index);
   }
   return cuda;
 }

@@ -10,8 +10,7 @@
 #include "core/host_pool.hpp"
 
 struct hs_host_pool {
-  explicit hs_host_pool(std::unique_ptr<hisparse::HostPool> owned_pool)
-      : owned(std::move(owned_pool)), pool(*owned) {}
+  explicit hs_host_pool(std::unique_ptr<hisparse::HostPool> owned_pool) : owned(std::move(owned_pool)), pool(*owned) {}
   explicit hs_host_pool(const hisparse::HostPoolOptions& options)
       : hs_host_pool(std::make_unique<hisparse::HostPool>(options)) {}
   std::unique_ptr<hisparse::HostPool> owned;

@@ -1,12 +1,11 @@
 #include "core/ipc_event.hpp"
 
-#include <sys/random.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/random.hpp"
 
 namespace hisparse {
 namespace {
@@ -17,10 +16,10 @@ constexpr uint16_t kHandleVersion = 1;
 struct EncodedHandle {
   uint32_t magic;
   uint16_t version;
-  uint16_t device_type;   // hs_device_type_t
-  int32_t device_index;   // the exporter's
+  uint16_t device_type;  // hs_device_type_t
+  int32_t device_index;  // the exporter's
   uint32_t reserved;
-  uint64_t process_nonce; // with the pid, tells the exporting process apart from every other
+  uint64_t process_nonce;  // with the pid, tells the exporting process apart from every other
   int64_t pid;
   IpcEventPayload payload;
 };
@@ -29,13 +28,7 @@ static_assert(sizeof(EncodedHandle) <= HS_IPC_EVENT_HANDLE_BYTES, "the handle mu
 // Random once per process image. A forked child keeps it but has another
 // pid; a process of another pid namespace with the same pid has another one.
 uint64_t process_nonce() {
-  static const uint64_t nonce = [] {
-    uint64_t value = 0;
-    while (getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
-      if (errno != EINTR) fail(HS_ERROR_SYSTEM, "getrandom failed: ", std::strerror(errno));
-    }
-    return value;
-  }();
+  static const uint64_t nonce = random_u64();
   return nonce;
 }
 
@@ -48,9 +41,9 @@ Device resolve_device(int32_t device_type, int32_t device_index, const char* nam
   if (device_index < -1) invalid_argument("device_index: expected -1 (current) or a device index, got ", device_index);
   Device device{Device::kCuda, device_index};
   if (device_index == -1) {
+    // Without a usable backend, backend_for below says why.
     Backend* cuda = cuda_backend();
-    if (cuda != nullptr && cuda->available()) device.index = cuda->current_device();
-    else device.index = 0;  // backend_for reports why CUDA is unusable
+    device.index = cuda != nullptr && cuda->available() ? cuda->current_device() : 0;
   }
   backend_for(device);
   return device;

@@ -72,9 +72,9 @@ bool shm_huge_pages(bool advised) {
     if (std::sscanf(line, "%255s %255s %63s %511s", device, mount_point, type, options) != 4) continue;
     if (std::strcmp(mount_point, "/dev/shm") != 0) continue;
     const char* setting = std::strstr(options, "huge=");
-    huge = setting != nullptr && (std::strncmp(setting + 5, "always", 6) == 0 ||
-                                  std::strncmp(setting + 5, "within_size", 11) == 0 ||
-                                  (advised && std::strncmp(setting + 5, "advise", 6) == 0));
+    huge = setting != nullptr &&
+           (std::strncmp(setting + 5, "always", 6) == 0 || std::strncmp(setting + 5, "within_size", 11) == 0 ||
+            (advised && std::strncmp(setting + 5, "advise", 6) == 0));
   }
   std::fclose(mounts);
   return huge;
@@ -206,9 +206,8 @@ void SharedHostPool::populate_share(const SharedHostPoolOptions& options) {
 
   const bool advised = options.huge_pages && madvise(region_->data(), data_bytes, MADV_HUGEPAGE) == 0;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  unsigned threads = options.populate_threads > 0
-                         ? static_cast<unsigned>(options.populate_threads)
-                         : std::max(1u, cores / static_cast<unsigned>(options.nranks));
+  unsigned threads = options.populate_threads > 0 ? static_cast<unsigned>(options.populate_threads)
+                                                  : std::max(1u, cores / static_cast<unsigned>(options.nranks));
   threads = static_cast<unsigned>(std::min<uint64_t>(threads, std::max<uint64_t>(1, share_bytes_ >> 26)));
 
   const uint64_t page = page_size();

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
+#include "core/random.hpp"
 
 namespace hisparse {
 
@@ -62,7 +62,7 @@ namespace {
 
 constexpr uint64_t kHeaderMagic = 0x3176'6e6f'6967'6572ull;  // "region v1", little-endian-ish
 constexpr uint32_t kLayoutVersion = 1;
-constexpr uint64_t kIdMagic = 0x6469'6c6f'6f70'7368ull;      // "hspoolid"
+constexpr uint64_t kIdMagic = 0x6469'6c6f'6f70'7368ull;  // "hspoolid"
 constexpr uint32_t kIdVersion = 1;
 constexpr char kNamePrefix[] = "/hisparse-pool-";
 
@@ -81,21 +81,6 @@ std::string name_of(uint64_t generation) {
   char name[64];
   std::snprintf(name, sizeof(name), "%s%016" PRIx64, kNamePrefix, generation);
   return name;
-}
-
-uint64_t random_u64() {
-  uint64_t value = 0;
-  auto* bytes = reinterpret_cast<unsigned char*>(&value);
-  size_t filled = 0;
-  while (filled < sizeof(value)) {
-    const ssize_t got = getrandom(bytes + filled, sizeof(value) - filled, 0);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      fail(HS_ERROR_SYSTEM, "getrandom failed: ", std::strerror(errno));
-    }
-    filled += static_cast<size_t>(got);
-  }
-  return value;
 }
 
 const char* step_verb(SharedPoolStep step) {
@@ -131,7 +116,7 @@ class Backoff {
 };
 
 void check_shm_space(uint64_t bytes) {
-  struct statvfs fs {};
+  struct statvfs fs{};
   if (statvfs("/dev/shm", &fs) != 0) return;  // no /dev/shm to measure: shm_open will tell
   const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (bytes > free_bytes) {
@@ -231,8 +216,8 @@ void SharedRegion::map(uint64_t bytes) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (base == MAP_FAILED) {
     const int error = errno;
-    fail(error == ENOMEM ? HS_ERROR_OUT_OF_MEMORY : HS_ERROR_SYSTEM, "mmap of ", bytes, " bytes of ",
-         options_.id.name, " failed: ", std::strerror(error));
+    fail(error == ENOMEM ? HS_ERROR_OUT_OF_MEMORY : HS_ERROR_SYSTEM, "mmap of ", bytes, " bytes of ", options_.id.name,
+         " failed: ", std::strerror(error));
   }
   base_ = base;
   mapped_length_ = bytes;
@@ -251,7 +236,7 @@ void SharedRegion::create_object() {
     }
     fail(HS_ERROR_SYSTEM, "shm_open(", name, ") failed: ", std::strerror(error));
   }
-  struct stat st {};
+  struct stat st{};
   if (fstat(fd_, &st) != 0) fail(HS_ERROR_SYSTEM, "fstat of ", name, " failed: ", std::strerror(errno));
   have_object_ = true;
   dev_ = st.st_dev;
@@ -322,7 +307,7 @@ void SharedRegion::open_object() {
     }
     backoff.sleep();
   }
-  struct stat st {};
+  struct stat st{};
   waiting_since = std::chrono::steady_clock::now();
   for (;;) {
     if (fstat(fd_, &st) != 0) fail(HS_ERROR_SYSTEM, "fstat of ", name, " failed: ", std::strerror(errno));
@@ -362,16 +347,15 @@ void SharedRegion::open_object() {
 
 void SharedRegion::validate_header() {
   const RegionHeader& h = *header_;
-  if (h.generation != options_.id.generation || h.layout_version != kLayoutVersion ||
-      h.data_offset != header_bytes_) {
+  if (h.generation != options_.id.generation || h.layout_version != kLayoutVersion || h.data_offset != header_bytes_) {
     refused_ = true;  // not our pool: leave it alone
     invalid_argument("id: the object ", options_.id.name, " is not the pool of this id (generation ", h.generation,
                      ", layout ", h.layout_version, ")");
   }
   throw_if_failed();
   if (h.nranks != options_.nranks) {
-    invalid_argument("nranks: rank ", options_.rank, " was given ", options_.nranks, " ranks, but rank 0 created the "
-                     "pool for ", h.nranks);
+    invalid_argument("nranks: rank ", options_.rank, " was given ", options_.nranks,
+                     " ranks, but rank 0 created the pool for ", h.nranks);
   }
   if (h.size_bytes != options_.size_bytes) {
     invalid_argument("size_bytes: rank ", options_.rank, " was given ", options_.size_bytes,
@@ -396,7 +380,9 @@ void SharedRegion::claim_slot() {
     fail(HS_ERROR_SYSTEM, "shared host pool: the process that held rank ", options_.rank, " (pid ", slot.pid.load(),
          ") died; the pool failed");
   }
-  if (result != 0) fail(HS_ERROR_SYSTEM, "locking the slot of rank ", options_.rank, " failed: ", std::strerror(result));
+  if (result != 0) {
+    fail(HS_ERROR_SYSTEM, "locking the slot of rank ", options_.rank, " failed: ", std::strerror(result));
+  }
   holding_slot_ = true;
   if (slot.step.load(std::memory_order_acquire) != 0) {
     pthread_mutex_unlock(&slot.alive);
@@ -433,8 +419,8 @@ bool SharedRegion::peer_died(int rank, std::string* why) {
     return false;
   }
   if (result != EOWNERDEAD && result != ENOTRECOVERABLE) return false;
-  *why = str("shared host pool: rank ", rank, " (pid ", slot.pid.load(), ") died during setup (its last finished step: ",
-             finished_step(slot.step.load()), ")");
+  *why = str("shared host pool: rank ", rank, " (pid ", slot.pid.load(),
+             ") died during setup (its last finished step: ", finished_step(slot.step.load()), ")");
   // The failure is published before the lock is let go: the ranks that find
   // the lock held by this one meanwhile read the failure instead.
   mark_failed(HS_ERROR_SYSTEM, *why);
@@ -497,9 +483,7 @@ void SharedRegion::reached(SharedPoolStep step) {
   wait_for(step);
 }
 
-void SharedRegion::heartbeat() {
-  header_->slots[options_.rank].progress.fetch_add(1, std::memory_order_relaxed);
-}
+void SharedRegion::heartbeat() { header_->slots[options_.rank].progress.fetch_add(1, std::memory_order_relaxed); }
 
 void SharedRegion::mark_failed(hs_status_t status, const std::string& message) noexcept {
   if (refused_ || finished_) return;
@@ -529,8 +513,7 @@ void SharedRegion::wait_for_late_ranks() noexcept {
     const uint64_t seen = header_->failure_seen.load(std::memory_order_acquire);
     bool all = true;
     for (int r = 0; r < nranks && all; ++r) {
-      all = r == options_.rank || header_->slots[r].step.load(std::memory_order_acquire) != 0 ||
-            (seen >> r & 1) != 0;
+      all = r == options_.rank || header_->slots[r].step.load(std::memory_order_acquire) != 0 || (seen >> r & 1) != 0;
     }
     if (all) return;
     backoff.sleep();
@@ -551,7 +534,7 @@ void SharedRegion::unlink_name() noexcept {
   // Only the object this rank opened: the name may have been reused since.
   const int fd = shm_open(options_.id.name.c_str(), O_RDONLY, 0);
   if (fd < 0) return;
-  struct stat st {};
+  struct stat st{};
   const bool ours = fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
   close(fd);
   if (ours) shm_unlink(options_.id.name.c_str());

@@ -12,9 +12,9 @@ namespace hisparse_py {
 
 hs_host_pool_t create_shared_host_pool(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args) {
   if (id.size() != HS_SHARED_POOL_ID_BYTES) {
-    throw nb::value_error(("pool_id: expected " + std::to_string(HS_SHARED_POOL_ID_BYTES) + " bytes, got " +
-                           std::to_string(id.size()))
-                              .c_str());
+    throw nb::value_error(
+        ("pool_id: expected " + std::to_string(HS_SHARED_POOL_ID_BYTES) + " bytes, got " + std::to_string(id.size()))
+            .c_str());
   }
   hs_shared_pool_id_t pool_id;
   std::memcpy(pool_id.internal, id.c_str(), HS_SHARED_POOL_ID_BYTES);

@@ -39,25 +39,7 @@ class HostPool:
         check_memory: bool = True,
         max_segment_bytes: Optional[int] = None,
     ) -> None:
-        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int):
-            raise TypeError(f"size_bytes: expected an int, got {type(size_bytes).__name__}")
-        if size_bytes <= 0:
-            raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
-        if register not in _REGISTRATION:
-            raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
-        for name, value in (
-            ("populate_threads", populate_threads),
-            ("device", device),
-            ("max_segment_bytes", max_segment_bytes),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
-        if populate_threads is not None and populate_threads < 1:
-            raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
-        if device is not None and device < 0:
-            raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
-        if max_segment_bytes is not None and max_segment_bytes < 1:
-            raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
+        _check_pool_arguments(size_bytes, register, populate_threads, device, max_segment_bytes)
         self._pool = _C.HostPool(
             size_bytes,
             populate_threads or 0,
@@ -108,30 +90,11 @@ class HostPool:
         ``is_writer``, this rank's share and wait times) and ``release()``
         (this rank's registration and mapping) work as for a private pool.
         """
-        if isinstance(size_bytes, bool) or not isinstance(size_bytes, int):
-            raise TypeError(f"size_bytes: expected an int, got {type(size_bytes).__name__}")
-        if size_bytes <= 0:
-            raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
-        if register not in _REGISTRATION:
-            raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
-        for name, value in (
-            ("writer_rank", writer_rank),
-            ("populate_threads", populate_threads),
-            ("device", device),
-            ("max_segment_bytes", max_segment_bytes),
-            ("rank", rank),
-            ("ranks", ranks),
-        ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
+        _check_pool_arguments(size_bytes, register, populate_threads, device, max_segment_bytes)
+        for name, value in (("writer_rank", writer_rank), ("rank", rank), ("ranks", ranks)):
+            _check_optional_int(name, value)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
-        if populate_threads is not None and populate_threads < 1:
-            raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
-        if device is not None and device < 0:
-            raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
-        if max_segment_bytes is not None and max_segment_bytes < 1:
-            raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
         if pool_id is None:
             if rank is not None or ranks is not None:
                 raise ValueError("rank, ranks: give them with pool_id; with a group they come from the group")
@@ -266,6 +229,35 @@ class HostPool:
         state = "released" if info["released"] else ("registered" if info["registered"] else "unregistered")
         shared = f", shared rank {info['rank']} of {info['ranks']}" if info["shared"] else ""
         return f"HostPool({self._size} bytes, {state}{shared})"
+
+
+def _check_optional_int(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{name}: expected None or an int, got {type(value).__name__}")
+
+
+def _check_pool_arguments(
+    size_bytes: Any, register: Any, populate_threads: Any, device: Any, max_segment_bytes: Any
+) -> None:
+    """The arguments every pool takes, private or shared."""
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int):
+        raise TypeError(f"size_bytes: expected an int, got {type(size_bytes).__name__}")
+    if size_bytes <= 0:
+        raise ValueError(f"size_bytes: expected a positive pool size, got {size_bytes}")
+    if register not in _REGISTRATION:
+        raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
+    for name, value in (
+        ("populate_threads", populate_threads),
+        ("device", device),
+        ("max_segment_bytes", max_segment_bytes),
+    ):
+        _check_optional_int(name, value)
+    if populate_threads is not None and populate_threads < 1:
+        raise ValueError(f"populate_threads: expected None or a positive int, got {populate_threads!r}")
+    if device is not None and device < 0:
+        raise ValueError(f"device: expected None or a device index >= 0, got {device!r}")
+    if max_segment_bytes is not None and max_segment_bytes < 1:
+        raise ValueError(f"max_segment_bytes: expected None or a positive int, got {max_segment_bytes!r}")
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -221,6 +221,29 @@ Outcome run_rank(const hs_shared_pool_id_t& id, const RankPlan& plan, int stage_
 
 std::string status_name(const Outcome& outcome) { return hs_status_string(outcome.status); }
 
+// A rank through the C ABI; `use` runs on the pool when create succeeded and
+// returns the facts to report.
+Outcome create_through_c_abi(const hs_shared_pool_id_t& id, int rank, int nranks,
+                             const hs_shared_host_pool_options_t& options,
+                             const std::function<std::string(hs_host_pool_t)>& use = nullptr) {
+  hs_host_pool_t pool = nullptr;
+  const auto start = Clock::now();
+  Outcome outcome;
+  outcome.reported = true;
+  outcome.status = hs_shared_host_pool_create(&id, rank, nranks, &options, &pool);
+  outcome.seconds = seconds_since(start);
+  outcome.message = hs_last_error();
+  if (outcome.status == HS_SUCCESS && use) outcome.facts = use(pool);
+  hs_host_pool_destroy(pool);
+  return outcome;
+}
+
+hs_shared_host_pool_options_t unregistered(uint64_t size_bytes) {
+  hs_shared_host_pool_options_t options = hs::shared_host_pool_options(size_bytes);
+  options.registration = HS_REGISTER_NEVER;
+  return options;
+}
+
 // ------------------------------------------------------------------ id and one-rank pools
 
 TEST(SharedPoolId, CreateEncodeDecodeAndRejectGarbage) {
@@ -413,46 +436,35 @@ TEST(SharedHostPool, ThreeRanksShareOneHostCopy) {
   std::vector<std::unique_ptr<RankProcess>> ranks;
   for (int rank = 0; rank < kRanks; ++rank) {
     ranks.push_back(std::make_unique<RankProcess>([&, rank](int) {
-      hs_shared_host_pool_options_t options = hs::shared_host_pool_options(kSize);
-      options.registration = HS_REGISTER_NEVER;
+      hs_shared_host_pool_options_t options = unregistered(kSize);
       options.populate_threads = 2;
-      hs_host_pool_t handle = nullptr;
-      const auto start = Clock::now();
-      Outcome outcome;
-      outcome.reported = true;
-      outcome.status = hs_shared_host_pool_create(&id, rank, kRanks, &options, &handle);
-      outcome.seconds = seconds_since(start);
-      if (outcome.status != HS_SUCCESS) {
-        outcome.message = hs_last_error();
-        return outcome;
-      }
-      void* data = nullptr;
-      hs_host_pool_data(handle, &data);
-      auto* bytes = static_cast<unsigned char*>(data);
-      // The last page holds the test's flags; the bytes before it the pattern.
-      const uint64_t payload = kSize - page_size();
-      auto* flags = reinterpret_cast<uint64_t*>(bytes + payload);
-      if (rank == 0) {
-        for (uint64_t i = 0; i < payload; ++i) bytes[i] = pattern(i);
-        __atomic_store_n(&flags[0], 1, __ATOMIC_RELEASE);
-      }
-      const auto wait_start = Clock::now();
-      while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && seconds_since(wait_start) < 60) usleep(200);
-      uint64_t wrong = 0;
-      for (uint64_t i = 0; i < payload; ++i) wrong += bytes[i] != pattern(i);
-      const bool together = arrive(&flags[1], kRanks);  // every rank maps and has touched every page
-      const MappingUsage usage = usage_of(data);
-      arrive(&flags[2], kRanks);  // nobody unmaps before everybody measured
-      hs_shared_host_pool_info_t shared{};
-      shared.struct_size = sizeof(shared);
-      hs_shared_host_pool_get_info(handle, &shared);
-      std::ostringstream facts;
-      facts << "wrong=" << wrong << " together=" << together << " rss=" << usage.rss << " pss=" << usage.pss
-            << " private=" << usage.private_bytes << " share=" << shared.share_offset << "+" << shared.share_bytes
-            << " writer=" << shared.is_writer << " unlinked=" << !object_exists(id);
-      outcome.facts = facts.str();
-      hs_host_pool_destroy(handle);
-      return outcome;
+      return create_through_c_abi(id, rank, kRanks, options, [&](hs_host_pool_t handle) {
+        void* data = nullptr;
+        hs_host_pool_data(handle, &data);
+        auto* bytes = static_cast<unsigned char*>(data);
+        // The last page holds the test's flags; the bytes before it the pattern.
+        const uint64_t payload = kSize - page_size();
+        auto* flags = reinterpret_cast<uint64_t*>(bytes + payload);
+        if (rank == 0) {
+          for (uint64_t i = 0; i < payload; ++i) bytes[i] = pattern(i);
+          __atomic_store_n(&flags[0], 1, __ATOMIC_RELEASE);
+        }
+        const auto wait_start = Clock::now();
+        while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && seconds_since(wait_start) < 60) usleep(200);
+        uint64_t wrong = 0;
+        for (uint64_t i = 0; i < payload; ++i) wrong += bytes[i] != pattern(i);
+        const bool together = arrive(&flags[1], kRanks);  // every rank maps and has touched every page
+        const MappingUsage usage = usage_of(data);
+        arrive(&flags[2], kRanks);  // nobody unmaps before everybody measured
+        hs_shared_host_pool_info_t shared{};
+        shared.struct_size = sizeof(shared);
+        hs_shared_host_pool_get_info(handle, &shared);
+        std::ostringstream facts;
+        facts << "wrong=" << wrong << " together=" << together << " rss=" << usage.rss << " pss=" << usage.pss
+              << " private=" << usage.private_bytes << " share=" << shared.share_offset << "+" << shared.share_bytes
+              << " writer=" << shared.is_writer << " unlinked=" << !object_exists(id);
+        return facts.str();
+      });
     }));
   }
   uint64_t total_pss = 0, next_share = 0;
@@ -506,15 +518,7 @@ TEST(SharedHostPool, TakenRanksAndASecondPoolAreRefused) {
   ASSERT_EQ(rank1->next_stage(60), SharedPoolStage::kAttached);
 
   auto intruder = [&](int rank) {
-    RankProcess process([&id, rank](int) {
-      hs_shared_host_pool_options_t options = hs::shared_host_pool_options(4 << 20);
-      hs_host_pool_t pool = nullptr;
-      Outcome outcome;
-      outcome.reported = true;
-      outcome.status = hs_shared_host_pool_create(&id, rank, 3, &options, &pool);
-      outcome.message = hs_last_error();
-      return outcome;
-    });
+    RankProcess process([&id, rank](int) { return create_through_c_abi(id, rank, 3, unregistered(4 << 20)); });
     return process.finish(60);
   };
   const Outcome second_one = intruder(1);
@@ -541,14 +545,9 @@ TEST(SharedHostPool, TakenRanksAndASecondPoolAreRefused) {
   // Once the pool formed, its name is gone: a late process waits for an
   // object that never comes, and says so after its timeout.
   RankProcess late([&id](int) {
-    hs_shared_host_pool_options_t options = hs::shared_host_pool_options(4 << 20);
+    hs_shared_host_pool_options_t options = unregistered(4 << 20);
     options.timeout_seconds = 0.5;
-    hs_host_pool_t pool = nullptr;
-    Outcome outcome;
-    outcome.reported = true;
-    outcome.status = hs_shared_host_pool_create(&id, 2, 3, &options, &pool);
-    outcome.message = hs_last_error();
-    return outcome;
+    return create_through_c_abi(id, 2, 3, options);
   });
   const Outcome outcome = late.finish(60);
   EXPECT_EQ(outcome.status, HS_ERROR_SYSTEM);
@@ -584,12 +583,11 @@ TEST_P(SharedHostPoolMismatch, FailsEveryRankAtOnce) {
   EXPECT_FALSE(object_exists(id));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fields, SharedHostPoolMismatch,
-    ::testing::Values(Mismatch{"nranks", [](RankPlan& p) { p.nranks = 3; }},
-                      Mismatch{"size_bytes", [](RankPlan& p) { p.size_bytes += 4096; }},
-                      Mismatch{"writer_rank", [](RankPlan& p) { p.writer_rank = 1; }}),
-    [](const auto& info) { return std::string(info.param.field); });
+INSTANTIATE_TEST_SUITE_P(Fields, SharedHostPoolMismatch,
+                         ::testing::Values(Mismatch{"nranks", [](RankPlan& p) { p.nranks = 3; }},
+                                           Mismatch{"size_bytes", [](RankPlan& p) { p.size_bytes += 4096; }},
+                                           Mismatch{"writer_rank", [](RankPlan& p) { p.writer_rank = 1; }}),
+                         [](const auto& info) { return std::string(info.param.field); });
 
 // A rank killed with SIGKILL at one stage of the setup.
 struct Kill {
@@ -598,7 +596,7 @@ struct Kill {
   int victim;
   std::optional<SharedPoolStage> stage;  // nullopt: the victim dies before it calls create
   bool registered;
-  double timeout_seconds;  // of the survivors
+  double timeout_seconds;      // of the survivors
   const char* survivors_read;  // in their error; nullptr: they succeed
 };
 
@@ -666,21 +664,21 @@ TEST_P(SharedHostPoolKill, OthersFailNamingItAndNothingStays) {
 
 INSTANTIATE_TEST_SUITE_P(
     Stages, SharedHostPoolKill,
-    ::testing::Values(
-        Kill{"Rank1BeforeAttach", 2, 1, std::nullopt, false, 2.0, "without progress for rank(s) 1 to attach"},
-        Kill{"Rank0WithTheHeaderUninitialised", 2, 0, SharedPoolStage::kObjectCreated, false, 2.0,
-             "rank 0 created /hisparse-pool-"},
-        Kill{"Rank0AfterAttach", 3, 0, SharedPoolStage::kAttached, false, 60, "rank 0 (pid "},
-        Kill{"Rank1AfterAttach", 2, 1, SharedPoolStage::kAttached, false, 60, "rank 1 (pid "},
-        Kill{"Rank1WhilePopulating", 3, 1, SharedPoolStage::kPopulating, false, 60,
-             "died during setup (its last finished step: attach)"},
-        Kill{"Rank1AfterPopulating", 2, 1, SharedPoolStage::kPopulated, false, 60,
-             "died during setup (its last finished step: populate)"},
-        Kill{"Rank2WhileRegistering", 3, 2, SharedPoolStage::kRegistering, true, 60,
-             "died during setup (its last finished step: populate)"},
-        // Its part was done: the others complete the pool without it.
-        Kill{"Rank2AfterRegistering", 3, 2, SharedPoolStage::kRegistered, true, 60, nullptr},
-        Kill{"Rank1WhenReady", 2, 1, SharedPoolStage::kReady, true, 60, nullptr}),
+    ::testing::Values(Kill{"Rank1BeforeAttach", 2, 1, std::nullopt, false, 2.0,
+                           "without progress for rank(s) 1 to attach"},
+                      Kill{"Rank0WithTheHeaderUninitialised", 2, 0, SharedPoolStage::kObjectCreated, false, 2.0,
+                           "rank 0 created /hisparse-pool-"},
+                      Kill{"Rank0AfterAttach", 3, 0, SharedPoolStage::kAttached, false, 60, "rank 0 (pid "},
+                      Kill{"Rank1AfterAttach", 2, 1, SharedPoolStage::kAttached, false, 60, "rank 1 (pid "},
+                      Kill{"Rank1WhilePopulating", 3, 1, SharedPoolStage::kPopulating, false, 60,
+                           "died during setup (its last finished step: attach)"},
+                      Kill{"Rank1AfterPopulating", 2, 1, SharedPoolStage::kPopulated, false, 60,
+                           "died during setup (its last finished step: populate)"},
+                      Kill{"Rank2WhileRegistering", 3, 2, SharedPoolStage::kRegistering, true, 60,
+                           "died during setup (its last finished step: populate)"},
+                      // Its part was done: the others complete the pool without it.
+                      Kill{"Rank2AfterRegistering", 3, 2, SharedPoolStage::kRegistered, true, 60, nullptr},
+                      Kill{"Rank1WhenReady", 2, 1, SharedPoolStage::kReady, true, 60, nullptr}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(SharedHostPool, RegistrationFailureFailsEveryRankAndRollsBack) {
@@ -714,16 +712,8 @@ TEST(SharedHostPool, RankZerosMemoryRefusalReachesEveryRank) {
   const hs_shared_pool_id_t id = hs::create_shared_pool_id();
   const uint64_t too_big = (available + (64ull << 30)) / page_size() * page_size();
   auto rank = [&](int r) {
-    return std::make_unique<RankProcess>([&id, r, too_big](int) {
-      hs_shared_host_pool_options_t options = hs::shared_host_pool_options(too_big);
-      options.registration = HS_REGISTER_NEVER;
-      hs_host_pool_t pool = nullptr;
-      Outcome outcome;
-      outcome.reported = true;
-      outcome.status = hs_shared_host_pool_create(&id, r, 2, &options, &pool);
-      outcome.message = hs_last_error();
-      return outcome;
-    });
+    return std::make_unique<RankProcess>(
+        [&id, r, too_big](int) { return create_through_c_abi(id, r, 2, unregistered(too_big)); });
   };
   auto rank0 = rank(0);
   auto rank1 = rank(1);
@@ -732,8 +722,7 @@ TEST(SharedHostPool, RankZerosMemoryRefusalReachesEveryRank) {
   EXPECT_EQ(refused.status, HS_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(refused.message.find("GiB of RAM is available"), std::string::npos) << refused.message;
   EXPECT_EQ(told.status, HS_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(told.message.find("shared host pool: rank 0 failed: hisparse pinned host pool needs ~"),
-            std::string::npos)
+  EXPECT_NE(told.message.find("shared host pool: rank 0 failed: hisparse pinned host pool needs ~"), std::string::npos)
       << told.message;
   EXPECT_FALSE(object_exists(id));
 }

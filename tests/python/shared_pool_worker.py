@@ -26,39 +26,12 @@ import numpy as np
 
 import hisparse
 from hisparse import ops
+from hisparse.bench.host_memory import mapping_usage, rss_anon
 
 ROW_BYTES = 656  # DeepSeek-V3.2 FP8 MLA
 
 
 # ---------------------------------------------------------------------- probes
-
-
-def mapping_usage(address: int) -> dict:
-    """Rss, Pss and private bytes of this process's mapping that holds ``address``."""
-    usage = {"rss": 0, "pss": 0, "private": 0}
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split()
-            if "-" in head[0] and ":" not in head[0]:
-                if inside:
-                    break
-                start, end = (int(x, 16) for x in head[0].split("-"))
-                inside = start <= address < end
-                continue
-            if inside and head[0] in ("Rss:", "Pss:", "Private_Clean:", "Private_Dirty:"):
-                key = {"Rss:": "rss", "Pss:": "pss"}.get(head[0], "private")
-                usage[key] += int(head[1]) << 10
-    return usage
-
-
-def rss_anon() -> int:
-    """This process's private anonymous resident bytes."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) << 10
-    return 0
 
 
 def pattern(start: int, stop: int) -> np.ndarray:
@@ -163,8 +136,21 @@ def gloo_share(rank: int, ranks: int, params: dict) -> dict:
         "event": event_info,
         "usage": usage,
         "anon_growth": anon_growth,
-        "info": {key: info[key] for key in ("shared", "rank", "ranks", "writer_rank", "is_writer", "share_offset",
-                                            "share_bytes", "size_bytes", "populate_seconds", "ready_seconds")},
+        "info": {
+            key: info[key]
+            for key in (
+                "shared",
+                "rank",
+                "ranks",
+                "writer_rank",
+                "is_writer",
+                "share_offset",
+                "share_bytes",
+                "size_bytes",
+                "populate_seconds",
+                "ready_seconds",
+            )
+        },
         "released": pool.released,
     }
 
@@ -227,8 +213,24 @@ def import_event(rank: int, ranks: int, params: dict) -> dict:
         again = "accepted"
     except RuntimeError as error:
         again = str(error)
-    return {"ok": True, "imported": event.imported, "exporter_pid": event.exporter_pid, "device": event.device,
-            "again": again}
+    return {
+        "ok": True,
+        "imported": event.imported,
+        "exporter_pid": event.exporter_pid,
+        "device": event.device,
+        "again": again,
+    }
+
+
+def cuda_pool(rank: int, ranks: int, params: dict) -> tuple:
+    """(dist, pool, host rows [N, ROW_BYTES] over the pool): a shared pool that both ranks register with GPU 0."""
+    import torch  # noqa: PLC0415
+
+    dist = init_gloo(rank, ranks, params)
+    torch.cuda.set_device(0)
+    size = params.get("size", 64 << 20)
+    pool = hisparse.HostPool.shared(size, register="always", device=0, timeout=120)
+    return dist, pool, pool.view(torch.uint8, (size // ROW_BYTES, ROW_BYTES))
 
 
 def cuda_mirror_wait_gather(rank: int, ranks: int, params: dict) -> dict:
@@ -239,13 +241,8 @@ def cuda_mirror_wait_gather(rank: int, ranks: int, params: dict) -> dict:
     rank 0's GPU work is done: only the wait orders the gather after it."""
     import torch  # noqa: PLC0415
 
-    dist = init_gloo(rank, ranks, params)
-    torch.cuda.set_device(0)
-    size = params.get("size", 64 << 20)
-    pool = hisparse.HostPool.shared(size, register="always", device=0, timeout=120)
-    host_rows = size // ROW_BYTES
-    host = pool.view(torch.uint8, (host_rows, ROW_BYTES))
-    rows, slots = rows_and_slots(params.get("rows", 4099), host_rows, seed=23)
+    dist, pool, host = cuda_pool(rank, ranks, params)
+    rows, slots = rows_and_slots(params.get("rows", 4099), host.shape[0], seed=23)
     count = len(slots)
     stream = torch.cuda.Stream()
     message: list = [None]
@@ -285,12 +282,8 @@ def cuda_graph_record_wait(rank: int, ranks: int, params: dict) -> dict:
     rounds of rows."""
     import torch  # noqa: PLC0415
 
-    dist = init_gloo(rank, ranks, params)
-    torch.cuda.set_device(0)
-    size = params.get("size", 64 << 20)
-    pool = hisparse.HostPool.shared(size, register="always", device=0, timeout=120)
-    host_rows = size // ROW_BYTES
-    host = pool.view(torch.uint8, (host_rows, ROW_BYTES))
+    dist, pool, host = cuda_pool(rank, ranks, params)
+    host_rows = host.shape[0]
     count = params.get("rows", 1000)
     _, slots = rows_and_slots(count, host_rows, seed=29)
     stream = torch.cuda.Stream()

@@ -100,8 +100,13 @@ def test_gloo_mismatched_size_fails_every_rank(dev_shm_unchanged):
 
 def test_kill_before_attach_fails_the_others_at_the_timeout(dev_shm_unchanged):
     timeout = 2.0
-    params = {"pool_id": hisparse.shared_pool_id().hex(), "size": 8 << 20, "timeout": timeout, "die": "before",
-              "victim": 1}
+    params = {
+        "pool_id": hisparse.shared_pool_id().hex(),
+        "size": 8 << 20,
+        "timeout": timeout,
+        "die": "before",
+        "victim": 1,
+    }
     results = run("by_id", 3, params)
     assert results[1]["returncode"] == -signal.SIGKILL
     for rank in (0, 2):
@@ -226,8 +231,13 @@ def test_use_shared_host_pool_follows_the_seed():
         assert not hisparse.use_shared_host_pool(**tp2, **{name: value}, device="cpu"), name
     # vLLM's ParallelConfig attribute names; keywords override them.
     config = SimpleNamespace(
-        tensor_parallel_size=8, pipeline_parallel_size=1, prefill_context_parallel_size=1,
-        decode_context_parallel_size=1, world_size=8, distributed_executor_backend="mp", nnodes_within_dp=1,
+        tensor_parallel_size=8,
+        pipeline_parallel_size=1,
+        prefill_context_parallel_size=1,
+        decode_context_parallel_size=1,
+        world_size=8,
+        distributed_executor_backend="mp",
+        nnodes_within_dp=1,
     )
     assert hisparse.use_shared_host_pool(config, device="cpu")
     assert not hisparse.use_shared_host_pool(config, world_size=16, device="cpu")

@@ -27,50 +27,30 @@ inline hs_shared_host_pool_options_t shared_host_pool_options(uint64_t size_byte
 }
 
 // This rank's view of a pool shared by the ranks of one id (collective
-// construction, see hs_shared_host_pool_create); released when destroyed.
-class SharedHostPool {
+// construction, see hs_shared_host_pool_create): an hs::HostPool, released
+// when destroyed, that also tells its sharing facts.
+class SharedHostPool : public HostPool {
  public:
   SharedHostPool(const hs_shared_pool_id_t& id, int rank, int nranks, uint64_t size_bytes)
       : SharedHostPool(id, rank, nranks, shared_host_pool_options(size_bytes)) {}
-  SharedHostPool(const hs_shared_pool_id_t& id, int rank, int nranks, const hs_shared_host_pool_options_t& options) {
-    check(hs_shared_host_pool_create(&id, rank, nranks, &options, &handle_));
-  }
-  ~SharedHostPool() { hs_host_pool_destroy(handle_); }
-  SharedHostPool(SharedHostPool&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  SharedHostPool& operator=(SharedHostPool&& other) noexcept {
-    if (this != &other) {
-      hs_host_pool_destroy(handle_);
-      handle_ = std::exchange(other.handle_, nullptr);
-    }
-    return *this;
-  }
-  SharedHostPool(const SharedHostPool&) = delete;
-  SharedHostPool& operator=(const SharedHostPool&) = delete;
+  SharedHostPool(const hs_shared_pool_id_t& id, int rank, int nranks, const hs_shared_host_pool_options_t& options)
+      : HostPool(create(id, rank, nranks, options)) {}
 
-  // Unregisters this rank's segments, then unmaps its mapping.
-  void release() { check(hs_host_pool_release(handle_)); }
-  void* data() const {
-    void* pointer = nullptr;
-    check(hs_host_pool_data(handle_, &pointer));
-    return pointer;
-  }
-  hs_host_pool_info_t info() const {
-    hs_host_pool_info_t info{};
-    info.struct_size = sizeof(info);
-    check(hs_host_pool_get_info(handle_, &info));
-    return info;
-  }
   hs_shared_host_pool_info_t shared_info() const {
     hs_shared_host_pool_info_t info{};
     info.struct_size = sizeof(info);
-    check(hs_shared_host_pool_get_info(handle_, &info));
+    check(hs_shared_host_pool_get_info(get(), &info));
     return info;
   }
   bool is_writer() const { return shared_info().is_writer != 0; }
-  hs_host_pool_t get() const { return handle_; }
 
  private:
-  hs_host_pool_t handle_ = nullptr;
+  static hs_host_pool_t create(const hs_shared_pool_id_t& id, int rank, int nranks,
+                               const hs_shared_host_pool_options_t& options) {
+    hs_host_pool_t pool = nullptr;
+    check(hs_shared_host_pool_create(&id, rank, nranks, &options, &pool));
+    return pool;
+  }
 };
 
 // An interprocess event that this object owns (created or imported).
