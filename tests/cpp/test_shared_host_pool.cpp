@@ -431,7 +431,7 @@ unsigned char pattern(uint64_t i) { return static_cast<unsigned char>((i * 26544
 
 TEST(SharedHostPool, ThreeRanksShareOneHostCopy) {
   constexpr int kRanks = 3;
-  constexpr uint64_t kSize = 24ull << 20;
+  constexpr uint64_t kSize = 12ull << 20;
   const hs_shared_pool_id_t id = hs::create_shared_pool_id();
   std::vector<std::unique_ptr<RankProcess>> ranks;
   for (int rank = 0; rank < kRanks; ++rank) {
@@ -610,10 +610,10 @@ TEST_P(SharedHostPoolKill, OthersFailNamingItAndNothingStays) {
     RankPlan plan;
     plan.rank = rank;
     plan.nranks = kill.nranks;
-    plan.size_bytes = 16ull << 20;
+    plan.size_bytes = 8ull << 20;
     plan.timeout_seconds = kill.timeout_seconds;
     plan.register_pages = kill.registered;
-    plan.max_segment_bytes = 4ull << 20;
+    plan.max_segment_bytes = 2ull << 20;
     plan.on_success = [](SharedHostPool& pool) {
       auto* bytes = static_cast<volatile unsigned char*>(pool.data());
       bytes[pool.size_bytes() - 1] = 7;  // the survivors' pool stays usable
@@ -684,9 +684,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(SharedHostPool, RegistrationFailureFailsEveryRankAndRollsBack) {
   const hs_shared_pool_id_t id = hs::create_shared_pool_id();
   RankPlan plan;
-  plan.size_bytes = 16ull << 20;
+  plan.size_bytes = 8ull << 20;
   plan.register_pages = true;
-  plan.max_segment_bytes = 4ull << 20;
+  plan.max_segment_bytes = 2ull << 20;
   RankPlan failing = plan;
   failing.rank = 1;
   failing.fail_register_call = 1;

@@ -228,7 +228,7 @@ def cuda_pool(rank: int, ranks: int, params: dict) -> tuple:
 
     dist = init_gloo(rank, ranks, params)
     torch.cuda.set_device(0)
-    size = params.get("size", 64 << 20)
+    size = params.get("size", 16 << 20)
     pool = hisparse.HostPool.shared(size, register="always", device=0, timeout=120)
     return dist, pool, pool.view(torch.uint8, (size // ROW_BYTES, ROW_BYTES))
 
