@@ -86,7 +86,7 @@ typedef struct hs_shared_host_pool_options {
   int32_t populate_threads;   /* threads of this rank; 0 = the online cores divided among the ranks */
   int32_t registration;       /* hs_registration_t, per rank */
   int32_t device_index;       /* device this rank registers with; -1 = current */
-  int32_t huge_pages;         /* 1 = advise transparent huge pages (effective when shmem THP is enabled) */
+  int32_t huge_pages;         /* 1 = advise transparent huge pages (in effect per /dev/shm's huge= option) */
   int32_t check_memory;       /* 1 = rank 0 refuses a pool above 95% of available RAM or above the free
                                  space of /dev/shm */
   int32_t reserved0;
