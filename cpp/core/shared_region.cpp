@@ -69,7 +69,7 @@ constexpr char kNamePrefix[] = "/hisparse-pool-";
 struct EncodedId {
   uint64_t magic;
   uint32_t version;
-  uint32_t reserved;
+  int32_t creator_pid;
   uint64_t generation;
   char name[64];
 };
@@ -77,9 +77,11 @@ static_assert(sizeof(EncodedId) <= HS_SHARED_POOL_ID_BYTES, "the id must fit hs_
 
 uint64_t page_size() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
 
-std::string name_of(uint64_t generation) {
+// The creator's pid in the name tells whose a leftover object was (when
+// every rank was killed before the name could be removed).
+std::string name_of(int32_t creator_pid, uint64_t generation) {
   char name[64];
-  std::snprintf(name, sizeof(name), "%s%016" PRIx64, kNamePrefix, generation);
+  std::snprintf(name, sizeof(name), "%s%d-%016" PRIx64, kNamePrefix, creator_pid, generation);
   return name;
 }
 
@@ -139,7 +141,8 @@ SharedPoolId SharedPoolId::create() {
   do {
     id.generation = random_u64();
   } while (id.generation == 0);
-  id.name = name_of(id.generation);
+  id.creator_pid = static_cast<int32_t>(getpid());
+  id.name = name_of(id.creator_pid, id.generation);
   return id;
 }
 
@@ -155,11 +158,12 @@ SharedPoolId SharedPoolId::decode(const hs_shared_pool_id_t& bytes) {
     invalid_argument("id: a version ", encoded.version, " shared pool id, this library reads version ", kIdVersion);
   }
   encoded.name[sizeof(encoded.name) - 1] = '\0';
-  if (encoded.generation == 0 || name_of(encoded.generation) != encoded.name) {
+  if (encoded.generation == 0 || name_of(encoded.creator_pid, encoded.generation) != encoded.name) {
     invalid_argument("id: the shared pool id is corrupt (its name does not match its generation)");
   }
   SharedPoolId id;
   id.generation = encoded.generation;
+  id.creator_pid = encoded.creator_pid;
   id.name = encoded.name;
   return id;
 }
@@ -168,6 +172,7 @@ hs_shared_pool_id_t SharedPoolId::encode() const {
   EncodedId encoded{};
   encoded.magic = kIdMagic;
   encoded.version = kIdVersion;
+  encoded.creator_pid = creator_pid;
   encoded.generation = generation;
   std::snprintf(encoded.name, sizeof(encoded.name), "%s", name.c_str());
   hs_shared_pool_id_t bytes{};

@@ -24,8 +24,9 @@ namespace hisparse {
 
 // The decoded hs_shared_pool_id_t.
 struct SharedPoolId {
-  uint64_t generation = 0;  // random and never 0; the object's name derives from it
-  std::string name;         // POSIX shared-memory name, "/hisparse-pool-<hex>"
+  uint64_t generation = 0;  // random and never 0
+  int32_t creator_pid = 0;  // the process that made the id
+  std::string name;         // POSIX shared-memory name, "/hisparse-pool-<creator pid>-<generation, hex>"
 
   static SharedPoolId create();
   // Throws HS_ERROR_INVALID_ARGUMENT naming `id` for bytes that are not an id.

@@ -253,7 +253,7 @@ TEST(SharedPoolId, CreateEncodeDecodeAndRejectGarbage) {
   EXPECT_NE(std::memcmp(&first, &second, sizeof(first)), 0) << "two ids must differ";
   const SharedPoolId decoded = SharedPoolId::decode(first);
   EXPECT_NE(decoded.generation, 0u);
-  EXPECT_EQ(decoded.name.rfind("/hisparse-pool-", 0), 0u) << decoded.name;
+  EXPECT_EQ(decoded.name.rfind("/hisparse-pool-" + std::to_string(getpid()) + "-", 0), 0u) << decoded.name;
   const hs_shared_pool_id_t again = decoded.encode();
   EXPECT_EQ(std::memcmp(&again, &first, sizeof(first)), 0);
   EXPECT_FALSE(object_exists(first)) << "creating an id must not create the object";

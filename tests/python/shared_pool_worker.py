@@ -370,9 +370,10 @@ def outcome(process: subprocess.Popen, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         process.kill()
         out, err = process.communicate()
-        return {"ok": False, "hung": True, "stderr": err[-2000:]}
+        return {"ok": False, "hung": True, "pid": process.pid, "stderr": err[-2000:]}
     lines = [line for line in out.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"ok": False}
+    result["pid"] = process.pid
     result["returncode"] = process.returncode
     result["stderr"] = err[-2000:]
     return result

@@ -29,16 +29,10 @@ from conftest import requires_cuda
 torch = pytest.importorskip("torch")
 
 
-def pool_objects() -> set:
-    """The hisparse pool objects in /dev/shm now."""
-    return set(glob.glob("/dev/shm/hisparse-pool-*"))
-
-
-@pytest.fixture
-def dev_shm_unchanged():
-    before = pool_objects()
-    yield
-    assert pool_objects() == before, "a shared pool left its object in /dev/shm"
+def leftover_objects(*creators: int) -> list:
+    """The pool objects in /dev/shm of ids made by these processes (a pool's
+    name holds the pid of the process that made its id)."""
+    return sorted(path for pid in creators for path in glob.glob(f"/dev/shm/hisparse-pool-{pid}-*"))
 
 
 def run(scenario: str, ranks: int, params: dict, timeout: float = 180) -> list:
@@ -62,7 +56,7 @@ def mapped_pool(pid: int, least_bytes: int) -> bool:
 # ---------------------------------------------------------------------- over gloo
 
 
-def test_gloo_rank0_writes_the_others_read_one_host_copy(dev_shm_unchanged):
+def test_gloo_rank0_writes_the_others_read_one_host_copy():
     size, ranks = 32 << 20, 3
     results = run("gloo_share", ranks, {"size": size, "rows": 257})
     next_share, total_pss = 0, 0
@@ -87,21 +81,23 @@ def test_gloo_rank0_writes_the_others_read_one_host_copy(dev_shm_unchanged):
     assert next_share == size
     # One copy: every page is resident once, shared by the three mappings.
     assert size - (1 << 20) <= total_pss <= size + (1 << 20), f"the pool is resident {total_pss / size:.2f} times"
+    assert not leftover_objects(results[0]["pid"])
 
 
-def test_gloo_mismatched_size_fails_every_rank(dev_shm_unchanged):
+def test_gloo_mismatched_size_fails_every_rank():
     results = run("gloo_mismatch", 2, {"size": 4 << 20})
     refused, failed = results[1], results[0]
     assert refused["type"] == "ValueError" and refused["message"].startswith("size_bytes: rank 1 was given"), refused
     assert failed["type"] == "ValueError", failed
     assert "shared host pool: rank 1 failed: size_bytes: rank 1 was given 4198400 bytes" in failed["message"]
     assert failed["seconds"] < 30, "the refusal must reach rank 0 without a timeout"
+    assert not leftover_objects(failed["pid"])
 
 
 # ---------------------------------------------------------------------- SIGKILL at each stage
 
 
-def test_kill_before_attach_fails_the_others_at_the_timeout(dev_shm_unchanged):
+def test_kill_before_attach_fails_the_others_at_the_timeout():
     timeout = 2.0
     params = {
         "pool_id": hisparse.shared_pool_id().hex(),
@@ -117,9 +113,10 @@ def test_kill_before_attach_fails_the_others_at_the_timeout(dev_shm_unchanged):
         assert result["type"] == "RuntimeError", result
         assert "without progress for rank(s) 1 to attach" in result["message"], result["message"]
         assert timeout <= result["seconds"] < timeout + 30
+    assert not leftover_objects(os.getpid())
 
 
-def test_kill_during_attach_fails_the_others_at_once(dev_shm_unchanged, tmp_path):
+def test_kill_during_attach_fails_the_others_at_once(tmp_path):
     size = 8 << 20
     gate = tmp_path / "rank2-may-start"
     params = {"pool_id": hisparse.shared_pool_id().hex(), "size": size, "timeout": 60, "gates": {"2": str(gate)}}
@@ -141,9 +138,10 @@ def test_kill_during_attach_fails_the_others_at_once(dev_shm_unchanged, tmp_path
         assert f"rank 1 (pid {victim.pid}) died during setup" in result["message"], result["message"]
     assert time.monotonic() - killed_at < 30, "a death after attach must be seen long before the 60 s timeout"
     assert "(seen by rank 0)" in results[2]["message"], "the late rank learns why from the pool it attached to"
+    assert not leftover_objects(os.getpid())
 
 
-def test_kill_after_attach_leaves_the_others_a_working_pool(dev_shm_unchanged):
+def test_kill_after_attach_leaves_the_others_a_working_pool():
     pool_id = hisparse.shared_pool_id()
     params = {"pool_id": pool_id.hex(), "size": 8 << 20, "timeout": 60, "die": "after", "victim": 1, "linger": 1.0}
     results = run("by_id", 2, params)
@@ -151,12 +149,13 @@ def test_kill_after_attach_leaves_the_others_a_working_pool(dev_shm_unchanged):
     survivor = results[0]
     assert survivor.get("ok") and survivor["usable"], survivor
     assert survivor["again"].startswith("id: this process already took rank 0 of the shared pool of this id")
+    assert not leftover_objects(os.getpid())
 
 
 # ---------------------------------------------------------------------- one process
 
 
-def test_one_rank_shared_pool_is_a_host_pool(dev_shm_unchanged):
+def test_one_rank_shared_pool_is_a_host_pool():
     pool_id = hisparse.shared_pool_id()
     assert isinstance(pool_id, bytes) and len(pool_id) == hisparse._C.SHARED_POOL_ID_BYTES
     assert hisparse.shared_pool_id() != pool_id
@@ -177,6 +176,7 @@ def test_one_rank_shared_pool_is_a_host_pool(dev_shm_unchanged):
     del view
     pool.release()
     assert pool.released and pool.info()["shared"]
+    assert not leftover_objects(os.getpid())
     private = hisparse.HostPool(4096, register="never")
     assert not private.is_shared and private.is_writer and private.info()["ranks"] == 1
     private.release()
@@ -294,19 +294,21 @@ def test_ipc_event_refusals():
 
 @requires_cuda
 @pytest.mark.sanitize
-def test_cuda_two_processes_mirror_record_wait_gather(dev_shm_unchanged):
+def test_cuda_two_processes_mirror_record_wait_gather():
     writer, reader = run("cuda_mirror_wait_gather", 2, {"size": 16 << 20, "rows": 4099}, timeout=600)
     assert writer.get("ok") and writer["returncode"] == 0, writer
     assert reader.get("ok") and reader["returncode"] == 0, reader
     assert writer["registered"] and reader["registered"], "both processes register the shared region"
     assert writer["is_writer"] and not reader["is_writer"]
     assert reader["wrong"] == 0, "the reader gathered bytes the writer had not mirrored yet"
+    assert not leftover_objects(writer["pid"])
 
 
 @requires_cuda
 @pytest.mark.sanitize
-def test_cuda_ipc_event_record_and_wait_inside_cuda_graphs(dev_shm_unchanged):
+def test_cuda_ipc_event_record_and_wait_inside_cuda_graphs():
     writer, reader = run("cuda_graph_record_wait", 2, {"size": 16 << 20, "rows": 1000}, timeout=600)
     assert writer.get("ok") and writer["returncode"] == 0, writer
     assert reader.get("ok") and reader["returncode"] == 0, reader
     assert reader["wrong"] == [0, 0], "a replayed wait must order the replayed gather after the writer's replay"
+    assert not leftover_objects(writer["pid"])

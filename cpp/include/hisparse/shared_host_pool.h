@@ -72,8 +72,8 @@ typedef struct hs_shared_pool_id {
   char internal[HS_SHARED_POOL_ID_BYTES];
 } hs_shared_pool_id_t;
 
-/* A new id (a random name for the region). Touches nothing shared: an id
- * that is never used leaves nothing behind. */
+/* A new id: a random name for the region, with this process's pid in it.
+ * Touches nothing shared: an id that is never used leaves nothing behind. */
 HS_API hs_status_t hs_shared_pool_id_create(hs_shared_pool_id_t* id);
 
 /* ------------------------------------------------------------------ pool */
