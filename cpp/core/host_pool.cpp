@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
@@ -85,7 +86,9 @@ HostPool::~HostPool() {
   } catch (...) {
     // Unregistration failed (for example the CUDA context is gone at
     // teardown): leave the pages to the kernel at process exit rather than
-    // unmapping memory the driver still holds.
+    // unmapping memory the driver still holds. A mapping made elsewhere is
+    // kept the same way: its owner is never dropped.
+    if (mapping_ != nullptr) new std::shared_ptr<void>(std::move(mapping_));
   }
 }
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -380,6 +381,41 @@ TEST(SharedHostPoolApi, BadArgumentsNameTheFieldAndKeepTheIdUsable) {
   options.registration = HS_REGISTER_NEVER;
   hs::SharedHostPool usable(id, 0, 1, options);  // refusals did not use the id up
   EXPECT_EQ(usable.shared_info().nranks, 1);
+}
+
+TEST(SharedHostPoolCore, UnregistrationFailureKeepsTheRegionMapped) {
+  RecordingBackend backend;
+  backend.fail_unregister_call = 0;
+  SharedHostPoolOptions options;
+  options.id = SharedPoolId::create();
+  options.size_bytes = 4ull << 20;
+  options.max_segment_bytes = 2ull << 20;
+  options.registrar = &backend;
+  {
+    SharedHostPool pool(options);
+    char* data = static_cast<char*>(pool.data());
+    data[100] = 9;
+    EXPECT_THROW(pool.release(), hisparse::Error);
+    EXPECT_FALSE(pool.released());
+    EXPECT_TRUE(is_mapped(data, options.size_bytes)) << "memory the driver still holds must stay mapped";
+    EXPECT_EQ(data[100], 9);
+    pool.release();  // the retry unregisters the rest, then unmaps
+    EXPECT_TRUE(pool.released());
+    EXPECT_FALSE(is_mapped(data, options.size_bytes));
+  }
+  RecordingBackend failing;
+  failing.fail_unregister_call = 0;
+  options.registrar = &failing;
+  options.id = SharedPoolId::create();
+  char* data = nullptr;
+  {
+    auto pool = std::make_unique<SharedHostPool>(options);
+    data = static_cast<char*>(pool->data());
+    EXPECT_NO_THROW(pool.reset());
+  }
+  EXPECT_TRUE(is_mapped(data, options.size_bytes))
+      << "a destructor that cannot unregister leaves the pages to process exit, not unmapped under the driver";
+  EXPECT_FALSE(object_exists(options.id.encode()));
 }
 
 // ------------------------------------------------------------------ several processes
