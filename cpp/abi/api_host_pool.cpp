@@ -1,36 +1,12 @@
 // C ABI of the host pool and of the host-memory check.
 #include "abi/api_guard.hpp"
+#include "abi/host_pool_handle.hpp"
 #include "core/backend.hpp"
 #include "core/host_memory.hpp"
 #include "core/host_pool.hpp"
 
-struct hs_host_pool {
-  explicit hs_host_pool(const hisparse::HostPoolOptions& options) : pool(options) {}
-  hisparse::HostPool pool;
-};
-
 namespace hisparse {
 namespace {
-
-// Picks the backend that registers the pool, per the registration policy.
-Backend* choose_registrar(const hs_host_pool_options_t& o, int* device) {
-  if (o.registration == HS_REGISTER_NEVER) return nullptr;
-  Backend* cuda = cuda_backend();
-  const bool possible = cuda != nullptr && cuda->available();
-  if (!possible) {
-    if (o.registration == HS_REGISTER_ALWAYS) {
-      fail(HS_ERROR_UNSUPPORTED, "registration: HS_REGISTER_ALWAYS needs a CUDA device, but ",
-           cuda == nullptr ? std::string("hisparse was built without the CUDA backend") : cuda->unavailable_reason());
-    }
-    return nullptr;
-  }
-  *device = o.device_index >= 0 ? o.device_index : cuda->current_device();
-  if (*device >= cuda->device_count()) {
-    invalid_argument("device_index: expected -1 or 0 <= device_index < ", cuda->device_count(), ", got ",
-                     o.device_index);
-  }
-  return cuda;
-}
 
 hs_host_pool& require_pool(hs_host_pool_t pool) { return *require_pointer(pool, "pool"); }
 
@@ -64,7 +40,7 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
     options_cpp.populate_threads = o.populate_threads;
     options_cpp.huge_pages = o.huge_pages != 0;
     if (o.max_segment_bytes != 0) options_cpp.max_segment_bytes = o.max_segment_bytes;
-    options_cpp.registrar = choose_registrar(o, &options_cpp.device);
+    options_cpp.registrar = choose_registrar(o.registration, o.device_index, &options_cpp.device);
     *pool = new hs_host_pool(options_cpp);
   });
 }

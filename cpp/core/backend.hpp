@@ -32,6 +32,11 @@ struct DeviceProperties {
 
 using Event = void*;
 
+// A backend's own interprocess event handle (a cudaIpcEventHandle_t).
+struct IpcEventPayload {
+  unsigned char bytes[64];
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -125,6 +130,34 @@ class Backend {
   virtual void gather_resident_rows(const GatherResidentRowsParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement gather_resident_rows");
   }
+
+  // Shared host pools and interprocess events (the seed's
+  // supports_shared_host_pool, create_ipc_event, export_event and
+  // import_event; hisparse/shared_host_pool.h states the contract). Not pure,
+  // so test doubles need not implement them; the CPU and CUDA backends
+  // override all of them. Interprocess events are freed with destroy_event.
+  virtual bool supports_shared_host_pool() const { return false; }
+  virtual Event create_ipc_event(int /*device*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend has no interprocess events");
+  }
+  virtual IpcEventPayload export_ipc_event(Event /*event*/, int /*device*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend cannot export interprocess events");
+  }
+  virtual Event import_ipc_event(const IpcEventPayload& /*payload*/, int /*device*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend cannot import interprocess events");
+  }
+  // Stream-ordered and capturable, unlike record_event / stream_wait_event:
+  // under capture they become event nodes that other processes observe.
+  virtual void record_ipc_event(Event /*event*/, int /*device*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend cannot record interprocess events");
+  }
+  virtual void wait_ipc_event(Event /*event*/, int /*device*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend cannot wait on interprocess events");
+  }
+  virtual void synchronize_ipc_event(Event /*event*/, int /*device*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend cannot synchronize interprocess events");
+  }
+
   // True when `pointer` is device memory of this backend's devices, which a
   // host loop must never dereference (raw addresses given to the CPU backend).
   virtual bool is_device_memory(const void* /*pointer*/) const { return false; }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
@@ -64,13 +65,30 @@ HostPool::HostPool(const HostPoolOptions& options)
   }
 }
 
+HostPool::HostPool(void* data, uint64_t size_bytes, uint64_t mapped_bytes, std::shared_ptr<void> mapping,
+                   Backend* registrar, int device)
+    : base_(data),
+      size_bytes_(size_bytes),
+      mapped_bytes_(mapped_bytes),
+      registrar_(registrar),
+      device_(device),
+      mapping_(std::move(mapping)) {}
+
+void HostPool::set_population(int threads, bool huge_pages, double seconds) {
+  populate_threads_ = threads;
+  huge_pages_ = huge_pages;
+  populate_seconds_ = seconds;
+}
+
 HostPool::~HostPool() {
   try {
     release();
   } catch (...) {
     // Unregistration failed (for example the CUDA context is gone at
     // teardown): leave the pages to the kernel at process exit rather than
-    // unmapping memory the driver still holds.
+    // unmapping memory the driver still holds. A mapping made elsewhere is
+    // kept the same way: its owner is never dropped.
+    if (mapping_ != nullptr) new std::shared_ptr<void>(std::move(mapping_));
   }
 }
 
@@ -103,7 +121,7 @@ void HostPool::populate() {
   populate_seconds_ = seconds_since(start);
 }
 
-void HostPool::register_segments(uint64_t max_segment_bytes) {
+void HostPool::register_segments(uint64_t max_segment_bytes, const std::function<void()>& after_segment) {
   // A single cudaHostRegister above 64 GiB fails, so register in segments
   // and record each exact range for the release.
   const auto start = std::chrono::steady_clock::now();
@@ -111,6 +129,7 @@ void HostPool::register_segments(uint64_t max_segment_bytes) {
     Segment segment{static_cast<char*>(base_) + offset, std::min(max_segment_bytes, mapped_bytes_ - offset)};
     registrar_->register_host_memory(segment.data, segment.bytes, device_);
     segments_.push_back(segment);
+    if (after_segment) after_segment();
   }
   registered_ = true;
   register_seconds_ = seconds_since(start);
@@ -124,10 +143,13 @@ void HostPool::unregister_segments() {
 }
 
 void HostPool::unmap() {
-  if (base_ != nullptr) {
+  if (base_ == nullptr) return;
+  if (mapping_ != nullptr) {
+    mapping_.reset();
+  } else {
     munmap(base_, mapped_bytes_);
-    base_ = nullptr;
   }
+  base_ = nullptr;
 }
 
 void HostPool::release() {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "hisparse/hisparse.h"
@@ -31,14 +33,14 @@ class HostPool {
 
   // Maps, populates and registers; on failure nothing stays mapped or registered.
   explicit HostPool(const HostPoolOptions& options);
-  ~HostPool();
+  virtual ~HostPool();
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
 
   // Unregisters every segment, then unmaps. Idempotent. If unregistration
   // fails, the remaining segments and the mapping are kept (a later call
   // retries) and the error is thrown.
-  void release();
+  virtual void release();
 
   bool released() const { return base_ == nullptr; }
   void* data() const;  // throws HS_ERROR_INVALID_STATE after release
@@ -52,9 +54,18 @@ class HostPool {
   double register_seconds() const { return register_seconds_; }
   const std::vector<Segment>& segments() const { return segments_; }
 
+ protected:
+  // A pool over `mapped_bytes` of memory at `data` that `mapping` keeps
+  // mapped (the shared pool's region): the subclass populates and registers
+  // it; release unregisters the segments, then drops `mapping`.
+  HostPool(void* data, uint64_t size_bytes, uint64_t mapped_bytes, std::shared_ptr<void> mapping, Backend* registrar,
+           int device);
+  void set_population(int threads, bool huge_pages, double seconds);
+  // `after_segment` runs after each registered segment (progress reports).
+  void register_segments(uint64_t max_segment_bytes, const std::function<void()>& after_segment = {});
+
  private:
   void populate();
-  void register_segments(uint64_t max_segment_bytes);
   void unregister_segments();
   void unmap();
 
@@ -69,6 +80,7 @@ class HostPool {
   double populate_seconds_ = 0;
   double register_seconds_ = 0;
   std::vector<Segment> segments_;  // registered ranges, exact
+  std::shared_ptr<void> mapping_;  // owner of memory mapped elsewhere; null for an own mapping
 };
 
 }  // namespace hisparse

@@ -61,6 +61,18 @@ class CpuBackend final : public Backend {
   void stream_wait_event(hs_stream_t, Event) override {}
   void synchronize_stream(hs_stream_t) override {}
 
+  // Every CPU call completes before it returns, so an event's record comes
+  // after the work it would capture: waits and synchronisation are exact
+  // no-ops, and the event needs no state beyond its handle's identity (which
+  // the core keeps).
+  bool supports_shared_host_pool() const override { return true; }
+  Event create_ipc_event(int) override { return nullptr; }
+  IpcEventPayload export_ipc_event(Event, int) override { return IpcEventPayload{}; }
+  Event import_ipc_event(const IpcEventPayload&, int) override { return nullptr; }
+  void record_ipc_event(Event, int, hs_stream_t) override {}
+  void wait_ipc_event(Event, int, hs_stream_t) override {}
+  void synchronize_ipc_event(Event, int) override {}
+
   void copy_bytes(void* dst, const void* src, size_t bytes, int, hs_stream_t) override {
     if (bytes > 0) std::memmove(dst, src, bytes);
   }

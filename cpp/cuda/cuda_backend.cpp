@@ -1,5 +1,6 @@
 // The CUDA backend: device memory, streams and events, host-memory
 // registration, device properties, and dispatch to the kernel launchers.
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -154,6 +155,53 @@ class CudaBackend final : public Backend {
     cuda_check(cudaStreamSynchronize(as_cuda(stream)), "cudaStreamSynchronize");
   }
 
+  bool supports_shared_host_pool() const override { return available(); }
+  Event create_ipc_event(int device) override {
+    CudaDeviceGuard guard(device);
+    cudaEvent_t event = nullptr;
+    cuda_check(cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming),
+               "cudaEventCreateWithFlags(cudaEventInterprocess)");
+    return event;
+  }
+  IpcEventPayload export_ipc_event(Event event, int device) override {
+    static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(IpcEventPayload::bytes), "cudaIpcEventHandle_t size");
+    CudaDeviceGuard guard(device);
+    cudaIpcEventHandle_t handle;
+    cuda_check(cudaIpcGetEventHandle(&handle, static_cast<cudaEvent_t>(event)), "cudaIpcGetEventHandle");
+    IpcEventPayload payload;
+    std::memcpy(payload.bytes, &handle, sizeof(handle));
+    return payload;
+  }
+  Event import_ipc_event(const IpcEventPayload& payload, int device) override {
+    CudaDeviceGuard guard(device);
+    cudaIpcEventHandle_t handle;
+    std::memcpy(&handle, payload.bytes, sizeof(handle));
+    cudaEvent_t event = nullptr;
+    cuda_check(cudaIpcOpenEventHandle(&event, handle), "cudaIpcOpenEventHandle");
+    return event;
+  }
+  // On a capturing stream a plain record or wait would only order streams
+  // inside the graph; the external flags make them event nodes, so that
+  // every replay signals (or waits for) the other process.
+  void record_ipc_event(Event event, int device, hs_stream_t stream) override {
+    CudaDeviceGuard guard(device);
+    if (capturing(stream)) {
+      cuda_check(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(event), as_cuda(stream), cudaEventRecordExternal),
+                 "cudaEventRecordWithFlags(cudaEventRecordExternal)");
+    } else {
+      cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(event), as_cuda(stream)), "cudaEventRecord");
+    }
+  }
+  void wait_ipc_event(Event event, int device, hs_stream_t stream) override {
+    CudaDeviceGuard guard(device);
+    const unsigned flags = capturing(stream) ? cudaEventWaitExternal : cudaEventWaitDefault;
+    cuda_check(cudaStreamWaitEvent(as_cuda(stream), static_cast<cudaEvent_t>(event), flags), "cudaStreamWaitEvent");
+  }
+  void synchronize_ipc_event(Event event, int device) override {
+    CudaDeviceGuard guard(device);
+    cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  }
+
   void copy_bytes(void* dst, const void* src, size_t bytes, int device, hs_stream_t stream) override {
     CudaDeviceGuard guard(device);
     cuda::launch_copy_bytes(dst, src, bytes, as_cuda(stream));
@@ -223,6 +271,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static bool capturing(hs_stream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(as_cuda(stream), &status), "cudaStreamIsCapturing");
+    return status == cudaStreamCaptureStatusActive;
+  }
   struct Probe {
     int device_count = 0;
     std::string reason;

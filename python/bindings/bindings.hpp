@@ -81,5 +81,25 @@ void register_index_group(nb::module_& m);
 void register_data_movement(nb::module_& m);
 void register_runtime(nb::module_& m);
 void register_staging(nb::module_& m);
+void register_shared_host_pool(nb::module_& m);
+void register_ipc_event(nb::module_& m);
+
+// The options of a shared host pool that HostPool.shared takes.
+struct SharedPoolArgs {
+  uint64_t size_bytes = 0;
+  int writer_rank = 0;
+  int populate_threads = 0;
+  int registration = HS_REGISTER_AUTO;
+  int device = -1;
+  bool huge_pages = true;
+  bool check_memory = true;
+  uint64_t max_segment_bytes = 0;
+  double timeout_seconds = HS_SHARED_POOL_DEFAULT_TIMEOUT_SECONDS;
+};
+// This rank's handle of the shared pool of `id` (the GIL is released while
+// it waits for the other ranks).
+hs_host_pool_t create_shared_host_pool(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args);
+// The sharing facts of any pool, as HostPool.info() reports them.
+void add_shared_pool_info(nb::dict& out, hs_host_pool_t pool);
 
 }  // namespace hisparse_py

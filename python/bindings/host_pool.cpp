@@ -48,6 +48,11 @@ class HostPool {
     check(status);
   }
 
+  // This rank's view of a shared pool: the same object as a private pool.
+  static HostPool shared(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args) {
+    return HostPool(create_shared_host_pool(id, rank, nranks, args));
+  }
+
   void release(bool force) {
     if (state_->live_views > 0 && !force) {
       throw std::runtime_error("HostPool.release(): " + std::to_string(state_->live_views) +
@@ -83,6 +88,7 @@ class HostPool {
     out["huge_pages"] = info.huge_pages != 0;
     out["populate_seconds"] = info.populate_seconds;
     out["register_seconds"] = info.register_seconds;
+    add_shared_pool_info(out, state_->handle);
     return out;
   }
 
@@ -127,6 +133,8 @@ class HostPool {
   int live_views() const { return state_->live_views; }
 
  private:
+  explicit HostPool(hs_host_pool_t handle) : state_(std::make_shared<PoolState>()) { state_->handle = handle; }
+
   std::shared_ptr<PoolState> state_;
 };
 
@@ -142,7 +150,28 @@ void register_host_pool(nb::module_& m) {
       .def("info", &HostPool::info)
       .def("segments", &HostPool::segments)
       .def("view_bytes", &HostPool::view_bytes, nb::arg("offset"), nb::arg("nbytes"))
-      .def_prop_ro("live_views", &HostPool::live_views);
+      .def_prop_ro("live_views", &HostPool::live_views)
+      .def_static(
+          "shared",
+          [](const nb::bytes& id, int rank, int nranks, uint64_t size_bytes, int writer_rank, int populate_threads,
+             int registration, int device, bool huge_pages, bool check_memory, uint64_t max_segment_bytes,
+             double timeout_seconds) {
+            SharedPoolArgs args;
+            args.size_bytes = size_bytes;
+            args.writer_rank = writer_rank;
+            args.populate_threads = populate_threads;
+            args.registration = registration;
+            args.device = device;
+            args.huge_pages = huge_pages;
+            args.check_memory = check_memory;
+            args.max_segment_bytes = max_segment_bytes;
+            args.timeout_seconds = timeout_seconds;
+            return HostPool::shared(id, rank, nranks, args);
+          },
+          nb::arg("id"), nb::arg("rank"), nb::arg("nranks"), nb::arg("size_bytes"), nb::arg("writer_rank") = 0,
+          nb::arg("populate_threads") = 0, nb::arg("registration") = 0, nb::arg("device") = -1,
+          nb::arg("huge_pages") = true, nb::arg("check_memory") = true, nb::arg("max_segment_bytes") = 0,
+          nb::arg("timeout_seconds") = HS_SHARED_POOL_DEFAULT_TIMEOUT_SECONDS);
   m.attr("REGISTER_AUTO") = static_cast<int>(HS_REGISTER_AUTO);
   m.attr("REGISTER_ALWAYS") = static_cast<int>(HS_REGISTER_ALWAYS);
   m.attr("REGISTER_NEVER") = static_cast<int>(HS_REGISTER_NEVER);

@@ -11,4 +11,6 @@ NB_MODULE(_C, m) {
   hisparse_py::register_data_movement(m);
   hisparse_py::register_runtime(m);
   hisparse_py::register_staging(m);
+  hisparse_py::register_shared_host_pool(m);
+  hisparse_py::register_ipc_event(m);
 }

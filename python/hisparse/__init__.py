@@ -13,6 +13,8 @@ from . import _C, ops
 from .config import Config
 from .host_pool import HostPool
 from .index_group import IndexGroup
+from .ipc_event import IpcEvent
+from .shared_pool import shared_pool_id, use_shared_host_pool
 from .layout import HostLayout, check_host_memory, plan_host_layout
 from .runtime import Runtime, SlotInvalidator
 from .cache_handle import BatchInfo, CacheHandle
@@ -30,6 +32,7 @@ __all__ = [
     "HostLayout",
     "HostPool",
     "IndexGroup",
+    "IpcEvent",
     "Runtime",
     "STAT_NAMES",
     "SlotInvalidator",
@@ -39,4 +42,6 @@ __all__ = [
     "check_host_memory",
     "ops",
     "plan_host_layout",
+    "shared_pool_id",
+    "use_shared_host_pool",
 ]

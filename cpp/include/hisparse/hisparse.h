@@ -408,5 +408,6 @@ typedef enum hs_stat {
 #include "hisparse/data_movement.h"
 #include "hisparse/runtime.h"
 #include "hisparse/staging.h"
+#include "hisparse/shared_host_pool.h"
 
 #endif /* HISPARSE_HISPARSE_H_ */

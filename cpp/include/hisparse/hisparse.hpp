@@ -90,6 +90,8 @@ class HostPool {
     check(hs_host_pool_create(&options, &handle_));
   }
   explicit HostPool(const hs_host_pool_options_t& options) { check(hs_host_pool_create(&options, &handle_)); }
+  // Takes ownership of a pool made by another call (hs_shared_host_pool_create).
+  explicit HostPool(hs_host_pool_t adopted) noexcept : handle_(adopted) {}
   ~HostPool() { hs_host_pool_destroy(handle_); }
   HostPool(HostPool&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   HostPool& operator=(HostPool&& other) noexcept {
@@ -332,5 +334,6 @@ class SlotInvalidator {
 }  // namespace hs
 
 #include "hisparse/staging.hpp"  // the prefill staging plan (RAII) and staging calls
+#include "hisparse/shared_host_pool.hpp"
 
 #endif  // HISPARSE_HISPARSE_HPP_

@@ -1,0 +1,81 @@
+// hisparse._C.IpcEvent: an interprocess event that owns its hs_ipc_event_t;
+// handles cross processes as bytes, streams as integer handles.
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "bindings.hpp"
+
+namespace hisparse_py {
+namespace {
+
+class IpcEvent {
+ public:
+  IpcEvent(int device_type, int device_index) { check(hs_ipc_event_create(device_type, device_index, &handle_)); }
+  IpcEvent(IpcEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  IpcEvent(const IpcEvent&) = delete;
+  IpcEvent& operator=(const IpcEvent&) = delete;
+  ~IpcEvent() { hs_ipc_event_destroy(handle_); }
+
+  static IpcEvent open(const nb::bytes& handle, int device_index) {
+    if (handle.size() != HS_IPC_EVENT_HANDLE_BYTES) {
+      throw nb::value_error(("handle: expected " + std::to_string(HS_IPC_EVENT_HANDLE_BYTES) + " bytes, got " +
+                             std::to_string(handle.size()))
+                                .c_str());
+    }
+    hs_ipc_event_handle_t bytes;
+    std::memcpy(bytes.internal, handle.c_str(), HS_IPC_EVENT_HANDLE_BYTES);
+    IpcEvent event;
+    check(hs_ipc_event_import(&bytes, device_index, &event.handle_));
+    return event;
+  }
+
+  nb::bytes export_handle() const {
+    hs_ipc_event_handle_t bytes;
+    check(hs_ipc_event_export(handle_, &bytes));
+    return nb::bytes(bytes.internal, HS_IPC_EVENT_HANDLE_BYTES);
+  }
+  void record(uintptr_t stream) { check(hs_ipc_event_record(handle_, as_stream(stream))); }
+  void wait(uintptr_t stream) { check(hs_ipc_event_wait(handle_, as_stream(stream))); }
+  void synchronize() {
+    hs_status_t status;
+    {
+      nb::gil_scoped_release release;
+      status = hs_ipc_event_synchronize(handle_);
+    }
+    check(status);
+  }
+  nb::dict info() const {
+    hs_ipc_event_info_t info{};
+    info.struct_size = sizeof(info);
+    check(hs_ipc_event_get_info(handle_, &info));
+    nb::dict out;
+    out["device_type"] = info.device_type;
+    out["device_index"] = info.device_index;
+    out["imported"] = info.imported != 0;
+    out["exporter_pid"] = info.exporter_pid;
+    return out;
+  }
+
+ private:
+  IpcEvent() = default;
+  hs_ipc_event_t handle_ = nullptr;
+};
+
+}  // namespace
+
+void register_ipc_event(nb::module_& m) {
+  nb::class_<IpcEvent>(m, "IpcEvent")
+      .def(nb::init<int, int>(), nb::arg("device_type"), nb::arg("device_index") = -1)
+      .def_static("open", &IpcEvent::open, nb::arg("handle"), nb::arg("device_index") = -1)
+      .def("export_handle", &IpcEvent::export_handle)
+      .def("record", &IpcEvent::record, nb::arg("stream") = 0)
+      .def("wait", &IpcEvent::wait, nb::arg("stream") = 0)
+      .def("synchronize", &IpcEvent::synchronize)
+      .def("info", &IpcEvent::info);
+  m.attr("IPC_EVENT_HANDLE_BYTES") = HS_IPC_EVENT_HANDLE_BYTES;
+}
+
+}  // namespace hisparse_py
