@@ -20,8 +20,7 @@ HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
   });
 }
 
-HS_API hs_status_t hs_default_max_union_rows(int32_t top_k, int32_t num_speculative_tokens,
-                                             int32_t* max_union_rows) {
+HS_API hs_status_t hs_default_max_union_rows(int32_t top_k, int32_t num_speculative_tokens, int32_t* max_union_rows) {
   return api_guard([&] {
     *require_pointer(max_union_rows, "max_union_rows") = default_max_union_rows(top_k, num_speculative_tokens);
   });

@@ -66,8 +66,8 @@ template <uint32_t kVersion, typename Struct>
 Struct read_struct(const Struct* caller, const char* name) {
   const Struct& given = require_struct_size(caller, name);
   if (given.struct_version < 1 || given.struct_version > kVersion) {
-    invalid_argument(name, ": struct_version ", given.struct_version, " is not one this library reads (1 to ",
-                     kVersion, "); initialise the struct with its *_init call");
+    invalid_argument(name, ": struct_version ", given.struct_version, " is not one this library reads (1 to ", kVersion,
+                     "); initialise the struct with its *_init call");
   }
   Struct value;
   std::memcpy(static_cast<void*>(&value), &given, sizeof(Struct));

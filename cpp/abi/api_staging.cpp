@@ -23,7 +23,9 @@ StagingPlanSizes to_sizes(const hs_staging_plan_options_t& o) {
 
 // The handle is the core plan behind an opaque pointer, as for the other handles (abi/handles.hpp).
 hs_staging_plan_t to_handle(StagingPlan* plan) { return reinterpret_cast<hs_staging_plan_t>(plan); }
-StagingPlan& require_plan(hs_staging_plan_t plan) { return *reinterpret_cast<StagingPlan*>(require_pointer(plan, "plan")); }
+StagingPlan& require_plan(hs_staging_plan_t plan) {
+  return *reinterpret_cast<StagingPlan*>(require_pointer(plan, "plan"));
+}
 
 }  // namespace
 }  // namespace hisparse
@@ -95,9 +97,8 @@ HS_API hs_status_t hs_staging_plan_build(hs_staging_plan_t plan, const hs_tensor
 HS_API hs_status_t hs_staging_plan_ensure_gpu_sources(hs_staging_plan_t plan, const hs_tensor_t* resident_state_rows,
                                                       const hs_tensor_t* state_indices, int64_t resident_block_size,
                                                       hs_stream_t stream) {
-  return api_guard([&] {
-    require_plan(plan).ensure_gpu_sources(resident_state_rows, state_indices, resident_block_size, stream);
-  });
+  return api_guard(
+      [&] { require_plan(plan).ensure_gpu_sources(resident_state_rows, state_indices, resident_block_size, stream); });
 }
 
 HS_API hs_status_t hs_gather_prefill_cache(hs_staging_plan_t plan, const hs_tensor_t* host_cache,

@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <string>
 
-#include "hisparse/hisparse.h"
 #include "core/data_movement_params.hpp"
 #include "core/index_group_params.hpp"
 #include "core/resolve_residency_params.hpp"
 #include "core/staging_params.hpp"
 #include "core/tensor.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
@@ -81,8 +81,7 @@ class Backend {
   virtual void synchronize_stream(hs_stream_t stream) = 0;
 
   // Kernels: raw pointers and sizes, already validated by the host glue.
-  virtual void copy_bytes(void* dst, const void* src, size_t bytes, int device,
-                          hs_stream_t stream) = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes, int device, hs_stream_t stream) = 0;
   virtual void resolve_residency(const ResolveResidencyParams& params, hs_stream_t stream) = 0;
 
   // Index-group kernels (index_group.hpp). Not pure, so test doubles of the

@@ -185,8 +185,8 @@ Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t 
   const int row_dim = hot.ndim() - 2;
   const int64_t width = hot.size(hot.ndim() - 1);
   if (hot.size(row_dim) > 1 && hot.stride(row_dim) != width) {
-    invalid_argument(hot.name(), ": expected rows contiguous within a block (stride ", width, " in dimension ",
-                     row_dim, "), got stride ", hot.stride(row_dim), " (shape ", hot.shape_string(), ")");
+    invalid_argument(hot.name(), ": expected rows contiguous within a block (stride ", width, " in dimension ", row_dim,
+                     "), got stride ", hot.stride(row_dim), " (shape ", hot.shape_string(), ")");
   }
   int64_t span_elements = 0;
   if (hot.numel() > 0) {
@@ -252,7 +252,8 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   const TensorArg host(a.host_cache, "host_cache");
   if (host.ndim() < 3) {
     invalid_argument("host_cache: expected [..., P, W] (slots of P = num_hot_caches rows side by side) with at least "
-                     "3 dimensions, got shape ", host.shape_string());
+                     "3 dimensions, got shape ",
+                     host.shape_string());
   }
   const int piece_dim = host.ndim() - 2;
   host.size_is(piece_dim, pieces, "num_hot_caches pieces per slot");
@@ -277,8 +278,8 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   GatherCompactParams p;
   // Argument names as literals: validation on the decode path allocates nothing.
   static constexpr const char* kNames[HS_MAX_GATHER_GROUP_PIECES] = {
-      "hot_caches[0]",  "hot_caches[1]",  "hot_caches[2]",  "hot_caches[3]",  "hot_caches[4]",  "hot_caches[5]",
-      "hot_caches[6]",  "hot_caches[7]",  "hot_caches[8]",  "hot_caches[9]",  "hot_caches[10]", "hot_caches[11]",
+      "hot_caches[0]",  "hot_caches[1]",  "hot_caches[2]",  "hot_caches[3]", "hot_caches[4]",  "hot_caches[5]",
+      "hot_caches[6]",  "hot_caches[7]",  "hot_caches[8]",  "hot_caches[9]", "hot_caches[10]", "hot_caches[11]",
       "hot_caches[12]", "hot_caches[13]", "hot_caches[14]", "hot_caches[15]"};
   static_assert(HS_MAX_GATHER_GROUP_PIECES == 16, "one name per piece");
   const TensorArg first_hot(a.hot_caches[0], kNames[0]);
@@ -358,8 +359,8 @@ GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor
   return p;
 }
 
-void mirror_source_params(const TensorArg& src, const TensorArg& slots, const TensorArg& host,
-                          int64_t host_row_bytes, const Device& device, MirrorRowsParams* params) {
+void mirror_source_params(const TensorArg& src, const TensorArg& slots, const TensorArg& host, int64_t host_row_bytes,
+                          const Device& device, MirrorRowsParams* params) {
   const Rows source = rows_of(src);
   same_rows(src, host, source.row_bytes, host_row_bytes);
   if (slots.dtype() != HS_DTYPE_INT32 && slots.dtype() != HS_DTYPE_INT64) {
@@ -494,7 +495,8 @@ SwapBlocksParams swap_blocks_params(const hs_tensor_t* src_t, const hs_tensor_t*
       for (const auto& [name, address] : {std::pair<const char*, int64_t>{"src", p.src[i]}, {"dst", p.dst[i]}}) {
         const auto* first = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(address));
         if (cuda->is_device_memory(first) || cuda->is_device_memory(first + p.sizes[i] - 1)) {
-          invalid_argument(name, ": entry ", i, " points to CUDA device memory, but the address arrays are host "
+          invalid_argument(name, ": entry ", i,
+                           " points to CUDA device memory, but the address arrays are host "
                            "tensors, which run the CPU backend; put src, dst and sizes on the CUDA device");
         }
       }

@@ -52,9 +52,8 @@ const char* gather_variant_name(int32_t variant);
 GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& args, Device* device);
 GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_args_t& args, Device* device);
 
-GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor_t* staged,
-                                    const hs_tensor_t* row_ids, const hs_tensor_t* dst_rows,
-                                    const hs_tensor_t* miss_mask, Device* device);
+GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor_t* staged, const hs_tensor_t* row_ids,
+                                    const hs_tensor_t* dst_rows, const hs_tensor_t* miss_mask, Device* device);
 
 // The source side of a mirror into host rows already checked (`host`, whose
 // dtype and row bytes `src` must have): src_rows on `device`, slot_mapping

@@ -14,8 +14,7 @@ namespace hisparse {
 
 class Error : public std::runtime_error {
  public:
-  Error(hs_status_t status, const std::string& message)
-      : std::runtime_error(message), status_(status) {}
+  Error(hs_status_t status, const std::string& message) : std::runtime_error(message), status_(status) {}
   hs_status_t status() const noexcept { return status_; }
 
  private:

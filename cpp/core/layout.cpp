@@ -22,9 +22,8 @@ HostLayout plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_
   // must fit alongside the pool's null block and a copy-on-write tail.
   const int64_t min_host_blocks = (max_model_len + block_size - 1) / block_size + 2;
   if (host_num_blocks < static_cast<uint64_t>(min_host_blocks)) {
-    invalid_argument("hisparse host pool has ", host_num_blocks, " blocks but max_model_len=", max_model_len,
-                     " needs ", min_host_blocks, "; increase host_pool_gib (host_budget_bytes=", host_budget_bytes,
-                     ").");
+    invalid_argument("hisparse host pool has ", host_num_blocks, " blocks but max_model_len=", max_model_len, " needs ",
+                     min_host_blocks, "; increase host_pool_gib (host_budget_bytes=", host_budget_bytes, ").");
   }
   HostLayout layout;
   layout.host_num_blocks = static_cast<int64_t>(host_num_blocks);

@@ -38,14 +38,15 @@ PagedView paged_view(const TensorArg& raw, hs_dtype_t dtype, int64_t row_width, 
                      " rows exceeds INT32_MAX");
   }
   const int64_t slab_bytes = static_cast<int64_t>(raw.nbytes());
-  const int64_t needed = checked_add(
-      checked_add(byte_offset, checked_mul(num_blocks - 1, block_stride, "raw_tensor"), "raw_tensor"), block_bytes,
-      "raw_tensor");
+  const int64_t needed =
+      checked_add(checked_add(byte_offset, checked_mul(num_blocks - 1, block_stride, "raw_tensor"), "raw_tensor"),
+                  block_bytes, "raw_tensor");
   if (needed > slab_bytes) {
     invalid_argument("raw_tensor: the slab is too small: the view needs byte_offset + (num_blocks - 1) x "
-                     "block_stride + block_size x row_bytes = ", byte_offset, " + ", num_blocks - 1, " x ",
-                     block_stride, " + ", block_bytes, " = ", needed, " bytes, the slab has ", slab_bytes,
-                     " bytes (shape ", raw.shape_string(), " of ", dtype_name(raw.dtype()), ")");
+                     "block_stride + block_size x row_bytes = ",
+                     byte_offset, " + ", num_blocks - 1, " x ", block_stride, " + ", block_bytes, " = ", needed,
+                     " bytes, the slab has ", slab_bytes, " bytes (shape ", raw.shape_string(), " of ",
+                     dtype_name(raw.dtype()), ")");
   }
   PagedView view;
   view.data = raw.data<char>() + byte_offset;

@@ -91,8 +91,7 @@ const int32_t* resolve_block_table(const TensorArg& table, int64_t rows, const D
 
 void resolve_hot_table_params(const TensorArg& table, const Device& device, ResolveResidencyParams* params) {
   ResolveResidencyParams& p = *params;
-  p.hot_block_table = resolve_block_table(table, p.num_batch_rows, device, &p.hot_table_row_stride,
-                                          &p.hot_table_width);
+  p.hot_block_table = resolve_block_table(table, p.num_batch_rows, device, &p.hot_table_row_stride, &p.hot_table_width);
   const int64_t hot_blocks = (p.hot_size + p.hot_block_size - 1) / p.hot_block_size;
   table.size_at_least(1, hot_blocks, "ceil(device_buffer_size / hot_block_size) blocks per batch row");
 }
@@ -106,8 +105,8 @@ void resolve_optional_params(const TensorArg& source_table, int64_t block_size, 
       invalid_argument("block_size: expected a positive number of tokens with a source_block_table, got ", block_size);
     }
     p.block_size = static_cast<int32_t>(checked_int32(block_size, "block_size"));
-    p.source_block_table = resolve_block_table(source_table, p.num_batch_rows, device, &p.source_table_row_stride,
-                                               &p.source_table_width);
+    p.source_block_table =
+        resolve_block_table(source_table, p.num_batch_rows, device, &p.source_table_row_stride, &p.source_table_width);
   }
   if (resident_table.present()) {
     if (resident_block_size != p.hot_block_size) {
@@ -115,8 +114,8 @@ void resolve_optional_params(const TensorArg& source_table, int64_t block_size, 
                        ", resident rows use the hot cache's attention addressing), got ", resident_block_size);
     }
     p.resident_block_size = p.hot_block_size;
-    p.resident_block_table = resolve_block_table(resident_table, p.num_batch_rows, device,
-                                                 &p.resident_table_row_stride, &p.resident_table_width);
+    p.resident_block_table = resolve_block_table(resident_table, p.num_batch_rows, device, &p.resident_table_row_stride,
+                                                 &p.resident_table_width);
   }
   if (valid_rows.present()) {
     valid_rows.dtype_is(HS_DTYPE_INT32).on(device, "topk_indices");
@@ -196,22 +195,22 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
   *device_out = device;
   resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
                        TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
-  resolve_state_params(TensorArg(a.device_global_indices, "device_global_indices"),
-                       TensorArg(a.lru_slots, "lru_slots"), device, &p);
+  resolve_state_params(TensorArg(a.device_global_indices, "device_global_indices"), TensorArg(a.lru_slots, "lru_slots"),
+                       device, &p);
   resolve_scalar_params(a.hot_block_size, a.attention_block_stride, a.host_rows, a.max_union_rows, &p);
   resolve_hot_table_params(TensorArg(a.hot_block_table, "hot_block_table"), device, &p);
-  p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
-                                          &p.out_attention_row_stride);
-  p.out_hot_rows = resolve_output_matrix(TensorArg(a.out_hot_rows, "out_hot_rows"), device, p,
-                                         &p.out_hot_rows_row_stride);
-  p.out_resolved = resolve_output_matrix(TensorArg(a.out_resolved, "out_resolved"), device, p,
-                                         &p.out_resolved_row_stride);
-  p.out_miss_mask = resolve_output_matrix(TensorArg(a.out_miss_mask, "out_miss_mask"), device, p,
-                                          &p.out_miss_mask_row_stride);
+  p.out_attention =
+      resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
+  p.out_hot_rows =
+      resolve_output_matrix(TensorArg(a.out_hot_rows, "out_hot_rows"), device, p, &p.out_hot_rows_row_stride);
+  p.out_resolved =
+      resolve_output_matrix(TensorArg(a.out_resolved, "out_resolved"), device, p, &p.out_resolved_row_stride);
+  p.out_miss_mask =
+      resolve_output_matrix(TensorArg(a.out_miss_mask, "out_miss_mask"), device, p, &p.out_miss_mask_row_stride);
   p.out_swap_host_rows = resolve_output_matrix(TensorArg(a.out_swap_host_rows, "out_swap_host_rows"), device, p,
                                                &p.out_swap_host_rows_row_stride);
-  p.out_swap_device_rows = resolve_output_matrix(TensorArg(a.out_swap_device_rows, "out_swap_device_rows"), device,
-                                                 p, &p.out_swap_device_rows_row_stride);
+  p.out_swap_device_rows = resolve_output_matrix(TensorArg(a.out_swap_device_rows, "out_swap_device_rows"), device, p,
+                                                 &p.out_swap_device_rows_row_stride);
   p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
   p.out_swap_counts = resolve_output_vector(TensorArg(a.out_swap_counts, "out_swap_counts"), device, p);
   resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true), a.block_size,

@@ -42,8 +42,7 @@ const int32_t* resolve_block_table(const TensorArg& table, int64_t rows, const D
 
 // hot_block_table: a block table with at least ceil(H / hot_block_size)
 // columns. Needs num_batch_rows, hot_size and hot_block_size.
-void resolve_hot_table_params(const TensorArg& hot_block_table, const Device& device,
-                              ResolveResidencyParams* params);
+void resolve_hot_table_params(const TensorArg& hot_block_table, const Device& device, ResolveResidencyParams* params);
 
 // The optional inputs (absent TensorArgs skip): source_block_table with a
 // positive block_size, resident_block_table with resident_block_size equal
@@ -66,8 +65,7 @@ void resolve_stats_params(const TensorArg& stats, const Device& device, ResolveR
 // must be 0): gather_compact's checks of the two caches, the swap list being
 // the launch's own out_swap_* outputs. Needs the outputs and hot_block_size.
 void resolve_fused_gather_params(const TensorArg& gather_host_cache, const TensorArg& gather_hot_cache,
-                                 int64_t gather_hot_block_stride, const Device& device,
-                                 ResolveResidencyParams* params);
+                                 int64_t gather_hot_block_stride, const Device& device, ResolveResidencyParams* params);
 // The fused gather with caches checked earlier: `gather` holds their fields
 // (gather_cache_params); the swap list and sizes come from *params.
 void resolve_fused_gather_params(const GatherCompactParams& gather, ResolveResidencyParams* params);

@@ -47,8 +47,8 @@ RuntimeOptions resolve_options(const RuntimeOptions& options, const RuntimeOptio
   }
   const size_t itemsize = dtype_size(o.kv_dtype);
   if (itemsize == 0) {
-    fail(HS_ERROR_INVALID_DTYPE, "kv_dtype: expected an hs_dtype_t in [0, ", static_cast<int>(HS_NUM_DTYPES),
-         "), got ", static_cast<int>(o.kv_dtype));
+    fail(HS_ERROR_INVALID_DTYPE, "kv_dtype: expected an hs_dtype_t in [0, ", static_cast<int>(HS_NUM_DTYPES), "), got ",
+         static_cast<int>(o.kv_dtype));
   }
   if (o.config.row_bytes % static_cast<int32_t>(itemsize) != 0) {
     invalid_argument("kv_dtype: row_bytes ", o.config.row_bytes, " is not a whole number of ", dtype_name(o.kv_dtype),
@@ -173,8 +173,8 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
     const bool dtype_wrong = cache.dtype() != options_.kv_dtype;
     fail(dtype_wrong ? HS_ERROR_INVALID_DTYPE : HS_ERROR_INVALID_ARGUMENT,
          "host_cache: hisparse runtime bound to a KV cache with mismatched layout: expected rows of (", row_width_,
-         ", ", dtype_name(options_.kv_dtype), ") = ", row_bytes(), " bytes, got shape ", cache.shape_string(),
-         " of ", dtype_name(cache.dtype()));
+         ", ", dtype_name(options_.kv_dtype), ") = ", row_bytes(), " bytes, got shape ", cache.shape_string(), " of ",
+         dtype_name(cache.dtype()));
   }
   // Rows at one pitch: the kernels address host slot g at base + g * pitch.
   const int last = cache.ndim() - 1;
@@ -211,9 +211,8 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
     invalid_argument("host_cache: expected a row pitch that is a multiple of 16 bytes, got ", pitch_bytes, " bytes");
   }
   if (rows > 0) cache.aligned(kRowAlignment);
-  const int64_t extent = rows > 0 ? checked_add(checked_mul(rows - 1, pitch_bytes, "host_cache"), row_bytes(),
-                                                "host_cache")
-                                  : 0;
+  const int64_t extent =
+      rows > 0 ? checked_add(checked_mul(rows - 1, pitch_bytes, "host_cache"), row_bytes(), "host_cache") : 0;
   const TensorArg pool(registered_host_pool, "registered_host_pool", true);
   if (pool.present()) {
     if (pool.device().is_cuda()) {
@@ -247,8 +246,8 @@ void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
   raw.on(options_.device, "the runtime");
   const int64_t hot_block_size = options_.config.hot_block_size;
   if (b.block_size != hot_block_size) {
-    invalid_argument("block_size: expected the config's hot_block_size (", hot_block_size,
-                     " rows per hot block), got ", b.block_size);
+    invalid_argument("block_size: expected the config's hot_block_size (", hot_block_size, " rows per hot block), got ",
+                     b.block_size);
   }
   const PagedView view =
       paged_view(raw, options_.kv_dtype, row_width_, b.byte_offset, b.block_stride, b.num_blocks, b.block_size);
@@ -290,8 +289,8 @@ void Runtime::check_hot_layout_in_group(int64_t block_size, int64_t attention_bl
   auto check = [](int64_t leader_block_size, int64_t leader_stride, int64_t member_block_size, int64_t member_stride) {
     if (member_block_size != leader_block_size) {
       invalid_argument("block_size: every runtime of an index group must use its leader's hot block size (the "
-                       "leader's attention indices assume it): leader ", leader_block_size, ", follower ",
-                       member_block_size);
+                       "leader's attention indices assume it): leader ",
+                       leader_block_size, ", follower ", member_block_size);
     }
     if (member_stride != leader_stride) {
       invalid_argument("block_stride: every runtime of an index group must have its leader's attention_block_stride "
@@ -362,8 +361,8 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   p.hot_table_row_stride = table.stride(0);
   p.hot_table_width = static_cast<int32_t>(table.size(1));
   if (a.out_attention != nullptr) {
-    p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
-                                            &p.out_attention_row_stride);
+    p.out_attention =
+        resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
   }
   if (a.out_valid_counts != nullptr) {
     p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
@@ -414,7 +413,8 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
   const int64_t capacity = options_.max_swap_rows;
   if (stop > capacity) {
     invalid_argument("hisparse swap rows exceed the configured speculative decode capacity: stop=", stop,
-                     ", capacity=", capacity, " (max_swap_rows bounds the token rows of all swap_in calls of one "
+                     ", capacity=", capacity,
+                     " (max_swap_rows bounds the token rows of all swap_in calls of one "
                      "forward; call begin_forward at the start of each forward)");
   }
   if (a.prefetch != 0 && a.prefetch != 1) invalid_argument("prefetch: expected 0 or 1, got ", a.prefetch);
@@ -468,7 +468,7 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
     }
   } else if (group_->leader() == nullptr) {
     fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the group leader was destroyed, so nothing "
-         "resolves this follower's rows");
+                                 "resolves this follower's rows");
   } else if (stop > group_->resolved_rows()) {
     fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the group leader resolved ",
          group_->resolved_rows(), " token rows in this forward, this follower asks for rows [", first_row, ", ", stop,
@@ -510,7 +510,7 @@ void Runtime::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_
 void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream) {
   if (!source_bound_) {
     fail(HS_ERROR_INVALID_STATE, "mirror_rows: the runtime has no bound source cache to mirror into "
-         "(call bind_source_cache first)");
+                                 "(call bind_source_cache first)");
   }
   const TensorArg src(src_rows, "src_rows");
   src.on(options_.device, "the runtime");

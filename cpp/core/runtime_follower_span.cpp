@@ -62,8 +62,8 @@ bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
     const hs_tensor_t& view = f.hot_.view.raw();
     const hs_tensor_t& first_view = first.hot_.view.raw();
     if (!std::equal(view.shape, view.shape + 3, first_view.shape) ||
-        !std::equal(view.strides, view.strides + 3, first_view.strides) ||
-        view.device_type != first_view.device_type || view.device_index != first_view.device_index) {
+        !std::equal(view.strides, view.strides + 3, first_view.strides) || view.device_type != first_view.device_type ||
+        view.device_index != first_view.device_index) {
       return refuse("follower ", i,
                     "'s hot view (blocks, block size, block stride or device) differs from follower 0's");
     }
@@ -75,8 +75,10 @@ bool Runtime::followers_span(FollowerSpan* span, std::string* why) const {
   for (size_t i = 0; i < count; ++i) {
     const int64_t offset = static_cast<const char*>(followers[i]->source_.cache.raw().data) - base;
     if (offset % row_bytes != 0 || offset / row_bytes >= pieces) {
-      return refuse("follower ", i, "'s host cache starts ", offset, " bytes past the lowest follower's, not a "
-                    "multiple of row_bytes ", row_bytes, " below followers x row_bytes = ", pieces * row_bytes,
+      return refuse("follower ", i, "'s host cache starts ", offset,
+                    " bytes past the lowest follower's, not a "
+                    "multiple of row_bytes ",
+                    row_bytes, " below followers x row_bytes = ", pieces * row_bytes,
                     ": the followers' rows of a slot are not adjacent");
     }
     for (size_t j = 0; j < i; ++j) {

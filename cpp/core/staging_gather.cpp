@@ -10,8 +10,8 @@ namespace {
 void same_row_bytes(const TensorArg& t, int64_t row_bytes, const TensorArg& reference, int64_t reference_row_bytes) {
   if (row_bytes != reference_row_bytes) {
     invalid_argument(t.name(), ": expected rows of ", reference_row_bytes, " bytes (the rows of ", reference.name(),
-                     ", shape ", reference.shape_string(), " of ", dtype_name(reference.dtype()), "), got ",
-                     row_bytes, " bytes (shape ", t.shape_string(), " of ", dtype_name(t.dtype()), ")");
+                     ", shape ", reference.shape_string(), " of ", dtype_name(reference.dtype()), "), got ", row_bytes,
+                     " bytes (shape ", t.shape_string(), " of ", dtype_name(t.dtype()), ")");
   }
 }
 

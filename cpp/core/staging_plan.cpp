@@ -35,8 +35,8 @@ StagingLayout staging_plan_layout(const StagingPlanSizes& s, Backend& backend) {
   // Staged rows are numbered in int32 (row_ids, dst_rows): all N of them must fit.
   const int64_t num_blocks = s.capacity + 1;
   if (num_blocks > kStagingInt32Max / s.block_size) {
-    invalid_argument("staging_block_capacity: expected (staging_block_capacity + 1) x block_size <= ",
-                     kStagingInt32Max, " staged rows (int32 row ids), got (", s.capacity, " + 1) x ", s.block_size);
+    invalid_argument("staging_block_capacity: expected (staging_block_capacity + 1) x block_size <= ", kStagingInt32Max,
+                     " staged rows (int32 row ids), got (", s.capacity, " + 1) x ", s.block_size);
   }
   const uint64_t rows = static_cast<uint64_t>(num_blocks * s.block_size);
   const uint64_t int32_bytes = sizeof(int32_t);

@@ -22,7 +22,6 @@ struct StagingPlanSizes {
   int64_t capacity = 0;  // staging_block_capacity
 };
 
-
 // Where each region of a plan's storage starts (bytes from its base).
 struct StagingLayout {
   uint64_t block_table = 0;
@@ -69,12 +68,14 @@ class StagingPlan {
   void build(const hs_tensor_t* block_table, const hs_tensor_t* seq_lens, hs_stream_t stream);
   void ensure_gpu_sources(const hs_tensor_t* resident_state_rows, const hs_tensor_t* state_indices,
                           int64_t resident_block_size, hs_stream_t stream);
-  void gather_prefill_cache(const hs_tensor_t* host_cache, const hs_tensor_t* resident_cache,
-                            const hs_tensor_t* staged, hs_stream_t stream);
+  void gather_prefill_cache(const hs_tensor_t* host_cache, const hs_tensor_t* resident_cache, const hs_tensor_t* staged,
+                            hs_stream_t stream);
 
  private:
   template <typename T>
-  T* region(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
+  T* region(uint64_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
   void describe(hs_staging_plan_tensor_t which, uint64_t offset, int64_t rows, int64_t columns);
   void require_built(const char* call) const;
   StagingGpuSourcesParams gpu_sources_params() const;

@@ -60,8 +60,8 @@ UniformRows uniform_rows(const TensorArg& t) {
     span(t, rows.count - 1, pitch_dim);  // bounds every product below
     pitch = t.stride(pitch_dim);
     if (pitch < width) {
-      invalid_argument(t.name(), ": expected a row stride of at least the row width ", width, " elements, got ",
-                       pitch, " (shape ", t.shape_string(), ")");
+      invalid_argument(t.name(), ": expected a row stride of at least the row width ", width, " elements, got ", pitch,
+                       " (shape ", t.shape_string(), ")");
     }
     int64_t next = pitch * t.size(pitch_dim);
     for (int d = pitch_dim - 1; d >= 0; --d) {
@@ -133,8 +133,8 @@ void* scratch_buffer(const TensorArg& t, uint64_t bytes, const Device& device, c
                      Backend& backend) {
   t.dtype_is(HS_DTYPE_UINT8).ndim_is(1).contiguous().on(device, reference);
   if (t.nbytes() < bytes) {
-    invalid_argument(t.name(), ": expected at least ", bytes, " bytes, got ", t.nbytes(), " (shape ",
-                     t.shape_string(), ")");
+    invalid_argument(t.name(), ": expected at least ", bytes, " bytes, got ", t.nbytes(), " (shape ", t.shape_string(),
+                     ")");
   }
   t.aligned(kAlignment);
   backend.check_accessible(t.data<void>(), static_cast<size_t>(bytes), device.index, t.name());

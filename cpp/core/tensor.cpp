@@ -38,12 +38,9 @@ size_t dtype_size(hs_dtype_t dtype) {
   }
 }
 
-std::string Device::describe() const {
-  return kind == kCpu ? std::string("cpu") : str("cuda:", index);
-}
+std::string Device::describe() const { return kind == kCpu ? std::string("cpu") : str("cuda:", index); }
 
-TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional)
-    : tensor_(tensor), name_(name) {
+TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional) : tensor_(tensor), name_(name) {
   if (tensor == nullptr) {
     if (!optional) invalid_argument(name, ": expected a tensor, got NULL");
     return;
@@ -120,8 +117,8 @@ const TensorArg& TensorArg::dtype_is(hs_dtype_t expected) const {
 
 const TensorArg& TensorArg::ndim_is(int expected) const {
   if (tensor_->ndim != expected) {
-    invalid_argument(name_, ": expected ", expected, " dimension", expected == 1 ? "" : "s",
-                     ", got ", tensor_->ndim, " (shape ", shape_string(), ")");
+    invalid_argument(name_, ": expected ", expected, " dimension", expected == 1 ? "" : "s", ", got ", tensor_->ndim,
+                     " (shape ", shape_string(), ")");
   }
   return *this;
 }

@@ -20,9 +20,7 @@ struct Device {
   enum Kind { kCpu, kCuda } kind = kCpu;
   int index = 0;
 
-  bool operator==(const Device& other) const {
-    return kind == other.kind && (kind == kCpu || index == other.index);
-  }
+  bool operator==(const Device& other) const { return kind == other.kind && (kind == kCpu || index == other.index); }
   bool operator!=(const Device& other) const { return !(*this == other); }
   bool is_cuda() const { return kind == kCuda; }
   std::string describe() const;
@@ -47,7 +45,9 @@ class TensorArg {
   std::string shape_string() const;
 
   template <typename T>
-  T* data() const { return static_cast<T*>(tensor_->data); }
+  T* data() const {
+    return static_cast<T*>(tensor_->data);
+  }
 
   // Checks; each throws an Error naming the argument and returns *this.
   const TensorArg& dtype_is(hs_dtype_t expected) const;

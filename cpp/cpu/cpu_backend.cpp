@@ -83,9 +83,7 @@ class CpuBackend final : public Backend {
     if (params.fused_gather) gather_compact_reference(params.gather);
   }
 
-  void reset_hot_state(const ResetHotStateParams& params, hs_stream_t) override {
-    reset_hot_state_reference(params);
-  }
+  void reset_hot_state(const ResetHotStateParams& params, hs_stream_t) override { reset_hot_state_reference(params); }
   void invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, hs_stream_t) override {
     invalidate_sorted_slots_reference(params);
   }
@@ -96,9 +94,7 @@ class CpuBackend final : public Backend {
     invalidate_written_slots_reference(params);
   }
   void mirror_rows(const MirrorRowsParams& params, hs_stream_t) override { mirror_rows_reference(params); }
-  void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override {
-    swap_blocks_batch_reference(params);
-  }
+  void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override { swap_blocks_batch_reference(params); }
 
   size_t staging_remap_workspace_bytes(int64_t count, int) const override {
     return staging_remap_reference_workspace_bytes(count);

@@ -29,16 +29,16 @@ void launch_copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t st
   if (bytes == 0) return;
   constexpr int kThreads = 256;
   constexpr size_t kMaxBlocks = 4096;
-  const bool vectorizable = reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(src) % 16 == 0 && bytes % 16 == 0;
+  const bool vectorizable =
+      reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && bytes % 16 == 0;
   const size_t items = vectorizable ? bytes / 16 : bytes;
   const unsigned blocks = static_cast<unsigned>(std::min(kMaxBlocks, (items + kThreads - 1) / kThreads));
   if (vectorizable) {
-    copy_vectors_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint4*>(dst),
-                                                         static_cast<const uint4*>(src), items);
+    copy_vectors_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src),
+                                                         items);
   } else {
-    copy_bytes_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(dst),
-                                                       static_cast<const uint8_t*>(src), items);
+    copy_bytes_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
+                                                       items);
   }
   cuda_check(cudaGetLastError(), "copy_bytes kernel launch");
 }

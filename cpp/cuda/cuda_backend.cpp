@@ -94,11 +94,10 @@ class CudaBackend final : public Backend {
           }
           break;
         case cudaMemoryTypeHost:
-        case cudaMemoryTypeManaged:
-          break;
+        case cudaMemoryTypeManaged: break;
         default:
           invalid_argument(name, ": host memory that is not pinned or registered with CUDA cannot be read by "
-                           "a kernel; allocate it pinned (hisparse.HostPool, torch pin_memory) or register it");
+                                 "a kernel; allocate it pinned (hisparse.HostPool, torch pin_memory) or register it");
       }
     }
   }
@@ -109,8 +108,7 @@ class CudaBackend final : public Backend {
     CudaDeviceGuard guard(device);
     // Portable: readable from every device's context; mapped: kernels read
     // it zero-copy through the same address (unified addressing).
-    cuda_check(cudaHostRegister(pointer, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped),
-               "cudaHostRegister");
+    cuda_check(cudaHostRegister(pointer, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped), "cudaHostRegister");
   }
   void unregister_host_memory(void* pointer, int device) override {
     CudaDeviceGuard guard(device);

@@ -10,8 +10,7 @@ namespace hisparse {
 
 inline void cuda_check(cudaError_t result, const char* what) {
   if (result != cudaSuccess) {
-    const hs_status_t status =
-        result == cudaErrorMemoryAllocation ? HS_ERROR_OUT_OF_MEMORY : HS_ERROR_CUDA;
+    const hs_status_t status = result == cudaErrorMemoryAllocation ? HS_ERROR_OUT_OF_MEMORY : HS_ERROR_CUDA;
     fail(status, what, " failed: ", cudaGetErrorName(result), ": ", cudaGetErrorString(result));
   }
 }

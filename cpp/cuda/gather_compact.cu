@@ -34,8 +34,8 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
-#include "hisparse/hisparse.h"
 #include "cuda/row_copy.cuh"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 namespace cuda {
@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherC
 // before any store; chunk c of the span belongs to piece c / piece_chunks.
 // The params live in constant space (__grid_constant__), so indexing
 // piece_hot by a computed piece needs no local copy of the array.
-__global__ void __launch_bounds__(kThreads) gather_group_kernel(const __grid_constant__ GatherCompactParams p,
-                                                                int window_rows) {
+__global__ void __launch_bounds__(kThreads)
+    gather_group_kernel(const __grid_constant__ GatherCompactParams p, int window_rows) {
   const int lane = threadIdx.x % kWarpSize;
   const int piece_chunks = static_cast<int>(p.row_bytes / kChunkBytes);
   const int total = p.pieces * piece_chunks;
@@ -319,7 +319,8 @@ __device__ void sort_and_copy_share(const GatherCompactParams& p, int32_t t, int
         const uint64_t key = keys[e];
         const int64_t h = static_cast<int64_t>(key >> 32);
         target[u] = p.hot + dst_offset[key & 0xffffffffu] * p.row_bytes + static_cast<int64_t>(chunk) * kChunkBytes;
-        if (h < p.host_rows) value[u] = load_chunk(p.host + h * p.host_pitch + static_cast<int64_t>(chunk) * kChunkBytes);
+        if (h < p.host_rows)
+          value[u] = load_chunk(p.host + h * p.host_pitch + static_cast<int64_t>(chunk) * kChunkBytes);
       }
     }
 #pragma unroll
@@ -332,9 +333,7 @@ __device__ void sort_and_copy_share(const GatherCompactParams& p, int32_t t, int
 
 // Sort shares of a token row of clamped count c: up to `parts`, each of at
 // least kMinSortShare entries (a short row is one share, not `parts` slivers).
-__device__ __forceinline__ int sort_shares(int32_t c, int parts) {
-  return min(parts, ceil_div(c, kMinSortShare));
-}
+__device__ __forceinline__ int sort_shares(int32_t c, int parts) { return min(parts, ceil_div(c, kMinSortShare)); }
 
 // Blocks take the used shares round-robin (a unit = one share of one token
 // row); share j of a row with s shares is its columns [c * j / s, c * (j + 1) / s).
@@ -342,8 +341,8 @@ __device__ __forceinline__ int sort_shares(int32_t c, int parts) {
 // than `parts` shares has shares of at most kMinSortShare entries, and
 // parts > 1 only while parts <= K / kMinSortShare.
 // window_rows (<= kSortWindow) keeps a window's unit count in int32.
-__global__ void __launch_bounds__(kSortThreads) gather_sorted_kernel(GatherCompactParams p, int parts, int capacity,
-                                                                     int window_rows) {
+__global__ void __launch_bounds__(kSortThreads)
+    gather_sorted_kernel(GatherCompactParams p, int parts, int capacity, int window_rows) {
   extern __shared__ uint64_t shared[];
   __shared__ int32_t prefix[kSortWindow + 1];
   __shared__ int32_t warp_sums[kSortThreads / kWarpSize];
@@ -432,8 +431,9 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
                      " swap columns exceed the CUDA kernel's 2^31 chunk index range");
   }
   if (params.pieces > 1) {
-    const int64_t blocks_needed = (static_cast<int64_t>(params.top_k) * params.num_token_rows + (kThreads / kWarpSize) - 1) /
-                                  (kThreads / kWarpSize);
+    const int64_t blocks_needed =
+        (static_cast<int64_t>(params.top_k) * params.num_token_rows + (kThreads / kWarpSize) - 1) /
+        (kThreads / kWarpSize);
     const int64_t blocks = std::min(
         blocks_needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count());
     gather_group_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(

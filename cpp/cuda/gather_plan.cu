@@ -16,16 +16,16 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 8;
 
 __global__ void __launch_bounds__(kThreads) gather_plan_kernel(GatherPlanParams p, int rows_per_group) {
-  copy_row_groups<kThreads, kUnroll>(p.count, rows_per_group, p.row_bytes,
-                                     [&](int64_t j, const uint8_t*& src, uint8_t*& dst) {
-    const int64_t row = p.row_ids[j];
-    const int64_t target = p.dst_rows[j];
-    // Skipped entries keep their bytes (neither pointer set).
-    if (p.miss_mask[j] != 0 && row >= 0 && row < p.src_rows && target >= 0 && target < p.staged_rows) {
-      src = p.src + row * p.src_pitch;
-      dst = p.staged + target * p.row_bytes;
-    }
-  });
+  copy_row_groups<kThreads, kUnroll>(
+      p.count, rows_per_group, p.row_bytes, [&](int64_t j, const uint8_t*& src, uint8_t*& dst) {
+        const int64_t row = p.row_ids[j];
+        const int64_t target = p.dst_rows[j];
+        // Skipped entries keep their bytes (neither pointer set).
+        if (p.miss_mask[j] != 0 && row >= 0 && row < p.src_rows && target >= 0 && target < p.staged_rows) {
+          src = p.src + row * p.src_pitch;
+          dst = p.staged + target * p.row_bytes;
+        }
+      });
 }
 
 }  // namespace

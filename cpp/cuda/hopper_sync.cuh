@@ -46,12 +46,11 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t barrier) {
 #if __CUDA_ARCH__ >= 900
   uint32_t done = 0;
   while (!done) {
-    asm volatile(
-        "{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], 0;\n"
-        " selp.u32 %0, 1, 0, complete;\n}\n"
-        : "=r"(done)
-        : "r"(barrier)
-        : "memory");
+    asm volatile("{\n .reg .pred complete;\n mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], 0;\n"
+                 " selp.u32 %0, 1, 0, complete;\n}\n"
+                 : "=r"(done)
+                 : "r"(barrier)
+                 : "memory");
   }
 #endif
 }

@@ -64,9 +64,9 @@ void launch_reset_hot_state(const ResetHotStateParams& p, cudaStream_t stream) {
 void launch_invalidate_sorted_slots(const InvalidateSortedSlotsParams& p, cudaStream_t stream) {
   if (p.num_slots == 0 || p.num_state_indices == 0 || p.hot_size == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min(p.num_state_indices, kMaxBlocks));
-  invalidate_sorted_slots_kernel<<<blocks, kThreads, 0, stream>>>(p.device_global_indices, p.num_state_rows,
-                                                                  p.hot_size, p.sorted_slots, p.num_slots,
-                                                                  p.state_indices, p.num_state_indices);
+  invalidate_sorted_slots_kernel<<<blocks, kThreads, 0, stream>>>(p.device_global_indices, p.num_state_rows, p.hot_size,
+                                                                  p.sorted_slots, p.num_slots, p.state_indices,
+                                                                  p.num_state_indices);
   cuda_check(cudaGetLastError(), "invalidate_sorted_slots kernel launch");
 }
 

@@ -32,9 +32,8 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t w = written_slots[t];
   if (w < 0) return;
   for (int i = blockIdx.y; i < num_tables; i += gridDim.y) {
-    int32_t* table = table_pointers != nullptr
-                         ? reinterpret_cast<int32_t*>(static_cast<uintptr_t>(table_pointers[i]))
-                         : inline_tables.table[i];
+    int32_t* table = table_pointers != nullptr ? reinterpret_cast<int32_t*>(static_cast<uintptr_t>(table_pointers[i]))
+                                               : inline_tables.table[i];
     int32_t* row = table + static_cast<int64_t>(s) * hot_size;
     for (int j = threadIdx.x; j < hot_size; j += kThreads) {
       if (row[j] == w) row[j] = -1;

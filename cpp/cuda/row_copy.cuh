@@ -16,8 +16,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/cuda_check.hpp"
 #include "core/error.hpp"
+#include "cuda/cuda_check.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -44,8 +44,8 @@ __device__ __forceinline__ void warp_copy_rows(int n, const uint8_t* src, uint8_
       const int c = base + u * kWarpSize + lane;
       const int row = min(c / chunks, n - 1);
       const int chunk = c - row * chunks;
-      const uint8_t* row_src = reinterpret_cast<const uint8_t*>(
-          __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), row));
+      const uint8_t* row_src =
+          reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), row));
       uint8_t* row_dst = reinterpret_cast<uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(dst), row));
       target[u] = (c < total && row_dst != nullptr) ? row_dst + static_cast<int64_t>(chunk) * kChunkBytes : nullptr;
       value[u] = make_uint4(0, 0, 0, 0);
@@ -75,8 +75,8 @@ __device__ __forceinline__ void copy_row_groups(int64_t count, int rows_per_grou
   const int lane = threadIdx.x % kWarpSize;
   const int chunks = static_cast<int>(row_bytes / kChunkBytes);
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarpSize);
-  for (int64_t first = (blockIdx.x * static_cast<int64_t>(kThreads / kWarpSize) + threadIdx.x / kWarpSize) *
-                       rows_per_group;
+  for (int64_t first =
+           (blockIdx.x * static_cast<int64_t>(kThreads / kWarpSize) + threadIdx.x / kWarpSize) * rows_per_group;
        first < count; first += warps * rows_per_group) {
     const int n = static_cast<int>(std::min<int64_t>(rows_per_group, count - first));
     const uint8_t* src = nullptr;

@@ -34,7 +34,7 @@ unsigned grid_for(int64_t count) {
 
 size_t align_up(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-#define HS_GRID_STRIDE(i, count) \
+#define HS_GRID_STRIDE(i, count)                                                             \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -242,8 +242,7 @@ __device__ __forceinline__ void resolve_source_row(const StagingGpuSourcesParams
   const bool real_host_block = p.row_ids[k * p.block_size] >= p.block_size;  // never the null block
   const int64_t page = with_table && valid && real_host_block ? representative_page(p, k, o) : 0;
   const bool resident = valid && real_host_block && page > 0 && page <= max_staged_block_id(p.resident_block_size);
-  p.gpu_row_ids[j] =
-      resident ? static_cast<int32_t>(page * p.resident_block_size + o % p.resident_block_size) : -1;
+  p.gpu_row_ids[j] = resident ? static_cast<int32_t>(page * p.resident_block_size + o % p.resident_block_size) : -1;
   p.miss_mask[j] = valid && !resident ? 1 : 0;
 }
 
@@ -253,15 +252,16 @@ __global__ void gpu_source_rows_kernel(StagingGpuSourcesParams p, bool with_tabl
 
 // ------------------------------------------------------------------ resident rows
 
-__global__ void __launch_bounds__(kThreads) gather_resident_rows_kernel(GatherResidentRowsParams p,
-                                                                         int rows_per_group) {
+__global__ void __launch_bounds__(kThreads)
+    gather_resident_rows_kernel(GatherResidentRowsParams p, int rows_per_group) {
   copy_row_groups<kThreads, kCopyUnroll>(p.count, rows_per_group, p.row_bytes,
                                          [&](int64_t j, const uint8_t*& src, uint8_t*& dst) {
-    const int64_t row = load_index(p.row_ids, p.row_ids_int64, j);
-    if (p.skip_negative && row < 0) return;  // neither pointer set: the row keeps its bytes
-    src = p.source + resident_row_offset(p, row);
-    dst = p.destination + j * p.destination_pitch;
-  });
+                                           const int64_t row = load_index(p.row_ids, p.row_ids_int64, j);
+                                           if (p.skip_negative && row < 0)
+                                             return;  // neither pointer set: the row keeps its bytes
+                                           src = p.source + resident_row_offset(p, row);
+                                           dst = p.destination + j * p.destination_pitch;
+                                         });
 }
 
 #undef HS_GRID_STRIDE
@@ -279,9 +279,9 @@ void launch_staging_remap(const StagingRemapParams& p, cudaStream_t stream) {
   load_remap_keys_kernel<<<grid_for(keys), kThreads, 0, stream>>>(p, s.keys);
   cuda_check(cudaGetLastError(), "staging_remap: key kernel launch");
   size_t temp_bytes = s.temp_bytes;
-  cuda_check(cub::DeviceRadixSort::SortKeys(s.temp, temp_bytes, s.keys, s.sorted, static_cast<int>(keys), 0, kKeyBits,
-                                            stream),
-             "staging_remap: cub::DeviceRadixSort::SortKeys");
+  cuda_check(
+      cub::DeviceRadixSort::SortKeys(s.temp, temp_bytes, s.keys, s.sorted, static_cast<int>(keys), 0, kKeyBits, stream),
+      "staging_remap: cub::DeviceRadixSort::SortKeys");
   temp_bytes = s.temp_bytes;
   cuda_check(cub::DeviceSelect::Unique(s.temp, temp_bytes, s.sorted, s.distinct, s.num_distinct, keys, stream),
              "staging_remap: cub::DeviceSelect::Unique");

@@ -3,9 +3,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <vector>
-
 #include <hisparse/hisparse.hpp>
+#include <vector>
 
 namespace {
 
@@ -37,9 +36,8 @@ int main() {
     hs::HostPool pool(4 << 20);  // populated; registered with the GPU when there is one
     const hs_host_pool_info_t info = pool.info();
     std::memset(pool.data(), 0x7f, 4096);
-    std::printf("host pool: %llu bytes, %s, populated in %.3f ms\n",
-                static_cast<unsigned long long>(info.size_bytes), info.registered ? "registered" : "not registered",
-                info.populate_seconds * 1e3);
+    std::printf("host pool: %llu bytes, %s, populated in %.3f ms\n", static_cast<unsigned long long>(info.size_bytes),
+                info.registered ? "registered" : "not registered", info.populate_seconds * 1e3);
     pool.release();
 
     // One request (state row 0) with H = 8 hot slots in two hot blocks of 4;

@@ -78,11 +78,11 @@ nb::dict default_config() {
   return out;
 }
 
-void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
-                     int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
-                     bool eager_host_mirror, int device) {
-  const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
-                                         row_bytes, block_size, hot_block_size, eager_host_mirror);
+void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t num_speculative_tokens,
+                     int32_t row_bytes, int32_t block_size, int32_t hot_block_size, bool eager_host_mirror,
+                     int device) {
+  const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
+                                         block_size, hot_block_size, eager_host_mirror);
   check(hs_config_validate(&config, device));
 }
 
@@ -119,45 +119,62 @@ void register_core(nb::module_& m) {
     return code;
   });
   m.def("build_info", &build_info, "How libhisparse was built (never touches a GPU).");
-  m.def("cuda_device_count", [] {
-    int count = 0;
-    check(hs_cuda_device_count(&count));
-    return count;
-  }, "CUDA devices visible (0 without the backend or a driver). Initialises CUDA.");
-  m.def("cuda_unavailable_reason", [] { return std::string(hs_cuda_unavailable_reason()); },
-        "Why the CUDA backend cannot be used ('' when it can). Initialises CUDA.");
+  m.def(
+      "cuda_device_count",
+      [] {
+        int count = 0;
+        check(hs_cuda_device_count(&count));
+        return count;
+      },
+      "CUDA devices visible (0 without the backend or a driver). Initialises CUDA.");
+  m.def(
+      "cuda_unavailable_reason", [] { return std::string(hs_cuda_unavailable_reason()); },
+      "Why the CUDA backend cannot be used ('' when it can). Initialises CUDA.");
   m.def("cuda_device_properties", &device_properties, nb::arg("device"));
-  m.def("available_host_memory", [] {
-    uint64_t bytes = 0;
-    check(hs_available_host_memory(&bytes));
-    return bytes;
-  }, "Bytes of RAM available to a new allocation.");
-  m.def("check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); },
-        nb::arg("pool_bytes"), "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
+  m.def(
+      "available_host_memory",
+      [] {
+        uint64_t bytes = 0;
+        check(hs_available_host_memory(&bytes));
+        return bytes;
+      },
+      "Bytes of RAM available to a new allocation.");
+  m.def(
+      "check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); }, nb::arg("pool_bytes"),
+      "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
   m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
         nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
         "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");
   m.def("default_config", &default_config, "hs_config_init's values (max_union_rows 0 = its default).");
-  m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"),
-        nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"),
-        nb::arg("hot_block_size"), nb::arg("eager_host_mirror"), nb::arg("device"));
-  m.def("default_max_union_rows", [](int32_t top_k, int32_t num_speculative_tokens) {
-    int32_t rows = 0;
-    check(hs_default_max_union_rows(top_k, num_speculative_tokens, &rows));
-    return rows;
-  }, nb::arg("top_k"), nb::arg("num_speculative_tokens"),
-        "The default max_union_rows: top_k x (1 + num_speculative_tokens).");
-  m.def("default_max_swap_rows", [](int32_t max_num_reqs, int32_t num_speculative_tokens) {
-    int32_t rows = 0;
-    check(hs_default_max_swap_rows(max_num_reqs, num_speculative_tokens, &rows));
-    return rows;
-  }, nb::arg("max_num_reqs"), nb::arg("num_speculative_tokens"),
-        "The default max_swap_rows: max_num_reqs x (1 + num_speculative_tokens).");
-  m.def("resolver_shared_memory_bytes", [](int32_t device_buffer_size, int32_t max_union_rows) {
-    uint64_t bytes = 0;
-    check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
-    return bytes;
-  }, nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
+  m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
+        nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
+        nb::arg("eager_host_mirror"), nb::arg("device"));
+  m.def(
+      "default_max_union_rows",
+      [](int32_t top_k, int32_t num_speculative_tokens) {
+        int32_t rows = 0;
+        check(hs_default_max_union_rows(top_k, num_speculative_tokens, &rows));
+        return rows;
+      },
+      nb::arg("top_k"), nb::arg("num_speculative_tokens"),
+      "The default max_union_rows: top_k x (1 + num_speculative_tokens).");
+  m.def(
+      "default_max_swap_rows",
+      [](int32_t max_num_reqs, int32_t num_speculative_tokens) {
+        int32_t rows = 0;
+        check(hs_default_max_swap_rows(max_num_reqs, num_speculative_tokens, &rows));
+        return rows;
+      },
+      nb::arg("max_num_reqs"), nb::arg("num_speculative_tokens"),
+      "The default max_swap_rows: max_num_reqs x (1 + num_speculative_tokens).");
+  m.def(
+      "resolver_shared_memory_bytes",
+      [](int32_t device_buffer_size, int32_t max_union_rows) {
+        uint64_t bytes = 0;
+        check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
+        return bytes;
+      },
+      nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
   m.attr("NUM_STATS") = static_cast<int>(HS_NUM_STATS);
   m.attr("STAT_NAMES") = stat_names();
   m.attr("DTYPES") = dtypes();

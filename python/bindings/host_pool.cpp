@@ -28,8 +28,8 @@ struct PoolState {
 
 class HostPool {
  public:
-  HostPool(uint64_t size_bytes, int populate_threads, int registration, int device, bool huge_pages,
-           bool check_memory, uint64_t max_segment_bytes)
+  HostPool(uint64_t size_bytes, int populate_threads, int registration, int device, bool huge_pages, bool check_memory,
+           uint64_t max_segment_bytes)
       : state_(std::make_shared<PoolState>()) {
     hs_host_pool_options_t options;
     hs_host_pool_options_init(&options);

@@ -20,8 +20,8 @@ using View = nb::ndarray<nb::array_api>;
 
 class IndexGroup {
  public:
-  IndexGroup(int device_type, int device_index, int32_t max_num_reqs, int32_t device_buffer_size,
-             int32_t max_swap_rows, int32_t top_k, int32_t max_union_rows, int32_t num_speculative_tokens) {
+  IndexGroup(int device_type, int device_index, int32_t max_num_reqs, int32_t device_buffer_size, int32_t max_swap_rows,
+             int32_t top_k, int32_t max_union_rows, int32_t num_speculative_tokens) {
     hs_index_group_options_t options;
     hs_index_group_options_init(&options);
     options.device_type = device_type;
@@ -62,8 +62,8 @@ class IndexGroup {
   // A DLPack array over tensor `which`, owned by `self` (this group).
   View tensor(nb::handle self, int which) const {
     if (which < 0 || which >= HS_INDEX_GROUP_NUM_TENSORS) {
-      throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_INDEX_GROUP_NUM_TENSORS) +
-                             ", got " + std::to_string(which))
+      throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_INDEX_GROUP_NUM_TENSORS) + ", got " +
+                             std::to_string(which))
                                 .c_str());
     }
     hs_tensor_t t{};
@@ -127,12 +127,11 @@ void register_index_group(nb::module_& m) {
   nb::class_<IndexGroup>(m, "IndexGroup", nb::is_weak_referenceable(),
                          "Index-group state (hot region, shared top-k outputs, counters). Use hisparse.IndexGroup.")
       .def(nb::init<int, int, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>(), nb::arg("device_type"),
-           nb::arg("device_index"), nb::arg("max_num_reqs"), nb::arg("device_buffer_size"),
-           nb::arg("max_swap_rows"), nb::arg("top_k"), nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"))
+           nb::arg("device_index"), nb::arg("max_num_reqs"), nb::arg("device_buffer_size"), nb::arg("max_swap_rows"),
+           nb::arg("top_k"), nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"))
       .def("info", &IndexGroup::info)
       .def(
-          "tensor",
-          [](nb::handle self, int which) { return nb::cast<IndexGroup&>(self).tensor(self, which); },
+          "tensor", [](nb::handle self, int which) { return nb::cast<IndexGroup&>(self).tensor(self, which); },
           nb::arg("which"), "Zero-copy DLPack array of tensor `which`; it keeps the group alive.")
       .def("reset", &IndexGroup::reset, nb::arg("stream") = 0)
       .def("invalidate_sorted_slots", &IndexGroup::invalidate_sorted_slots, nb::arg("sorted_slots").noconvert(),

@@ -23,7 +23,8 @@ using OptionalArray = std::optional<nb::ndarray<>>;
 using View = nb::ndarray<nb::array_api>;
 
 // (data pointer, shape, element strides) of a 3-D view descriptor.
-using ViewGeometry = std::tuple<uintptr_t, std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, int64_t, int64_t>>;
+using ViewGeometry =
+    std::tuple<uintptr_t, std::tuple<int64_t, int64_t, int64_t>, std::tuple<int64_t, int64_t, int64_t>>;
 
 ViewGeometry geometry(const void* data, const int64_t* shape, const int64_t* strides) {
   return {reinterpret_cast<uintptr_t>(data), {shape[0], shape[1], shape[2]}, {strides[0], strides[1], strides[2]}};
@@ -44,8 +45,8 @@ class Runtime {
           int32_t row_bytes, int32_t block_size, int32_t hot_block_size, bool eager_host_mirror, int device_type,
           int device_index, int32_t max_num_reqs, int32_t max_swap_rows, int32_t kv_dtype, const Runtime* leader,
           uintptr_t copy_stream, uintptr_t topk_ready_event) {
-    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
-                                           row_bytes, block_size, hot_block_size, eager_host_mirror);
+    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
+                                           block_size, hot_block_size, eager_host_mirror);
     hs_runtime_options_t options;
     hs_runtime_options_init(&options);
     options.config = &config;
@@ -105,8 +106,8 @@ class Runtime {
 
   View group_tensor(nb::handle self, int which) const {
     if (which < 0 || which >= HS_INDEX_GROUP_NUM_TENSORS) {
-      throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_INDEX_GROUP_NUM_TENSORS) +
-                             ", got " + std::to_string(which))
+      throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_INDEX_GROUP_NUM_TENSORS) + ", got " +
+                             std::to_string(which))
                                 .c_str());
     }
     hs_index_group_t group = nullptr;
@@ -250,14 +251,13 @@ void register_runtime(nb::module_& m) {
       .def(nb::init<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, bool, int, int, int32_t, int32_t,
                     int32_t, const Runtime*, uintptr_t, uintptr_t>(),
            nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
-           nb::arg("num_speculative_tokens"), nb::arg("row_bytes"),
-           nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("eager_host_mirror"), nb::arg("device_type"),
-           nb::arg("device_index"), nb::arg("max_num_reqs"), nb::arg("max_swap_rows"), nb::arg("kv_dtype"),
-           nb::arg("leader").none(), nb::arg("copy_stream") = 0, nb::arg("topk_ready_event") = 0)
+           nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
+           nb::arg("eager_host_mirror"), nb::arg("device_type"), nb::arg("device_index"), nb::arg("max_num_reqs"),
+           nb::arg("max_swap_rows"), nb::arg("kv_dtype"), nb::arg("leader").none(), nb::arg("copy_stream") = 0,
+           nb::arg("topk_ready_event") = 0)
       .def("info", &Runtime::info)
       .def(
-          "group_tensor",
-          [](nb::handle self, int which) { return nb::cast<Runtime&>(self).group_tensor(self, which); },
+          "group_tensor", [](nb::handle self, int which) { return nb::cast<Runtime&>(self).group_tensor(self, which); },
           nb::arg("which"), "Zero-copy DLPack array of the group's tensor `which`; it keeps the runtime alive.")
       .def("bind_source_cache", &Runtime::bind_source_cache, nb::arg("host_cache").noconvert(),
            nb::arg("registered_host_pool").noconvert().none() = nb::none())

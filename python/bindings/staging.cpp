@@ -31,9 +31,9 @@ int64_t int_arg(nb::handle value, const char* name) {
   int overflow = 0;
   const long long result = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
   if (overflow != 0) {
-    throw nb::value_error((std::string(name) + ": expected an int of at most 64 bits, got " +
-                           nb::cast<std::string>(nb::str(value)))
-                              .c_str());
+    throw nb::value_error(
+        (std::string(name) + ": expected an int of at most 64 bits, got " + nb::cast<std::string>(nb::str(value)))
+            .c_str());
   }
   return static_cast<int64_t>(result);
 }
@@ -161,8 +161,8 @@ class StagingPlan {
     const TensorDesc resident(
         WriteArray(array_arg<ReadArray>(exported(resident_state_rows, "resident_state_rows"), "resident_state_rows")),
         "resident_state_rows");
-    const TensorDesc states(
-        WriteArray(array_arg<ReadArray>(exported(state_indices, "state_indices"), "state_indices")), "state_indices");
+    const TensorDesc states(WriteArray(array_arg<ReadArray>(exported(state_indices, "state_indices"), "state_indices")),
+                            "state_indices");
     const int64_t block_size = int_arg(resident_block_size, "resident_block_size");
     const hs_stream_t s = stream_of(stream, resident_state_rows, state_indices);
     check(hs_staging_plan_ensure_gpu_sources(state_->handle, resident.get(), states.get(), block_size, s));
@@ -203,17 +203,17 @@ class StagingPlan {
                                                         device_type, device_id),
                       nb::rv_policy::reference);
     }
-    return nb::cast(nb::ndarray<nb::numpy, int32_t>(t.data, 2, shape, owner, nullptr, nb::dtype<int32_t>(),
-                                                    device_type, device_id),
-                    nb::rv_policy::reference);
+    return nb::cast(
+        nb::ndarray<nb::numpy, int32_t>(t.data, 2, shape, owner, nullptr, nb::dtype<int32_t>(), device_type, device_id),
+        nb::rv_policy::reference);
   }
 
   std::shared_ptr<PlanState> state_;
   std::array<nb::object, HS_STAGING_PLAN_NUM_TENSORS> views_;
 };
 
-void gather_prefill_cache(const StagingPlan& plan, nb::handle host_cache, nb::handle resident_cache,
-                          nb::handle staged, uintptr_t stream) {
+void gather_prefill_cache(const StagingPlan& plan, nb::handle host_cache, nb::handle resident_cache, nb::handle staged,
+                          uintptr_t stream) {
   const TensorDesc host(WriteArray(array_arg<ReadArray>(host_cache, "host_cache")), "host_cache");
   std::optional<TensorDesc> resident;
   if (!resident_cache.is_none()) {

@@ -13,9 +13,7 @@ void check(hs_status_t status) {
   switch (status) {
     case HS_ERROR_INVALID_ARGUMENT: throw nb::value_error(message.c_str());
     case HS_ERROR_INVALID_DTYPE: throw nb::type_error(message.c_str());
-    case HS_ERROR_OUT_OF_MEMORY:
-      PyErr_SetString(PyExc_MemoryError, message.c_str());
-      throw nb::python_error();
+    case HS_ERROR_OUT_OF_MEMORY: PyErr_SetString(PyExc_MemoryError, message.c_str()); throw nb::python_error();
     default: throw std::runtime_error(message);
   }
 }
@@ -47,8 +45,8 @@ hs_dtype_t to_hs_dtype(const nb::dlpack::dtype& dtype, const char* name) {
       default: break;
     }
   }
-  throw nb::type_error((std::string(name) + ": unsupported dtype (DLPack code " + std::to_string(dtype.code) +
-                        ", " + std::to_string(dtype.bits) + " bits); view the tensor as uint8 or int8")
+  throw nb::type_error((std::string(name) + ": unsupported dtype (DLPack code " + std::to_string(dtype.code) + ", " +
+                        std::to_string(dtype.bits) + " bits); view the tensor as uint8 or int8")
                            .c_str());
 }
 
@@ -62,8 +60,7 @@ nb::dlpack::dtype to_dlpack(hs_dtype_t dtype) {
     case HS_DTYPE_FLOAT32: return nb::dtype<float>();
     case HS_DTYPE_FLOAT64: return nb::dtype<double>();
     case HS_DTYPE_BOOL: return nb::dtype<bool>();
-    default:
-      throw std::runtime_error(std::string("hisparse: no DLPack view of a ") + hs_dtype_name(dtype) + " tensor");
+    default: throw std::runtime_error(std::string("hisparse: no DLPack view of a ") + hs_dtype_name(dtype) + " tensor");
   }
 }
 

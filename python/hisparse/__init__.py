@@ -10,14 +10,14 @@ Importing hisparse never initialises CUDA and does not need torch.
 """
 
 from . import _C, ops
+from .cache_handle import BatchInfo, CacheHandle
 from .config import Config
 from .host_pool import HostPool
 from .index_group import IndexGroup
 from .ipc_event import IpcEvent
-from .shared_pool import shared_pool_id, use_shared_host_pool
 from .layout import HostLayout, check_host_memory, plan_host_layout
 from .runtime import Runtime, SlotInvalidator
-from .cache_handle import BatchInfo, CacheHandle
+from .shared_pool import shared_pool_id, use_shared_host_pool
 from .staging import StagingPlan, build_staging_plan
 
 __version__ = _C.version()

@@ -231,7 +231,9 @@ def resolve_residency_torch(
     swap_slot = member_slot.clamp(min=0)
     swap_physical = hot_table.gather(1, swap_slot // hot_block_size) * hot_block_size + swap_slot % hot_block_size
     out_swap_host_rows[swap_rows[assigned], swap_cols[assigned]] = member_key[assigned].to(out_swap_host_rows.dtype)
-    out_swap_device_rows[swap_rows[assigned], swap_cols[assigned]] = swap_physical[assigned].to(out_swap_device_rows.dtype)
+    out_swap_device_rows[swap_rows[assigned], swap_cols[assigned]] = swap_physical[assigned].to(
+        out_swap_device_rows.dtype
+    )
     num_assigned = assigned.sum(1)
     swap_counts = (num_assigned[:, None] - row_offset * top_k).clamp(0, top_k)
     out_swap_counts[out_rows] = swap_counts[row_exists].to(out_swap_counts.dtype)

@@ -21,8 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from . import _C
-from . import _args
+from . import _C, _args
 
 __all__ = [
     "MIN_STAGED_PREFILL_ROWS",

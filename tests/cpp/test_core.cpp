@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "expect_status.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "expect_status.hpp"
 
 namespace {
 
@@ -76,13 +76,11 @@ TEST(Version, RuntimeMatchesMacros) {
   int version = -1;
   ASSERT_EQ(hs_get_version(&version), HS_SUCCESS);
   EXPECT_EQ(version, HISPARSE_VERSION);
-  EXPECT_EQ(version,
-            HISPARSE_VERSION_CODE(HISPARSE_VERSION_MAJOR, HISPARSE_VERSION_MINOR, HISPARSE_VERSION_PATCH));
+  EXPECT_EQ(version, HISPARSE_VERSION_CODE(HISPARSE_VERSION_MAJOR, HISPARSE_VERSION_MINOR, HISPARSE_VERSION_PATCH));
   EXPECT_EQ(HISPARSE_VERSION_CODE(1, 2, 3), 10203);
   EXPECT_STREQ(hs_version_string(), HISPARSE_VERSION_STRING);
-  const std::string expected = std::to_string(HISPARSE_VERSION_MAJOR) + "." +
-                               std::to_string(HISPARSE_VERSION_MINOR) + "." +
-                               std::to_string(HISPARSE_VERSION_PATCH);
+  const std::string expected = std::to_string(HISPARSE_VERSION_MAJOR) + "." + std::to_string(HISPARSE_VERSION_MINOR) +
+                               "." + std::to_string(HISPARSE_VERSION_PATCH);
   EXPECT_EQ(std::string(hs_version_string()), expected);
   EXPECT_EQ(hs::version(), HISPARSE_VERSION);
 }
@@ -168,12 +166,18 @@ TEST(Dtype, SizesAndNames) {
     const char* name;
   };
   const std::vector<Expected> table = {
-      {HS_DTYPE_UINT8, 1, "uint8"},       {HS_DTYPE_INT8, 1, "int8"},
-      {HS_DTYPE_INT16, 2, "int16"},       {HS_DTYPE_INT32, 4, "int32"},
-      {HS_DTYPE_INT64, 8, "int64"},       {HS_DTYPE_FLOAT16, 2, "float16"},
-      {HS_DTYPE_BFLOAT16, 2, "bfloat16"}, {HS_DTYPE_FLOAT32, 4, "float32"},
-      {HS_DTYPE_FLOAT64, 8, "float64"},   {HS_DTYPE_FLOAT8_E4M3, 1, "float8_e4m3fn"},
-      {HS_DTYPE_FLOAT8_E5M2, 1, "float8_e5m2"}, {HS_DTYPE_BOOL, 1, "bool"},
+      {HS_DTYPE_UINT8, 1, "uint8"},
+      {HS_DTYPE_INT8, 1, "int8"},
+      {HS_DTYPE_INT16, 2, "int16"},
+      {HS_DTYPE_INT32, 4, "int32"},
+      {HS_DTYPE_INT64, 8, "int64"},
+      {HS_DTYPE_FLOAT16, 2, "float16"},
+      {HS_DTYPE_BFLOAT16, 2, "bfloat16"},
+      {HS_DTYPE_FLOAT32, 4, "float32"},
+      {HS_DTYPE_FLOAT64, 8, "float64"},
+      {HS_DTYPE_FLOAT8_E4M3, 1, "float8_e4m3fn"},
+      {HS_DTYPE_FLOAT8_E5M2, 1, "float8_e5m2"},
+      {HS_DTYPE_BOOL, 1, "bool"},
   };
   ASSERT_EQ(table.size(), static_cast<size_t>(HS_NUM_DTYPES));
   for (const Expected& e : table) {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "expect_status.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "expect_status.hpp"
 
 namespace {
 
@@ -40,11 +40,11 @@ TEST(GatherCompact, StridedHotBlocksZeroFillClampAndSkips) {
   Rows host(10, 32);                  // row r holds byte r + 1
   Rows hot(3 * 5 + 2, 32, 100);       // 4 blocks of 2 rows, 5 rows apart (+ tail), row r holds r + 100
   std::vector<int32_t> swap_host = {3, 10, -1, 5, 4,   //
-                                    1, 2, 3, 4, 9,     //
-                                    7, 8, 0, 6, 2};
-  std::vector<int32_t> swap_dev = {0, 3, 1, 20, 6,     //
-                                   7, 2, -1, 4, 5,     //
-                                   1, 1, 1, 1, 1};
+                                    1, 2,  3,  4, 9,     //
+                                    7, 8,  0,  6, 2};
+  std::vector<int32_t> swap_dev = {0, 3, 1,  20, 6,     //
+                                   7, 2, -1, 4,  5,     //
+                                   1, 1, 1,  1,  1};
   std::vector<int32_t> counts = {4, 9, -3};            // 4 used, clamped to 5, clamped to 0
   hs::Tensor sh(swap_host.data(), HS_DTYPE_INT32, {3, 5});
   hs::Tensor sd(swap_dev.data(), HS_DTYPE_INT32, {3, 5});
@@ -195,7 +195,8 @@ TEST(MirrorAndSwap, RowsAndBlocksReachTheirTargets) {
   std::vector<int64_t> src = {reinterpret_cast<int64_t>(from.data()), reinterpret_cast<int64_t>(from.data() + 20)};
   std::vector<int64_t> dst = {reinterpret_cast<int64_t>(to.data() + 1), 0};
   std::vector<int64_t> sizes = {11, 5};  // the second has a null destination: skipped
-  hs::Tensor s(src.data(), HS_DTYPE_INT64, {2}), d(dst.data(), HS_DTYPE_INT64, {2}), n(sizes.data(), HS_DTYPE_INT64, {2});
+  hs::Tensor s(src.data(), HS_DTYPE_INT64, {2}), d(dst.data(), HS_DTYPE_INT64, {2}),
+      n(sizes.data(), HS_DTYPE_INT64, {2});
   ASSERT_EQ(hs_swap_blocks_batch(s, d, n, nullptr), HS_SUCCESS) << hs_last_error();
   for (size_t i = 0; i < to.size(); ++i) EXPECT_EQ(to[i], (i >= 1 && i < 12) ? 7 : 0) << i;
 

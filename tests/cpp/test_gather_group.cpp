@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "hisparse/hisparse.hpp"
 #include "expect_status.hpp"
+#include "hisparse/hisparse.hpp"
 
 #ifdef HISPARSE_WITH_CUDA
 #include <cuda_runtime.h>
@@ -88,8 +88,7 @@ struct HotCaches {
     tensors.clear();
     tensors.reserve(static_cast<size_t>(pieces));
     for (int64_t i = 0; i < pieces; ++i) {
-      tensors.push_back(hs::Tensor(bases[static_cast<size_t>(i)], HS_DTYPE_UINT8, {blocks, hbs, row_bytes},
-                                   device_type)
+      tensors.push_back(hs::Tensor(bases[static_cast<size_t>(i)], HS_DTYPE_UINT8, {blocks, hbs, row_bytes}, device_type)
                             .strides({stride * row_bytes, row_bytes, 1}));
     }
     pointers.clear();
@@ -206,7 +205,7 @@ TEST(GatherCompactGroup, ByHandZeroFillClampsSkipsAndPaddingRows) {
     }
   }
   hs::Tensor host_cache = hs::Tensor(host.base + row_bytes, HS_DTYPE_UINT8, {slots, pieces, row_bytes})
-                             .strides({layers * row_bytes, row_bytes, 1});
+                              .strides({layers * row_bytes, row_bytes, 1});
   // Three separate 2-D caches of 10 rows: blocks of 2 rows, 3 rows apart, the
   // view ending inside block 3 (offset 10 lies past it). Each buffer holds 12
   // rows, so a write past the view would show.
@@ -218,13 +217,13 @@ TEST(GatherCompactGroup, ByHandZeroFillClampsSkipsAndPaddingRows) {
   const hs_tensor_t* hot_ptrs[] = {hot_t[0], hot_t[1], hot_t[2]};
 
   std::vector<int32_t> swap_host = {3, 6, -1, 5, 4,   //
-                                    1, 2, 3, 4, 0,    //
-                                    2, 2, 2, 2, 2,    //
-                                    1, 1, 1, 1, 1};
-  std::vector<int32_t> swap_dev = {0, 3, 1, 20, 6,    //
-                                   7, 2, -1, 4, 5,    //
-                                   1, 1, 1, 1, 1,     //
-                                   6, 6, 6, 6, 6};
+                                    1, 2, 3,  4, 0,    //
+                                    2, 2, 2,  2, 2,    //
+                                    1, 1, 1,  1, 1};
+  std::vector<int32_t> swap_dev = {0, 3, 1,  20, 6,    //
+                                   7, 2, -1, 4,  5,    //
+                                   1, 1, 1,  1,  1,     //
+                                   6, 6, 6,  6,  6};
   std::vector<int32_t> counts = {4, 9, 0, -2, 5};  // 4 used; clamped to 5; padding; clamped to 0; past R
   hs::Tensor sh(swap_host.data(), HS_DTYPE_INT32, {4, 5});
   hs::Tensor sd(swap_dev.data(), HS_DTYPE_INT32, {4, 5});
@@ -263,9 +262,7 @@ TEST(GatherCompactGroup, ByHandZeroFillClampsSkipsAndPaddingRows) {
   }
 }
 
-TEST(GatherCompactGroup, OnePieceEqualsGatherCompact) {
-  expect_group_equals_single_calls(1, false, 11);
-}
+TEST(GatherCompactGroup, OnePieceEqualsGatherCompact) { expect_group_equals_single_calls(1, false, 11); }
 
 TEST(GatherCompactGroup, FourPiecesEqualFourGatherCompactCalls) {
   expect_group_equals_single_calls(4, false, 21);
@@ -430,9 +427,9 @@ TEST(GatherCompactGroupCuda, MatchesTheCpuBackend) {
   hs::HostPool pool(options);
   auto* pinned = static_cast<uint8_t*>(pool.data());
   std::memcpy(pinned, cpu_host.memory.base, cpu_host.memory.size);
-  const hs::Tensor pinned_rows = hs::Tensor(pinned + first_layer * row_bytes, HS_DTYPE_UINT8,
-                                            {slots, pieces, row_bytes})
-                                     .strides({layers * row_bytes, row_bytes, 1});
+  const hs::Tensor pinned_rows =
+      hs::Tensor(pinned + first_layer * row_bytes, HS_DTYPE_UINT8, {slots, pieces, row_bytes})
+          .strides({layers * row_bytes, row_bytes, 1});
   const hs::Tensor cpu_rows = cpu_host.group(first_layer, pieces);
 
   SwapLists swap(rows, k, slots, blocks * hbs, 72);
@@ -466,7 +463,8 @@ TEST(GatherCompactGroupCuda, MatchesTheCpuBackend) {
         device_buffers.back()->upload(b.data());
       }
       std::vector<uint8_t*> bases;
-      for (const auto& [buffer, row] : gpu.placements) bases.push_back(device_buffers[buffer]->bytes() + row * row_bytes);
+      for (const auto& [buffer, row] : gpu.placements)
+        bases.push_back(device_buffers[buffer]->bytes() + row * row_bytes);
       gpu.describe(bases, HS_DEVICE_CUDA);
       args = group_args(pinned_rows, gpu, gsh, gsd, gsc);
       args.max_blocks = max_blocks;

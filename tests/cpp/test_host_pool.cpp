@@ -14,9 +14,9 @@
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/host_pool.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "core/host_pool.hpp"
 #include "recording_backend.hpp"
 
 namespace {

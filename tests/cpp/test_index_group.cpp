@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "hisparse/hisparse.h"
 #include "expect_status.hpp"
+#include "hisparse/hisparse.h"
 
 namespace {
 
@@ -279,8 +279,7 @@ TEST(IndexGroupInvalidate, MatchesIndependentModel) {
 
     const HostTensor slots_t(sorted_slots.data(), HS_DTYPE_INT32, {static_cast<int64_t>(sorted_slots.size())});
     const HostTensor states_t(state_indices.data(), HS_DTYPE_INT32, {static_cast<int64_t>(state_indices.size())});
-    ASSERT_EQ(hs_index_group_invalidate_sorted_slots(group.get(), slots_t.get(), states_t.get(), nullptr),
-              HS_SUCCESS)
+    ASSERT_EQ(hs_index_group_invalidate_sorted_slots(group.get(), slots_t.get(), states_t.get(), nullptr), HS_SUCCESS)
         << hs_last_error();
     EXPECT_EQ(group.values<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES),
               invalidate_model(before, S, H, sorted_slots, state_indices))
@@ -293,8 +292,8 @@ TEST(IndexGroupInvalidate, ExactSmallCase) {
   Group group(small_options(S, H, 1, 2));
   int32_t* dgi = group.data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
   const std::vector<int32_t> start = {5, 9, -1, 7,  //
-                                      9, 5, 3, 2,   //
-                                      7, 9, 9, 1};
+                                      9, 5, 3,  2,   //
+                                      7, 9, 9,  1};
   std::copy(start.begin(), start.end(), dgi);
   std::vector<int32_t> sorted_slots = {2, 5, 9, 9};
   std::vector<int32_t> state_indices = {2, 0};
@@ -302,8 +301,8 @@ TEST(IndexGroupInvalidate, ExactSmallCase) {
   const HostTensor states_t(state_indices.data(), HS_DTYPE_INT32, {2});
   ASSERT_EQ(hs_index_group_invalidate_sorted_slots(group.get(), slots_t.get(), states_t.get(), nullptr), HS_SUCCESS);
   const std::vector<int32_t> expected = {-1, -1, -1, 7,  //
-                                         9, 5, 3, 2,     // row 1 not listed
-                                         7, -1, -1, 1};
+                                         9,  5,  3,  2,     // row 1 not listed
+                                         7,  -1, -1, 1};
   EXPECT_EQ(group.values<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), expected);
 }
 
@@ -371,8 +370,7 @@ TEST(IndexGroupStats, CopyThenRead) {
   ASSERT_EQ(hs_index_group_read_stats(group.get(), two, 2), HS_SUCCESS);
   EXPECT_EQ(two[0], 10);
   EXPECT_EQ(two[1], 20);
-  expect_error(hs_index_group_read_stats(group.get(), values, HS_NUM_STATS + 1), HS_ERROR_INVALID_ARGUMENT,
-               {"count"});
+  expect_error(hs_index_group_read_stats(group.get(), values, HS_NUM_STATS + 1), HS_ERROR_INVALID_ARGUMENT, {"count"});
   expect_error(hs_index_group_read_stats(group.get(), nullptr, 1), HS_ERROR_INVALID_ARGUMENT, {"values"});
 }
 

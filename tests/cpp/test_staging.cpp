@@ -14,9 +14,9 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "expect_status.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "expect_status.hpp"
 
 namespace {
 
@@ -246,8 +246,8 @@ TEST(GatherPrefillCache, ResidentRowsThenHostRows) {
   expect_error(hs_gather_prefill_cache(c.plan.get(), host_t, nullptr, staged_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"resident_cache", "ensure_gpu_sources", "NULL"});
   hs::Tensor wrong_pages(resident.base, HS_DTYPE_UINT8, {6, 3, 32});
-  expect_error(hs_gather_prefill_cache(c.plan.get(), host_t, wrong_pages, staged_t, nullptr),
-               HS_ERROR_INVALID_ARGUMENT, {"resident_cache", "[num_blocks, 2, row width]", "[6, 3, 32]"});
+  expect_error(hs_gather_prefill_cache(c.plan.get(), host_t, wrong_pages, staged_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"resident_cache", "[num_blocks, 2, row width]", "[6, 3, 32]"});
 }
 
 TEST(GatherPrefillCache, ErrorsNameTheArgument) {
@@ -467,8 +467,8 @@ TEST(StagingPlan, RejectedCallsLeaveThePlanAsItWas) {
   expect_error(hs_staging_plan_get_tensor(p, static_cast<hs_staging_plan_tensor_t>(5), nullptr),
                HS_ERROR_INVALID_ARGUMENT, {"out", "NULL"});
   hs_tensor_t out{};
-  expect_error(hs_staging_plan_get_tensor(p, static_cast<hs_staging_plan_tensor_t>(5), &out),
-               HS_ERROR_INVALID_ARGUMENT, {"which", "5"});
+  expect_error(hs_staging_plan_get_tensor(p, static_cast<hs_staging_plan_tensor_t>(5), &out), HS_ERROR_INVALID_ARGUMENT,
+               {"which", "5"});
 
   for (int which = 0; which < HS_STAGING_PLAN_NUM_TENSORS; ++which) {
     EXPECT_EQ(plan_tensor(c.plan, static_cast<hs_staging_plan_tensor_t>(which)), before[which]) << which;

@@ -49,8 +49,9 @@ def rows_and_slots(count: int, host_rows: int, seed: int) -> tuple:
 
 
 def init_gloo(rank: int, ranks: int, params: dict) -> Any:
-    import torch.distributed as dist  # noqa: PLC0415
     from datetime import timedelta  # noqa: PLC0415
+
+    import torch.distributed as dist  # noqa: PLC0415
 
     dist.init_process_group(
         "gloo",

@@ -24,7 +24,12 @@ from hisparse.bench.planner import host_plan, recommend  # noqa: E402
 from hisparse.bench.presets import make_settings  # noqa: E402
 from hisparse.bench.progress import Progress  # noqa: E402
 from hisparse.bench.trace import (  # noqa: E402
-    Trace, generate_locality, generate_scores, load_trace, save_trace, trace_stats,
+    Trace,
+    generate_locality,
+    generate_scores,
+    load_trace,
+    save_trace,
+    trace_stats,
 )
 from hisparse.cli import main  # noqa: E402
 
@@ -89,8 +94,9 @@ def test_bench_figures_are_sane(tiny):
         assert step["bytes"] == step["misses"] * row_bytes * group_size
     assert r["accounting"]["per_step"][0]["hits"] == 0  # cold start
     assert steady["bytes_per_layer_step"] == pytest.approx(steady["misses_per_group_step"] * row_bytes)
+    steady_steps = r["accounting"]["per_step"][r["config"]["warmup_steps"]:]
     assert steady["bytes_per_step"] == pytest.approx(
-        sum(p["bytes"] for p in r["accounting"]["per_step"][r["config"]["warmup_steps"]:]) / r["accounting"]["steady_steps"])
+        sum(p["bytes"] for p in steady_steps) / r["accounting"]["steady_steps"])
     for name, timing in r["timing"].items():
         assert timing["median_s"] > 0 and timing["per_step_s"] > 0, name
     per = r["per_layer"]

@@ -356,7 +356,7 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
     req_id = torch.arange(B, dtype=torch.int32, device=device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
     results = []
-    for step, misses in enumerate(misses_per_step):
+    for misses in misses_per_step:
         topk = torch.empty((B, K), dtype=torch.int32)
         for b, m in enumerate(misses):
             mine = set(held[b].tolist())

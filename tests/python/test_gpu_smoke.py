@@ -8,8 +8,9 @@ import mmap
 import pytest
 
 import hisparse
-from conftest import requires_cuda
 from hisparse import ops
+
+from conftest import requires_cuda
 
 torch = pytest.importorskip("torch")
 

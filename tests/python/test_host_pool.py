@@ -167,7 +167,7 @@ def test_release_is_idempotent_and_use_after_release_raises():
     p.release(force=True)
     assert p.released
     with pytest.raises(RuntimeError, match="released"):
-        p.data_ptr
+        _ = p.data_ptr
     with pytest.raises(RuntimeError, match="released"):
         p.view("uint8", (4,))
     info = p.info()

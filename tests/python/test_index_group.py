@@ -9,6 +9,7 @@ import weakref
 import pytest
 
 import hisparse
+
 from conftest import requires_cuda
 
 torch = pytest.importorskip("torch")

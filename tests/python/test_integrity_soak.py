@@ -18,6 +18,7 @@ import random
 import pytest
 
 import hisparse
+
 from runtime_setup import GroupSetup
 
 torch = pytest.importorskip("torch")

@@ -9,6 +9,7 @@ import pytest
 import hisparse
 from hisparse import ops
 from hisparse.runtime import paged_cache_view
+
 from conftest import requires_cuda, sanitize_subset
 from runtime_setup import GroupSetup, capture_graphed_step, host_memory, random_bytes
 
@@ -243,7 +244,7 @@ def test_prefetch_and_per_layer_staging_move_identical_bytes(device, tokens_per_
         for setup, prefetch in ((eager, True), (lazy, False)):
             step = make_step(setup, state_rows=state_rows, tokens_per_request=tokens_per_request, seed=index)
             setup.begin_forward()
-            for speculative_step in range(2):  # two swap_in per forward take consecutive rows
+            for _ in range(2):  # two swap_in per forward take consecutive rows
                 setup.swap_all(step["topk"], step["req_ids"], prefetch=prefetch, **swap_kwargs(step))
             info = [runtime.info() for runtime in setup.runtimes]
             assert all(i["next_row"] == 2 * step["topk"].shape[0] for i in info)

@@ -11,6 +11,7 @@ enqueued."""
 import pytest
 
 import hisparse
+
 from conftest import requires_cuda
 from runtime_setup import GroupSetup, capture_graphed_step, host_memory
 

@@ -21,9 +21,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import shared_pool_worker as worker
 
 import hisparse
-import shared_pool_worker as worker
+
 from conftest import requires_cuda
 
 torch = pytest.importorskip("torch")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import random
 
-import hisparse
 import pytest
 import staging_oracle
-from conftest import requires_cuda, sanitize_subset
+
+import hisparse
 from hisparse import staging
+
+from conftest import requires_cuda, sanitize_subset
 
 torch = pytest.importorskip("torch")
 

@@ -172,9 +172,8 @@ HS_API hs_status_t hs_gather_compact_group(const hs_gather_compact_group_args_t*
  * dst_rows[j] < 0 or dst_rows[j] >= the staged row count are skipped (the
  * staged row keeps its bytes). Distinct dst_rows are expected; with
  * duplicates, which source lands is unspecified. */
-HS_API hs_status_t hs_gather_plan(const hs_tensor_t* src_rows, const hs_tensor_t* staged,
-                                  const hs_tensor_t* row_ids, const hs_tensor_t* dst_rows,
-                                  const hs_tensor_t* miss_mask, hs_stream_t stream);
+HS_API hs_status_t hs_gather_plan(const hs_tensor_t* src_rows, const hs_tensor_t* staged, const hs_tensor_t* row_ids,
+                                  const hs_tensor_t* dst_rows, const hs_tensor_t* miss_mask, hs_stream_t stream);
 
 /* ------------------------------------------------------------------ invalidation */
 
@@ -215,8 +214,7 @@ static inline void hs_invalidate_written_slots_args_init(hs_invalidate_written_s
   args->struct_size = sizeof(*args);
   args->struct_version = HS_INVALIDATE_WRITTEN_SLOTS_ARGS_VERSION;
 }
-HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots_args_t* args,
-                                               hs_stream_t stream);
+HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots_args_t* args, hs_stream_t stream);
 
 /* ------------------------------------------------------------------ device -> host */
 
@@ -240,8 +238,8 @@ HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t
  * addresses themselves live in device data and cannot be checked on the host:
  * the caller guarantees that each range is device memory of the executing
  * device or registered host memory, and that ranges do not overlap. */
-HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_t* dst,
-                                        const hs_tensor_t* sizes, hs_stream_t stream);
+HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_t* dst, const hs_tensor_t* sizes,
+                                        hs_stream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

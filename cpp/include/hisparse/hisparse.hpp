@@ -58,7 +58,9 @@ class Tensor {
     tensor_.strides = strides_.data();
     return *this;
   }
-  Tensor(const Tensor& other) : shape_(other.shape_), strides_(other.strides_), tensor_(other.tensor_) { rebind(other); }
+  Tensor(const Tensor& other) : shape_(other.shape_), strides_(other.strides_), tensor_(other.tensor_) {
+    rebind(other);
+  }
   Tensor& operator=(const Tensor& other) {
     shape_ = other.shape_;
     strides_ = other.strides_;
@@ -321,8 +323,7 @@ class SlotInvalidator {
 
   hs_slot_invalidator_t get() const { return handle_; }
   void operator()(const hs_runtime_t* runtimes, int32_t num_runtimes, const hs_tensor_t* request_state_indices,
-                  const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots,
-                  hs_stream_t stream = nullptr) {
+                  const hs_tensor_t* req_id_per_token, const hs_tensor_t* written_slots, hs_stream_t stream = nullptr) {
     check(hs_slot_invalidator_run(handle_, runtimes, num_runtimes, request_state_indices, req_id_per_token,
                                   written_slots, stream));
   }
@@ -333,7 +334,7 @@ class SlotInvalidator {
 
 }  // namespace hs
 
-#include "hisparse/staging.hpp"  // the prefill staging plan (RAII) and staging calls
 #include "hisparse/shared_host_pool.hpp"
+#include "hisparse/staging.hpp"  // the prefill staging plan (RAII) and staging calls
 
 #endif  // HISPARSE_HISPARSE_HPP_

@@ -116,8 +116,7 @@ static inline void hs_shared_host_pool_options_init(hs_shared_host_pool_options_
  * this rank stays mapped or registered, and the name is unlinked; the
  * message names the rank that failed, died or stalled and why. */
 HS_API hs_status_t hs_shared_host_pool_create(const hs_shared_pool_id_t* id, int32_t rank, int32_t nranks,
-                                              const hs_shared_host_pool_options_t* options,
-                                              hs_host_pool_t* pool);
+                                              const hs_shared_host_pool_options_t* options, hs_host_pool_t* pool);
 
 typedef struct hs_shared_host_pool_info {
   size_t struct_size;

@@ -103,8 +103,7 @@ typedef enum hs_staging_plan_tensor {
 
 /* A borrowed descriptor of tensor `which`, valid (and constant) until the
  * plan is destroyed; the contents change with build and ensure_gpu_sources. */
-HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging_plan_tensor_t which,
-                                              hs_tensor_t* out);
+HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging_plan_tensor_t which, hs_tensor_t* out);
 
 typedef struct hs_staging_plan_info {
   size_t struct_size;

@@ -71,8 +71,7 @@ class StagingPlan {
   }
   void ensure_gpu_sources(const hs_tensor_t* resident_state_rows, const hs_tensor_t* state_indices,
                           int64_t resident_block_size, hs_stream_t stream = nullptr) {
-    check(hs_staging_plan_ensure_gpu_sources(handle_, resident_state_rows, state_indices, resident_block_size,
-                                             stream));
+    check(hs_staging_plan_ensure_gpu_sources(handle_, resident_state_rows, state_indices, resident_block_size, stream));
   }
   // One layer's staged rows into `staged` (resident_cache may be null
   // when the plan has no GPU sources).

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
