@@ -74,8 +74,10 @@ void check_resolver_shared_memory(const Backend& backend, int device, int32_t de
   const uint64_t required = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
   const uint64_t available = backend.device_properties(device).max_shared_memory_per_block;
   if (required > available) {
-    invalid_argument("hisparse residency resolution needs ", required, " B of shared memory per block for "
-                     "device_buffer_size=", device_buffer_size, " and ", max_union_rows,
+    invalid_argument("hisparse residency resolution needs ", required,
+                     " B of shared memory per block for "
+                     "device_buffer_size=",
+                     device_buffer_size, " and ", max_union_rows,
                      " rows per request (max_union_rows: decode query length x top_k), but the device allows ",
                      available, " B. Lower device_buffer_size or num_speculative_tokens.");
   }

@@ -78,8 +78,7 @@ IndexGroupOptions resolve_index_group_options(const IndexGroupOptions& options) 
   return o;
 }
 
-IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes)
-    : backend_(backend), device_(device) {
+IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes) : backend_(backend), device_(device) {
   device_base_ = static_cast<char*>(backend.allocate(device_bytes, device));
   host_stats_ = static_cast<int64_t*>(std::aligned_alloc(kHostMirrorBytes, kHostMirrorBytes));
   if (host_stats_ == nullptr) {
@@ -118,8 +117,7 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
   // The resolver has to fit the device; better to learn it now than at the
   // first decode step.
   if (options_.device.is_cuda()) {
-    check_resolver_shared_memory(backend_, options_.device.index, options_.device_buffer_size,
-                                 options_.max_union_rows);
+    check_resolver_shared_memory(backend_, options_.device.index, options_.device_buffer_size, options_.max_union_rows);
   }
   const uint64_t state = static_cast<uint64_t>(options_.max_num_reqs) * options_.device_buffer_size;
   const uint64_t shared = static_cast<uint64_t>(options_.max_swap_rows) * options_.top_k;
@@ -129,9 +127,13 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
       state * 4,                  // device_global_indices
       state * 2,                  // lru_slots
       static_cast<uint64_t>(options_.device_buffer_size) * 2,  // lru_init
-      shared * 4, shared * 4, shared * 4, shared * 4,          // attention, hot rows, resolved, miss mask
+      shared * 4,
+      shared * 4,
+      shared * 4,
+      shared * 4,          // attention, hot rows, resolved, miss mask
       rows * 4,                   // valid counts
-      shared * 4, shared * 4,     // swap host rows, swap device rows
+      shared * 4,
+      shared * 4,     // swap host rows, swap device rows
       rows * 4,                   // swap counts
       HS_NUM_STATS * 8,           // stats
       0,                          // stats host mirror (separate page)
@@ -150,8 +152,8 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
   const int64_t S = options_.max_num_reqs, H = options_.device_buffer_size;
   const int64_t R = options_.max_swap_rows, K = options_.top_k;
   auto at = [&](hs_index_group_tensor_t which) { return memory_->device_base() + offsets_[which]; };
-  describe(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, at(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), HS_DTYPE_INT32,
-           device_type, S, H);
+  describe(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, at(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), HS_DTYPE_INT32, device_type,
+           S, H);
   describe(HS_INDEX_GROUP_LRU_SLOTS, at(HS_INDEX_GROUP_LRU_SLOTS), HS_DTYPE_INT16, device_type, S, H);
   describe(HS_INDEX_GROUP_LRU_INIT, at(HS_INDEX_GROUP_LRU_INIT), HS_DTYPE_INT16, device_type, H, 0);
   for (hs_index_group_tensor_t which :
@@ -246,8 +248,7 @@ void IndexGroup::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const 
 }
 
 void IndexGroup::copy_stats_async(hs_stream_t stream) {
-  backend_.copy_async(memory_->host_stats(), data<void>(HS_INDEX_GROUP_STATS), HS_NUM_STATS * sizeof(int64_t),
-                      stream);
+  backend_.copy_async(memory_->host_stats(), data<void>(HS_INDEX_GROUP_STATS), HS_NUM_STATS * sizeof(int64_t), stream);
 }
 
 std::array<int64_t, HS_NUM_STATS> IndexGroup::read_stats() const {
@@ -304,8 +305,8 @@ ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_a
                         a.host_rows, options_.max_union_rows, &p);
   resolve_hot_table_params(TensorArg(a.hot_block_table, "hot_block_table"), device, &p);
   if (a.out_attention != nullptr) {
-    p.out_attention = resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p,
-                                            &p.out_attention_row_stride);
+    p.out_attention =
+        resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
   }
   if (a.out_valid_counts != nullptr) {
     p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);

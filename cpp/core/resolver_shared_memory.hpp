@@ -30,13 +30,13 @@ constexpr int32_t kScratchRowCounts = 0;                                        
 constexpr int32_t kScratchTotals = kScratchRowCounts + 2 * 32;                     // valid, resident
 constexpr int32_t kScratchStagedRows = kScratchTotals + 2;                         // fused gather: rows staged
 constexpr int32_t kScratchHeldMembers = kScratchStagedRows + 1;                    // fused gather: hits seen in C1
-constexpr int32_t kScratchSureMisses = kScratchHeldMembers + 1;                     // fused gather: misses proven in B
-constexpr int32_t kScratchUnstagedMisses = kScratchSureMisses + 1;                  // fused gather: phase E's rows
+constexpr int32_t kScratchSureMisses = kScratchHeldMembers + 1;  // fused gather: misses proven in B
+constexpr int32_t kScratchUnstagedMisses = kScratchSureMisses + 1;  // fused gather: phase E's rows
 constexpr int32_t kScratchZeroedWords = (kScratchUnstagedMisses + 1 + 3) / 4 * 4;
-constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;                     // 4 x kResolverWarps
+constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;  // 4 x kResolverWarps
 constexpr int32_t kScratchUnionScan = kScratchRequestReduce + 4 * kResolverWarps;  // kResolverWarps
-constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;       // kResolverWarps
-constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
+constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;  // kResolverWarps
+constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;  // kResolverWarps
 // fused gather: the mbarrier (8 bytes, 8-aligned) that counts the staged rows' bulk copies in
 constexpr int32_t kScratchStageBarrier = kScratchMemberScan + kResolverWarps;
 static_assert(kScratchStageBarrier % 2 == 0, "the stage barrier is a 64-bit word");
@@ -49,23 +49,23 @@ constexpr int32_t kResolverScratchWords = kScratchStageBarrier + 2;
 struct ResolverSharedLayout {
   int32_t hash_capacity = 0;  // slots of the union hash table
   // all-ones
-  uint32_t hash_keys = 0;     // int32 [hash_capacity]: host slot, -1 = empty
-  uint32_t hash_values = 0;   // uint32 [hash_capacity]: union rank (pending marker while ranking)
+  uint32_t hash_keys = 0;  // int32 [hash_capacity]: host slot, -1 = empty
+  uint32_t hash_values = 0;  // uint32 [hash_capacity]: union rank (pending marker while ranking)
   uint32_t member_slots = 0;  // int32 [max_union_rows]: last hit position, then hot slot (+ assigned flag)
   // zero
-  uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
-                              // then the new LRU order (int16)
-  uint32_t member_held = 0;   // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
-                              // 2 when r misses and its host row is in the miss stage (fused gather)
-  uint32_t scratch = 0;       // int32 [kResolverScratchWords]
+  uint32_t slot_info = 0;  // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
+                           // then the new LRU order (int16)
+  uint32_t member_held = 0;  // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
+                             // 2 when r misses and its host row is in the miss stage (fused gather)
+  uint32_t scratch = 0;  // int32 [kResolverScratchWords]
   // uninitialised
-  uint32_t member_keys = 0;   // int32 [max_union_rows]: host slot of each union member
+  uint32_t member_keys = 0;  // int32 [max_union_rows]: host slot of each union member
   uint32_t member_first = 0;  // int32 [max_union_rows]: first entry index of each member
-  uint32_t lru_copy = 0;      // int16 [H]: lru_slots row as read
-  uint32_t evictable = 0;     // int32 [H]: per evictable position (in LRU order), usable slots before it
-                              // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
-  uint32_t entry_codes = 0;   // uint16 [max_union_rows]: per entry (first ones of the request), its hash
-                              // slot, or resident / invalid, so the output pass need not classify again
+  uint32_t lru_copy = 0;  // int16 [H]: lru_slots row as read
+  uint32_t evictable = 0;  // int32 [H]: per evictable position (in LRU order), usable slots before it
+                           // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
+  uint32_t entry_codes = 0;  // uint16 [max_union_rows]: per entry (first ones of the request), its hash
+                             // slot, or resident / invalid, so the output pass need not classify again
   uint32_t total_bytes = 0;
 };
 

@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <mutex>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/cuda_kernels.hpp"
 #include "core/error.hpp"
 #include "core/resolver_shared_memory.hpp"
 #include "cuda/async_copy.cuh"
 #include "cuda/block_scan.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/hopper_sync.cuh"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
@@ -539,8 +539,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
   gather.after_assignment(ws);
   for (int32_t r = tid; r < request.q; r += kThreads) {
     const int64_t remaining = static_cast<int64_t>(a.assigned_total) - static_cast<int64_t>(r) * K;
-    p.out_swap_counts[request.t0 + r] =
-        static_cast<int32_t>(min(max(remaining, int64_t{0}), static_cast<int64_t>(K)));
+    p.out_swap_counts[request.t0 + r] = static_cast<int32_t>(min(max(remaining, int64_t{0}), static_cast<int64_t>(K)));
   }
   {
     // New LRU order E[n:], E[:n], P.
@@ -650,8 +649,8 @@ __device__ __forceinline__ void write_outputs(const ResolveResidencyParams& p, c
       const unsigned valid_lanes = __ballot_sync(kFullMask, valid);
       if (inside && ((heads >> lane) & 1u)) {
         const unsigned later_heads = heads & ~((2u << lane) - 1u);
-        const unsigned run = (later_heads != 0 ? (later_heads & (0u - later_heads)) - 1u : kFullMask) &
-                             ~((1u << lane) - 1u);
+        const unsigned run =
+            (later_heads != 0 ? (later_heads & (0u - later_heads)) - 1u : kFullMask) & ~((1u << lane) - 1u);
         const int count = __popc(valid_lanes & run);
         if (count != 0) atomicAdd(counts + local_row, count);
       }
@@ -778,8 +777,8 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.top_k = FastDivisor::make(params.top_k);
   constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
-  constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
-      INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
+  constants.safe_hot_block = static_cast<int32_t>(
+      std::min<int64_t>(INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
   constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
   constants.bulk_stage = hopper;
   // The held filter's bits: the largest power of two within member_slots.
@@ -796,10 +795,9 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.stage_hot_span_rows = params.fused_gather ? params.gather.hot_span_rows : 0;
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
-  constants.rows_per_request =
-      params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
-          ? params.num_tokens / params.num_batch_rows
-          : 0;
+  constants.rows_per_request = params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
+                                   ? params.num_tokens / params.num_batch_rows
+                                   : 0;
   const int64_t stride = params.out_attention_row_stride;
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
@@ -840,8 +838,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // Entry indices (and loop counters that step past them) are int32 inside
   // the kernel: 2^30 entries is a 4 GiB top-k tensor.
   if (static_cast<int64_t>(params.num_tokens) * params.top_k > kMaxEntries) {
-    invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries,
-                     " entries (rows x top_k), got ", params.num_tokens, " x ", params.top_k);
+    invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries, " entries (rows x top_k), got ",
+                     params.num_tokens, " x ", params.top_k);
   }
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");

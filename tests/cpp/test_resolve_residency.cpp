@@ -283,7 +283,7 @@ class ResolveResidencyErrors : public ::testing::Test {
 
 // The members of Descriptors that are tensor arguments, with their names.
 struct TensorMember {
-  hs::Tensor Descriptors::*member;
+  hs::Tensor Descriptors::* member;
   const char* name;
   hs_dtype_t wrong_dtype;
 };
@@ -329,7 +329,7 @@ TEST_F(ResolveResidencyErrors, StructSizeTooSmall) {
 }
 
 TEST_F(ResolveResidencyErrors, NullRequiredTensor) {
-  const std::vector<std::pair<const hs_tensor_t* hs_resolve_residency_args_t::*, const char*>> required = {
+  const std::vector<std::pair<const hs_tensor_t * hs_resolve_residency_args_t::*, const char*>> required = {
       {&hs_resolve_residency_args_t::topk_indices, "topk_indices"},
       {&hs_resolve_residency_args_t::req_id_per_token, "req_id_per_token"},
       {&hs_resolve_residency_args_t::request_state_indices, "request_state_indices"},
@@ -398,7 +398,7 @@ TEST_F(ResolveResidencyErrors, WrongRank) {
 
 TEST_F(ResolveResidencyErrors, WrongSizes) {
   struct Case {
-    hs::Tensor Descriptors::*member;
+    hs::Tensor Descriptors::* member;
     const char* name;
     std::vector<int64_t> shape;
   };
@@ -466,7 +466,7 @@ TEST_F(ResolveResidencyErrors, TensorOnAnotherDevice) {
 
 TEST_F(ResolveResidencyErrors, BadScalars) {
   struct Case {
-    int64_t hs_resolve_residency_args_t::*field;
+    int64_t hs_resolve_residency_args_t::* field;
     int64_t value;
     const char* name;
   };
