@@ -24,8 +24,7 @@ it; about a minute). On a machine without a GPU, a small smoke run:
 
     python bench/bench_shared_pool.py --pool-gib 0.25 --register never --out shared_pool_cpu.json
 
-JSON: the command, the commit (git HEAD, else $HISPARSE_COMMIT, else
-"unknown"), the environment and every rank's figures.
+JSON: the command, the commit (hisparse.bench.provenance), the environment and every rank's figures.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,7 @@ import time
 
 import hisparse
 from hisparse.bench.host_memory import mapping_usage, meminfo, rss_anon
+from hisparse.bench.provenance import provenance
 
 
 def wait_for(path: str, timeout: float = 600) -> None:
@@ -50,21 +49,6 @@ def wait_for(path: str, timeout: float = 600) -> None:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"{path} did not appear within {timeout} s")
         time.sleep(0.001)
-
-
-def commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if head.returncode == 0 and head.stdout.strip():
-            return head.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("HISPARSE_COMMIT", "unknown")
 
 
 # ---------------------------------------------------------------------- one rank
@@ -240,8 +224,7 @@ def main() -> int:
         if hisparse._C.build_info()["cuda_compiled"]:
             devices = [hisparse._C.cuda_device_properties(i)["name"] for i in range(hisparse._C.cuda_device_count())]
         result = {
-            "command": " ".join([os.path.basename(sys.executable)] + [shlex.quote(a) for a in sys.argv]),
-            "commit": commit(),
+            **provenance(__file__),
             "environment": {
                 "hisparse": hisparse.__version__,
                 "build": hisparse._C.build_info(),
