@@ -76,11 +76,6 @@ HS_API hs_status_t hs_index_group_create(const hs_index_group_options_t* options
     const IndexGroupOptions resolved = to_options(o);
     validate_index_group_options(resolved);
     Backend& backend = backend_for(resolved.device);
-    // The resolver has to fit the device; better to learn it now than at the
-    // first decode step.
-    if (resolved.device.is_cuda()) {
-      check_resolver_shared_memory(resolved.device_buffer_size, resolved.max_union_rows, resolved.device.index);
-    }
     *group = new hs_index_group(resolved, backend);
   });
 }

@@ -201,6 +201,29 @@ void add_fused_gather(const hs_resolve_residency_args_t& a, const Device& device
   p->fused_gather = true;
 }
 
+// The CUDA resolver's workspace, where the shape needs one: a contiguous,
+// 16-byte aligned uint8 tensor on the device of at least
+// resolver_workspace_bytes for the state rows. Without a need it is not read.
+void add_workspace(const hs_resolve_residency_args_t& a, const Device& device, ResolveResidencyParams* p) {
+  const uint64_t required =
+      resolver_workspace_bytes_on_device(p->num_state_rows, p->hot_size, p->max_union_rows, device.index);
+  if (required == 0) return;
+  const TensorArg workspace(a.workspace, "workspace", true);
+  if (!workspace.present()) {
+    invalid_argument("workspace: device_buffer_size=", p->hot_size, " with max_union_rows=", p->max_union_rows,
+                     " does not fit the device's shared memory per block, so the CUDA resolver needs a workspace of ",
+                     required, " B for ", p->num_state_rows,
+                     " state rows (hs_resolver_workspace_bytes; an index group allocates its own), got NULL");
+  }
+  workspace.dtype_is(HS_DTYPE_UINT8).contiguous().on(device, "topk_indices").aligned(16);
+  if (static_cast<uint64_t>(workspace.numel()) < required) {
+    invalid_argument("workspace: expected at least ", required, " B (hs_resolver_workspace_bytes for ",
+                     p->num_state_rows, " state rows, device_buffer_size=", p->hot_size, ", max_union_rows=",
+                     p->max_union_rows, "), got ", workspace.numel(), " B");
+  }
+  p->workspace = workspace.data<uint8_t>();
+}
+
 // The caller's args with every field past its struct_size read as absent
 // (zero): an older caller's struct simply ends before them.
 hs_resolve_residency_args_t read_args(const hs_resolve_residency_args_t* args) {
@@ -226,7 +249,7 @@ HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args,
     ResolveResidencyParams params = build_params(a, &device);
     add_fused_gather(a, device, &params);
     Backend& backend = backend_for(device);
-    if (device.is_cuda()) check_resolver_shared_memory(params.hot_size, params.max_union_rows, device.index);
+    if (device.is_cuda()) add_workspace(a, device, &params);
     backend.resolve_residency(params, stream);
   });
 }

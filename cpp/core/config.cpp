@@ -30,19 +30,33 @@ void validate_config(const hs_config_t& c) {
   }
 }
 
-void check_resolver_shared_memory(int32_t device_buffer_size, int32_t max_union_rows, int device) {
+uint64_t resolver_shared_memory_limit(int device) {
   Backend* cuda = cuda_backend();
   if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
-  const uint64_t required = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
-  const uint64_t available = cuda->device_properties(device).max_shared_memory_per_block;
-  if (required > available) {
-    invalid_argument("hisparse residency resolution needs ", required, " B of shared memory per block for "
-                     "device_buffer_size=", device_buffer_size, " and ", max_union_rows,
-                     " rows per request (max_union_rows: decode query length x top_k), but the device allows ",
-                     available, " B. Lower device_buffer_size or num_speculative_tokens.");
+  return cuda->device_properties(device).max_shared_memory_per_block;
+}
+
+uint64_t resolver_workspace_bytes_on_device(int64_t num_state_rows, int32_t device_buffer_size,
+                                            int32_t max_union_rows, int device) {
+  return resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows,
+                                  resolver_shared_memory_limit(device));
+}
+
+namespace {
+
+// The arguments of the resolver's size queries.
+void check_resolver_shape(int32_t device_buffer_size, int32_t max_union_rows) {
+  if (device_buffer_size < 1 || device_buffer_size > kMaxDeviceBufferSize) {
+    invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize, ", got ",
+                     device_buffer_size);
+  }
+  if (max_union_rows < 1 || max_union_rows > device_buffer_size) {
+    invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", device_buffer_size,
+                     "), got ", max_union_rows);
   }
 }
 
+}  // namespace
 }  // namespace hisparse
 
 using namespace hisparse;
@@ -53,7 +67,9 @@ HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
   return api_guard([&] {
     const hs_config_t& c = require_struct(config, "config", offsetof(hs_config_t, eager_host_mirror) + 4);
     validate_config(c);
-    if (device >= 0) check_resolver_shared_memory(c.device_buffer_size, c.max_union_rows, device);
+    // Every valid shape runs on a CUDA device (with a workspace where it does
+    // not fit shared memory); what remains to check is the device itself.
+    if (device >= 0) resolver_shared_memory_limit(device);
   });
 }
 
@@ -61,15 +77,21 @@ HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, i
                                                    uint64_t* bytes) {
   return api_guard([&] {
     require_pointer(bytes, "bytes");
-    if (device_buffer_size < 1 || device_buffer_size > kMaxDeviceBufferSize) {
-      invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize, ", got ",
-                       device_buffer_size);
-    }
-    if (max_union_rows < 1 || max_union_rows > device_buffer_size) {
-      invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", device_buffer_size,
-                       "), got ", max_union_rows);
-    }
+    check_resolver_shape(device_buffer_size, max_union_rows);
     *bytes = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
+  });
+}
+
+HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t device_buffer_size,
+                                               int32_t max_union_rows, int device, uint64_t* bytes) {
+  return api_guard([&] {
+    require_pointer(bytes, "bytes");
+    if (num_state_rows < 0) {
+      invalid_argument("num_state_rows: expected a non-negative number of state rows, got ", num_state_rows);
+    }
+    check_resolver_shape(device_buffer_size, max_union_rows);
+    if (device < 0) invalid_argument("device: expected a CUDA device index >= 0, got ", device);
+    *bytes = resolver_workspace_bytes_on_device(num_state_rows, device_buffer_size, max_union_rows, device);
   });
 }
 

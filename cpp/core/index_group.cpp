@@ -129,6 +129,14 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : opt
     offsets_[i] = offset;
     offset = align_up(offset + sizes[i], kTensorAlignment);
   }
+  // Allocated here so that no resolve through the group needs anything of
+  // its caller (hs_resolve_residency_args_t.workspace).
+  const uint64_t workspace_offset = offset;
+  const uint64_t workspace_bytes =
+      options_.device.is_cuda() ? resolver_workspace_bytes_on_device(options_.max_num_reqs, options_.device_buffer_size,
+                                                                     options_.max_union_rows, options_.device.index)
+                                : 0;
+  offset = align_up(offset + workspace_bytes, kTensorAlignment);
   device_bytes_ = offset;
   memory_ = std::make_unique<Memory>(backend_, options_.device.index, device_bytes_);
 
@@ -150,6 +158,16 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : opt
   describe(HS_INDEX_GROUP_STATS, at(HS_INDEX_GROUP_STATS), HS_DTYPE_INT64, device_type, HS_NUM_STATS, 0);
   describe(HS_INDEX_GROUP_STATS_HOST, memory_->host_stats(), HS_DTYPE_INT64,
            memory_->host_registered() ? HS_DEVICE_CUDA_HOST : HS_DEVICE_CPU, HS_NUM_STATS, 0);
+  if (workspace_bytes > 0) {
+    workspace_shape_[0] = static_cast<int64_t>(workspace_bytes);
+    workspace_.data = memory_->device_base() + workspace_offset;
+    workspace_.dtype = HS_DTYPE_UINT8;
+    workspace_.device_type = device_type;
+    workspace_.device_index = options_.device.index;
+    workspace_.ndim = 1;
+    workspace_.shape = workspace_shape_;
+    workspace_.strides = nullptr;
+  }
 
   initialise();
 }
@@ -304,6 +322,7 @@ void IndexGroup::resolve(const hs_index_group_resolve_args_t& a, hs_stream_t str
   r.gather_host_rows = a.gather_host_rows;
   r.gather_hot_cache = a.gather_hot_cache;
   r.gather_hot_block_stride = a.gather_hot_block_stride;
+  r.workspace = workspace_.data != nullptr ? &workspace_ : nullptr;
   // The resolver's own glue validates every remaining argument and picks
   // the backend; its error already names the argument.
   const hs_status_t status = hs_resolve_residency(&r, stream);

@@ -72,6 +72,11 @@ struct ResolveResidencyParams {
   // top_k = K, hot_block_size = this hot_block_size, variant unused.
   bool fused_gather = false;
   GatherCompactParams gather;
+
+  // CUDA: the resolver's global workspace for shapes whose arrays do not fit
+  // one block's shared memory (resolver_workspace_bytes of the state rows;
+  // 16-byte aligned), null when none is needed. Ignored by the CPU backend.
+  uint8_t* workspace = nullptr;
 };
 
 }  // namespace hisparse

@@ -58,7 +58,7 @@ class Config:
     ``dtype``. ``max_union_rows`` defaults to ``top_k * (1 +
     num_speculative_tokens)``: the distinct rows one request can select in a
     step. Everything is checked at construction; ``check_device`` adds the
-    residency resolver's shared-memory need against a CUDA device.
+    check of a CUDA device.
     """
 
     top_k: int = 2048
@@ -122,9 +122,12 @@ class Config:
         return _C.resolver_shared_memory_bytes(self.device_buffer_size, self.max_union_rows)
 
     def check_device(self, device: Any = None) -> None:
-        """Raise ValueError if the resolver does not fit CUDA device ``device``.
+        """Raise if CUDA device ``device`` cannot run this configuration.
 
-        ``device`` is an index, a torch.device, or None for device 0.
+        Every valid shape runs on a CUDA device: one whose resolver arrays do
+        not fit a block's shared memory there uses a workspace
+        (:func:`hisparse.ops.resolver_workspace_bytes`, allocated by index
+        groups). ``device`` is an index, a torch.device, or None for device 0.
         """
         index = 0 if device is None else getattr(device, "index", device)
         if index is None:

@@ -23,6 +23,7 @@ __all__ = [
     "invalidate_written_slots",
     "mirror_rows",
     "resolve_residency",
+    "resolver_workspace_bytes",
     "swap_blocks_batch",
     "table_pointers",
 ]
@@ -73,6 +74,7 @@ def resolve_residency(
     gather_host_rows: Optional[Any] = None,
     gather_hot_cache: Optional[Any] = None,
     gather_hot_block_stride: int = 0,
+    workspace: Optional[Any] = None,
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -93,6 +95,14 @@ def resolve_residency(
     (steady-state decode; see docs/residency.md). The two tensors follow
     :func:`gather_compact`'s rules for ``host_rows`` and ``hot_cache``; the
     hot cache is on the device of ``topk_indices``.
+
+    ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
+    block's shared memory (large hot buffers with speculative unions, see
+    docs/residency.md) needs a contiguous uint8 tensor on the device of at
+    least :func:`resolver_workspace_bytes` bytes for the rows of
+    ``device_global_indices``; allocate it once with the state. It is not
+    read otherwise (and never by the CPU backend). Launches sharing one
+    workspace must be stream-ordered.
     """
     _C.resolve_residency(
         export(topk_indices, "topk_indices"),
@@ -122,8 +132,18 @@ def resolve_residency(
         export_optional(gather_host_rows, "gather_host_rows"),
         export_optional(gather_hot_cache, "gather_hot_cache"),
         gather_hot_block_stride,
+        export_optional(workspace, "workspace"),
         stream_handle(stream, topk_indices),
     )
+
+
+def resolver_workspace_bytes(num_state_rows: int, device_buffer_size: int, max_union_rows: int, device: Any) -> int:
+    """Bytes of the ``workspace`` that :func:`resolve_residency` needs on CUDA
+    device ``device`` (an index or a torch.device) for ``num_state_rows`` rows
+    of ``device_buffer_size`` hot slots and ``max_union_rows`` union rows; 0
+    when every array of a request fits one block's shared memory there."""
+    index = getattr(device, "index", device)
+    return _C.resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows, 0 if index is None else index)
 
 
 def _gather_variant(variant: Union[str, int]) -> int:

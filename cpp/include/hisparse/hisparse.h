@@ -295,15 +295,27 @@ static inline void hs_config_init(hs_config_t* config) {
   config->hot_block_size = 64;
 }
 
-/* Validate a configuration up front. `device` >= 0 also checks that the
- * residency resolver's shared memory fits CUDA device `device`; -1 skips the
- * device check. */
+/* Validate a configuration up front. `device` >= 0 also checks that CUDA
+ * device `device` exists (every valid shape runs there: one whose resolver
+ * arrays do not fit a block's shared memory uses a workspace, see
+ * hs_resolver_workspace_bytes); -1 skips the device check. */
 HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device);
 
 /* Dynamic shared memory, in bytes, that the CUDA residency resolver needs per
- * block for `device_buffer_size` hot slots and `max_union_rows` union rows. */
+ * block to keep every array of a request of `device_buffer_size` hot slots
+ * and `max_union_rows` union rows in shared memory. */
 HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size,
                                                    int32_t max_union_rows, uint64_t* bytes);
+
+/* Bytes of the global workspace (hs_resolve_residency_args_t.workspace) that
+ * the CUDA residency resolver needs on CUDA device `device` for
+ * `num_state_rows` state rows (rows of device_global_indices) of
+ * `device_buffer_size` hot slots and `max_union_rows` union rows: 0 when a
+ * request's arrays fit one block's shared memory there
+ * (hs_resolver_shared_memory_bytes <= the device's opt-in shared memory per
+ * block), else one slice per state row for the arrays that do not. */
+HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t device_buffer_size,
+                                               int32_t max_union_rows, int device, uint64_t* bytes);
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -365,8 +377,16 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
+  /* Version 3 (optional): the CUDA resolver's workspace, a contiguous uint8
+   * tensor on the device of topk_indices, 16-byte aligned, of at least
+   * hs_resolver_workspace_bytes(S, H, max_union_rows, device) bytes (S, H:
+   * the shape of device_global_indices). Required when that size is not 0,
+   * ignored otherwise and by the CPU backend. Its contents need no
+   * initialisation and are scratch of one launch at a time: launches that
+   * share a workspace must be ordered (one stream, or events). */
+  const hs_tensor_t* workspace;
 } hs_resolve_residency_args_t;
-#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 2
+#define HS_RESOLVE_RESIDENCY_ARGS_VERSION 3
 
 static inline void hs_resolve_residency_args_init(hs_resolve_residency_args_t* args) {
   memset(args, 0, sizeof(*args));
