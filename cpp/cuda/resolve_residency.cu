@@ -872,7 +872,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.
-  if (split.workspace_row_bytes > 0 && params.workspace == nullptr) {
+  if (split.workspace_row_bytes > 0 && params.num_state_rows > 0 && params.workspace == nullptr) {
     invalid_argument("workspace: expected ", resolver_workspace_bytes(params.num_state_rows, params.hot_size,
                                                                       params.max_union_rows, limit),
                      " B for device_buffer_size=", params.hot_size, " and max_union_rows=", params.max_union_rows,
