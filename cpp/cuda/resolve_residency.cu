@@ -205,8 +205,9 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
 
 // ---- Phase B, first part: how often each slot occurs in the LRU row (for
 // step 3's "occurs exactly once"), in 16-bit halves of the slot_info words.
-// Read by phase C1, after B2. A copied LRU row is 16-byte aligned; a row read
-// in place (split layouts) has any alignment and is read an entry at a time.
+// Read by phase C1, after B2. SharedPlacement's copied LRU row is 16-byte
+// aligned; a split layout's may be the row itself, of any alignment, read an
+// entry at a time.
 template <class Placement>
 __device__ __forceinline__ void count_slot_occurrences(const ResolveResidencyParams& p, const ResolverWorkspace& ws) {
   const int tid = threadIdx.x;
@@ -216,7 +217,14 @@ __device__ __forceinline__ void count_slot_occurrences(const ResolveResidencyPar
     if (j >= 0 && j < H) atomicAdd(counts + (j >> 1), 1u << ((j & 1) * 16));
   };
   if (!Placement::kLruCopied) {
-    for (int32_t i = tid; i < H; i += kThreads) count_slot(ws.lru_copy[i]);
+    // Four loads in flight before their atomics: the row may be in global memory.
+    for (int32_t base = tid; base < H; base += 4 * kThreads) {
+      int32_t slot[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) slot[x] = base + x * kThreads < H ? ws.lru_copy[base + x * kThreads] : -1;
+#pragma unroll
+      for (int x = 0; x < 4; ++x) count_slot(slot[x]);
+    }
     return;
   }
   const int32_t quads = H / 4;

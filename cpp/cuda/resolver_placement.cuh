@@ -5,9 +5,9 @@
 //                    (ResolverSharedLayout): the shapes that fit the device.
 //   SplitPlacement   the arrays that do not fit in the state row's slice of a
 //                    global workspace preallocated at configuration time
-//                    (ResolverSplitLayout; the lru_slots row and, with the
-//                    evictable array moved, the device_global_indices row
-//                    are read in place instead of copied).
+//                    (ResolverSplitLayout; with their arrays moved, the
+//                    lru_slots and device_global_indices rows are read in
+//                    place instead of copied).
 //
 // The phases address every array through ResolverWorkspace, so they are the
 // same code for both; only the initialisation of phase A, the state-row
@@ -72,7 +72,7 @@ struct SharedPlacement {
 
 struct SplitPlacement {
   using Layout = ResolverSplitLayout;
-  // lru_copy is the lru_slots row itself, of any alignment.
+  // lru_copy may be the lru_slots row itself, of any alignment.
   static constexpr bool kLruCopied = false;
 
   const Layout& layout;
@@ -89,12 +89,21 @@ struct SplitPlacement {
     fill_words(ws.base + layout.shared_zero, layout.shared_zero_vectors, 0u);
   }
 
-  // The dgi row is copied only when the evictable words stay in shared
-  // memory (one commit group); the lru row is always read in place.
+  // SharedPlacement's two commit groups, each empty when its row is read in
+  // place, so that phase A's wait for the first still means the lru row.
   __device__ __forceinline__ void start_state_copies(const ResolveResidencyParams& p, const ResolverWorkspace& ws,
                                                      int32_t s, int32_t H) const {
-    if (layout.in_workspace & resolver_array_bit(kResolverEvictable)) return;
-    start_int32_row_copy<kResolverThreads>(ws.held_copy(), p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    if (layout.in_workspace & resolver_array_bit(kResolverLruCopy)) {
+      commit_async_copies();
+    } else {
+      start_int16_row_copy<kResolverThreads>(ws.lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
+    }
+    if (layout.in_workspace & resolver_array_bit(kResolverEvictable)) {
+      commit_async_copies();
+    } else {
+      start_int32_row_copy<kResolverThreads>(ws.held_copy(), p.device_global_indices + static_cast<int64_t>(s) * H,
+                                             H);
+    }
   }
 
   // After phase A (the request is active): the state row's slice and rows,

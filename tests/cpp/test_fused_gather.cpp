@@ -220,7 +220,7 @@ TEST(FusedGather, VersionOneCallerNeverSeesTheNewFields) {
 
   args.struct_size = offsetof(hs_resolve_residency_args_t, stats);  // too small even for version 1
   expect_error(hs_resolve_residency(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});
-  EXPECT_EQ(HS_RESOLVE_RESIDENCY_ARGS_VERSION, 2);
+  EXPECT_EQ(HS_RESOLVE_RESIDENCY_ARGS_VERSION, 3);  // version 3 adds the workspace
 }
 
 TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
