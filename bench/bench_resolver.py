@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -80,6 +82,8 @@ def parse_args(argv=None):
     parser.add_argument("--spec-token-rows", default="2,4", help="token rows per request")
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument("--commit", default=None,
+                        help="the source commit recorded in the results (default: git rev-parse HEAD of this tree)")
     return parser.parse_args(argv)
 
 
@@ -277,6 +281,17 @@ def report(r):
     )
 
 
+def source_commit(args):
+    """--commit, else the commit of the tree this script lives in (None outside a git checkout)."""
+    if args.commit:
+        return args.commit
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(os.path.abspath(__file__)),
+                              capture_output=True, text=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -317,6 +332,7 @@ def main(argv=None):
     result = {
         "benchmark": "resolver",
         "command": " ".join([sys.executable.split("/")[-1]] + sys.argv),
+        "commit": source_commit(args),
         "config": vars(args),
         "environment": env,
         "memcpy_h2d_gbps": memcpy_gbps,
