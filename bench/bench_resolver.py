@@ -7,9 +7,13 @@ random permutation of its context, sliding by m = miss_rate * k each step, so
 every step has exactly m fresh positions (misses, local to the request's own
 host blocks) and k - m positions the hot buffer already holds (hits).
 
-Four timings per point: the resolver alone; the resolver then the plain
-warp-per-row gather; the resolver then the default gather; and the resolver
-with the fused gather (it copies its own swap list's rows, one launch).
+Five timings per point: the resolver alone; the resolver then the plain
+warp-per-row gather; the resolver then the default gather; the resolver
+with the fused gather (it copies its own swap list's rows, one launch:
+gather_schedule="fused"); and the fused gather's automatic schedule
+(gather_schedule="auto", the library's default: requests with a few misses
+copy them in the resolve launch, the others' rows go to a gather kernel
+launched right after it).
 
 Speculative shapes (--sections speculative, reported under
 "speculative_points" beside the grid's "points"): q = 2 or 4 token rows per
@@ -155,10 +159,12 @@ class Scenario:
             if size:
                 self.workspace = torch.empty(size, dtype=torch.uint8, device=device)
 
-    def resolve(self, step, fn=hisparse.ops.resolve_residency, fused=False):
+    def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None):
         a = self.args
-        # The fused gather: the resolver copies its own swap list's rows.
-        gather = dict(gather_host_rows=self.host_cache, gather_hot_cache=self.hot_cache) if fused else {}
+        # The fused gather (schedule "fused" or "auto"): the resolver copies its own swap list's rows.
+        gather = {}
+        if schedule is not None:
+            gather = dict(gather_host_rows=self.host_cache, gather_hot_cache=self.hot_cache, gather_schedule=schedule)
         if self.workspace is not None and fn is hisparse.ops.resolve_residency:
             gather["workspace"] = self.workspace
         fn(
@@ -214,6 +220,7 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
         "resolve+gather_warp_per_row": "warp_per_row",
         "resolve+gather_default": "auto",
         "resolve_fused_gather": "fused",
+        "resolve_auto_gather": "auto",
     }
     # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
     timer = measure.Timer(device)
@@ -221,8 +228,8 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
 
         def steps(variant=variant):
             for step in range(2, 2 + args.steps):
-                s.resolve(step, fused=variant == "fused")
-                if variant not in (None, "fused"):
+                s.resolve(step, schedule=variant if variant in ("fused", "auto") else None)
+                if variant not in (None, "fused", "auto"):
                     s.gather(variant)
 
         timing = timer.time(steps, repeats=args.replays, restore=restore)
@@ -263,7 +270,8 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     results["ideal_line_bound_us"] = results["swap_rows_observed"] * line_bytes / (memcpy_gbps * 1e9) * 1e6
     best = min(results["resolve+gather_default_us"], results["resolve_fused_gather_us"])
     for name, us in (("gather_default", results["resolve+gather_default_us"]),
-                     ("fused", results["resolve_fused_gather_us"]), ("best", best)):
+                     ("fused", results["resolve_fused_gather_us"]), ("auto", results["resolve_auto_gather_us"]),
+                     ("best", best)):
         results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
     return results
 
@@ -274,6 +282,7 @@ def report(r):
         f"{shape}B={r['batch']:<4} miss={r['miss_rate']:<6} misses={r['swap_rows_observed']:<6} "
         f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
         f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  "
+        f"auto={r['resolve_auto_gather_us']:8.2f}us  "
         f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
         f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
         f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",

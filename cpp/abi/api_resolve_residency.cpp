@@ -175,7 +175,17 @@ void add_fused_gather(const hs_resolve_residency_args_t& a, const Device& device
                        "gather_hot_cache are NULL), got ",
                        a.gather_hot_block_stride);
     }
+    if (a.gather_schedule != HS_RESOLVE_GATHER_AUTO) {
+      invalid_argument("gather_schedule: expected 0 without a fused gather (gather_host_rows and gather_hot_cache "
+                       "are NULL), got ",
+                       a.gather_schedule);
+    }
     return;
+  }
+  if (a.gather_schedule != HS_RESOLVE_GATHER_AUTO && a.gather_schedule != HS_RESOLVE_GATHER_FUSED) {
+    invalid_argument("gather_schedule: expected HS_RESOLVE_GATHER_AUTO (", static_cast<int>(HS_RESOLVE_GATHER_AUTO),
+                     ") or HS_RESOLVE_GATHER_FUSED (", static_cast<int>(HS_RESOLVE_GATHER_FUSED), "), got ",
+                     a.gather_schedule);
   }
   if (!hot.present()) {
     invalid_argument("gather_hot_cache: expected a tensor, got NULL (a fused gather needs gather_host_rows and "
@@ -199,6 +209,7 @@ void add_fused_gather(const hs_resolve_residency_args_t& a, const Device& device
   g.variant = hs_gather_default_variant();
   g.max_blocks = 0;
   p->fused_gather = true;
+  p->gather_schedule = a.gather_schedule;
 }
 
 // The CUDA resolver's workspace, where the shape needs one: a contiguous,

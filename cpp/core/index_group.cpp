@@ -323,6 +323,7 @@ void IndexGroup::resolve(const hs_index_group_resolve_args_t& a, hs_stream_t str
   r.gather_hot_cache = a.gather_hot_cache;
   r.gather_hot_block_stride = a.gather_hot_block_stride;
   r.workspace = workspace_.data != nullptr ? &workspace_ : nullptr;
+  r.gather_schedule = a.gather_schedule;
   // The resolver's own glue validates every remaining argument and picks
   // the backend; its error already names the argument.
   const hs_status_t status = hs_resolve_residency(&r, stream);

@@ -26,6 +26,7 @@
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_placement.cuh"
+#include "cuda/resolver_tail_gather.hpp"
 #include "cuda/union_table.cuh"
 
 namespace hisparse {
@@ -712,6 +713,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
   const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
   const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);  // D  | B5, B6
+  gather.note_assigned_total(c, a.assigned_total);
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
   // and G here; one that copies rows in phase E lets it start only at its
@@ -800,6 +802,9 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.stage_hot = params.fused_gather ? params.gather.hot : nullptr;
   constants.stage_hot_block_stride = params.fused_gather ? params.gather.hot_block_stride : 0;
   constants.stage_hot_span_rows = params.fused_gather ? params.gather.hot_span_rows : 0;
+  // The automatic schedule: a request whose misses its stage holds copies them
+  // itself (fewer than K, which the tail gather's row test relies on).
+  constants.auto_local_rows = std::max(0, std::min(chosen.stage.rows, params.top_k - 1));
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request =
@@ -840,17 +845,27 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
-// Placement.
+// Placement; the automatic schedule adds the tail gather after it.
 template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
+  // The held filter needs the bulk stage and room in it.
+  const bool early_stage = hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
   if (!params.fused_gather) {
     launch<NoGather, Placement>(params, constants, layout, device, hopper, stream);
-  } else if (hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0) {
-    // The held filter needs the bulk stage and room in it.
-    launch<FusedGatherEarlyStage, Placement>(params, constants, layout, device, hopper, stream);
+  } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
+    if (early_stage) {
+      launch<FusedGatherEarlyStage, Placement>(params, constants, layout, device, hopper, stream);
+    } else {
+      launch<FusedGather, Placement>(params, constants, layout, device, hopper, stream);
+    }
   } else {
-    launch<FusedGather, Placement>(params, constants, layout, device, hopper, stream);
+    if (early_stage) {
+      launch<AutoGather<FusedGatherEarlyStage>, Placement>(params, constants, layout, device, hopper, stream);
+    } else {
+      launch<AutoGather<FusedGather>, Placement>(params, constants, layout, device, hopper, stream);
+    }
+    launch_resolver_tail_gather(params, constants.auto_local_rows, hopper, stream);
   }
 }
 

@@ -57,6 +57,10 @@ struct ResolverConstants {
   uint8_t* stage_hot;
   int64_t stage_hot_block_stride;
   int64_t stage_hot_span_rows;
+  // The automatic schedule (AutoGather): a request with at most this many
+  // assigned misses copies them itself; the rows of the others are left to
+  // the tail gather launched after the resolve (resolver_tail_gather.cu).
+  int32_t auto_local_rows;
 };
 
 // ---- Encodings of the shared words between phases.

@@ -75,6 +75,7 @@ def resolve_residency(
     gather_hot_cache: Optional[Any] = None,
     gather_hot_block_stride: int = 0,
     workspace: Optional[Any] = None,
+    gather_schedule: str = "auto",
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -94,7 +95,13 @@ def resolve_residency(
     one launch per layer instead of two, which pays off when few rows miss
     (steady-state decode; see docs/residency.md). The two tensors follow
     :func:`gather_compact`'s rules for ``host_rows`` and ``hot_cache``; the
-    hot cache is on the device of ``topk_indices``.
+    hot cache is on the device of ``topk_indices``. ``gather_schedule``
+    (CUDA; the bytes are the same either way): "auto" lets each request
+    decide on the device, without a host sync: one with a few misses copies
+    them in the resolve launch, while its host reads overlap the resolve; the
+    rows of requests with more are copied right after by a gather kernel
+    spread over the whole GPU (a second launch, on the same stream).
+    "fused" copies every row in the resolve launch (one SM per request).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
     block's shared memory (large hot buffers with speculative unions, see
@@ -133,8 +140,19 @@ def resolve_residency(
         export_optional(gather_hot_cache, "gather_hot_cache"),
         gather_hot_block_stride,
         export_optional(workspace, "workspace"),
+        _gather_schedule(gather_schedule, gather_host_rows is not None or gather_hot_cache is not None),
         stream_handle(stream, topk_indices),
     )
+
+
+_GATHER_SCHEDULES = {"auto": _C.RESOLVE_GATHER_AUTO, "fused": _C.RESOLVE_GATHER_FUSED}
+
+
+def _gather_schedule(schedule: str, fused: bool) -> int:
+    if schedule not in _GATHER_SCHEDULES:
+        raise ValueError(f"gather_schedule: expected one of {list(_GATHER_SCHEDULES)}, got {schedule!r}")
+    # Without a fused gather there is nothing to schedule (the C ABI wants 0).
+    return _GATHER_SCHEDULES[schedule] if fused else _C.RESOLVE_GATHER_AUTO
 
 
 def resolver_workspace_bytes(num_state_rows: int, device_buffer_size: int, max_union_rows: int, device: Any) -> int:

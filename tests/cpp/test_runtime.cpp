@@ -876,7 +876,7 @@ TEST(Runtime, GroupGatherIsRefusedUnlessTheFollowersTile) {
 // hs_index_group_resolve's fused gather: version 2 equals resolve + gather_compact,
 // version 1 never reads the new fields.
 TEST(IndexGroupResolve, FusedGatherFieldsAndVersionOneCallers) {
-  EXPECT_EQ(HS_INDEX_GROUP_RESOLVE_ARGS_VERSION, 2);
+  EXPECT_EQ(HS_INDEX_GROUP_RESOLVE_ARGS_VERSION, 3);  // version 3 adds gather_schedule
   hs_index_group_options_t options;
   hs_index_group_options_init(&options);
   options.max_num_reqs = kReqs;

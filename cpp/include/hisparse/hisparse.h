@@ -326,6 +326,21 @@ HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t d
 HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
                                  hs_stream_t stream);
 
+/* How a fused gather's rows move on CUDA (hs_resolve_residency_args_t
+ * gather_schedule, version 3); the bytes, outputs, state and counters are the
+ * same for both, and the CPU backend copies every row itself.
+ *   HS_RESOLVE_GATHER_AUTO   chosen per request on the device, without a host
+ *                            sync: a request whose few misses the resolve
+ *                            launch stages copies them itself; the rows of
+ *                            the others are copied right after, in the same
+ *                            stream, by a gather kernel spread over the GPU.
+ *   HS_RESOLVE_GATHER_FUSED  every row copied by the resolve launch itself
+ *                            (one launch; one SM per request). */
+typedef enum hs_resolve_gather_schedule {
+  HS_RESOLVE_GATHER_AUTO = 0,
+  HS_RESOLVE_GATHER_FUSED = 1
+} hs_resolve_gather_schedule_t;
+
 /* Residency resolution: see docs/residency.md for the exact contract. The
  * backend is chosen by the device of `topk_indices` (every tensor must be on
  * it). Stream-ordered, no host sync, no allocation, capturable.
@@ -385,6 +400,9 @@ typedef struct hs_resolve_residency_args {
    * initialisation and are scratch of one launch at a time: launches that
    * share a workspace must be ordered (one stream, or events). */
   const hs_tensor_t* workspace;
+  /* Version 3: an hs_resolve_gather_schedule_t for a fused gather (0, AUTO,
+   * by default and for older callers); must be 0 without one. */
+  int32_t gather_schedule;
 } hs_resolve_residency_args_t;
 #define HS_RESOLVE_RESIDENCY_ARGS_VERSION 3
 
