@@ -23,6 +23,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/block_scan.cuh"
 #include "cuda/hopper_sync.cuh"
+#include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_placement.cuh"
@@ -827,21 +828,13 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = hopper ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&config, resolve_residency_kernel<Gather, Placement>, params, constants, layout),
-             "resolve_residency kernel launch");
+  const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
+  cuda_check(
+      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement>, params, constants, layout),
+      "resolve_residency kernel launch");
 }
 
 // The instantiation of the launch's fused gather for arrays placed by

@@ -19,6 +19,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper_sync.cuh"
+#include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_gather.cuh"
 
 namespace hisparse {
@@ -63,17 +64,10 @@ void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t l
   const GatherCompactParams& g = params.gather;
   if (g.num_token_rows <= 0) return;
   const int32_t units_per_row = (g.top_k + kTailUnitRows - 1) / kTailUnitRows;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>((units_per_row + kTailWarps - 1) / kTailWarps),
-                        std::min(static_cast<unsigned>(g.num_token_rows), kMaxGridRows));
-  config.blockDim = dim3(kTailThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = programmatic ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&config, resolver_tail_gather_kernel, g, params.req_id_per_token, local_rows,
+  const dim3 grid(static_cast<unsigned>((units_per_row + kTailWarps - 1) / kTailWarps),
+                  std::min(static_cast<unsigned>(g.num_token_rows), kMaxGridRows));
+  const ProgrammaticLaunch launch_config(grid, dim3(kTailThreads), 0, stream, programmatic);
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolver_tail_gather_kernel, g, params.req_id_per_token, local_rows,
                                 units_per_row),
              "resolver tail gather launch");
 }
