@@ -102,8 +102,7 @@ HS_API hs_status_t hs_index_group_get_info(hs_index_group_t group, hs_index_grou
   });
 }
 
-HS_API hs_status_t hs_index_group_get_tensor(hs_index_group_t group, hs_index_group_tensor_t which,
-                                             hs_tensor_t* out) {
+HS_API hs_status_t hs_index_group_get_tensor(hs_index_group_t group, hs_index_group_tensor_t which, hs_tensor_t* out) {
   return api_guard([&] {
     const IndexGroup& g = require_group(group);
     *require_pointer(out, "out") = g.tensor(which);

@@ -23,8 +23,7 @@ int64_t checked_int32(int64_t value, const char* name) {
 }
 
 // A [>= rows, columns] int32 output with unit column stride.
-int32_t* output_matrix(const TensorArg& out, int64_t rows, int64_t columns, const Device& device,
-                       int64_t* row_stride) {
+int32_t* output_matrix(const TensorArg& out, int64_t rows, int64_t columns, const Device& device, int64_t* row_stride) {
   out.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "topk_indices");
   out.size_at_least(0, rows, "one row per token row of topk_indices");
   out.size_is(1, columns, "the top-k width of topk_indices");
@@ -87,7 +86,8 @@ ResolveResidencyParams build_params(const hs_resolve_residency_args_t& a, Device
   lru.size_is(1, p.hot_size, "the hot slots of device_global_indices");
   p.lru_slots = lru.data<int16_t>();
 
-  if (a.hot_block_size < 1) invalid_argument("hot_block_size: expected a positive number of rows, got ", a.hot_block_size);
+  if (a.hot_block_size < 1)
+    invalid_argument("hot_block_size: expected a positive number of rows, got ", a.hot_block_size);
   p.hot_block_size = static_cast<int32_t>(checked_int32(a.hot_block_size, "hot_block_size"));
   if (a.attention_block_stride < a.hot_block_size) {
     invalid_argument("attention_block_stride: expected at least hot_block_size (", a.hot_block_size, "), got ",
@@ -127,11 +127,12 @@ ResolveResidencyParams build_params(const hs_resolve_residency_args_t& a, Device
   const TensorArg source_table(a.source_block_table, "source_block_table", true);
   if (source_table.present()) {
     if (a.block_size < 1) {
-      invalid_argument("block_size: expected a positive number of tokens with a source_block_table, got ", a.block_size);
+      invalid_argument("block_size: expected a positive number of tokens with a source_block_table, got ",
+                       a.block_size);
     }
     p.block_size = static_cast<int32_t>(checked_int32(a.block_size, "block_size"));
-    p.source_block_table = block_table(source_table, p.num_batch_rows, device, &p.source_table_row_stride,
-                                       &p.source_table_width);
+    p.source_block_table =
+        block_table(source_table, p.num_batch_rows, device, &p.source_table_row_stride, &p.source_table_width);
   }
 
   const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
@@ -141,8 +142,8 @@ ResolveResidencyParams build_params(const hs_resolve_residency_args_t& a, Device
                        ", resident rows use the hot cache's attention addressing), got ", a.resident_block_size);
     }
     p.resident_block_size = static_cast<int32_t>(a.resident_block_size);
-    p.resident_block_table = block_table(resident_table, p.num_batch_rows, device, &p.resident_table_row_stride,
-                                         &p.resident_table_width);
+    p.resident_block_table =
+        block_table(resident_table, p.num_batch_rows, device, &p.resident_table_row_stride, &p.resident_table_width);
   }
 
   const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
@@ -229,8 +230,8 @@ void add_workspace(const hs_resolve_residency_args_t& a, const Device& device, R
   workspace.dtype_is(HS_DTYPE_UINT8).contiguous().on(device, "topk_indices").aligned(16);
   if (static_cast<uint64_t>(workspace.numel()) < required) {
     invalid_argument("workspace: expected at least ", required, " B (hs_resolver_workspace_bytes for ",
-                     p->num_state_rows, " state rows, device_buffer_size=", p->hot_size, ", max_union_rows=",
-                     p->max_union_rows, "), got ", workspace.numel(), " B");
+                     p->num_state_rows, " state rows, device_buffer_size=", p->hot_size,
+                     ", max_union_rows=", p->max_union_rows, "), got ", workspace.numel(), " B");
   }
   p->workspace = workspace.data<uint8_t>();
 }

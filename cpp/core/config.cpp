@@ -36,8 +36,8 @@ uint64_t resolver_shared_memory_limit(int device) {
   return cuda->device_properties(device).max_shared_memory_per_block;
 }
 
-uint64_t resolver_workspace_bytes_on_device(int64_t num_state_rows, int32_t device_buffer_size,
-                                            int32_t max_union_rows, int device) {
+uint64_t resolver_workspace_bytes_on_device(int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows,
+                                            int device) {
   return resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows,
                                   resolver_shared_memory_limit(device));
 }

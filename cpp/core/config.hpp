@@ -21,7 +21,7 @@ uint64_t resolver_shared_memory_limit(int device);
 // Bytes of the global workspace the CUDA resolver needs on `device` for
 // num_state_rows state rows of (H, max_union_rows): 0 when every array of a
 // request fits one block's shared memory (resolver_shared_memory.hpp).
-uint64_t resolver_workspace_bytes_on_device(int64_t num_state_rows, int32_t device_buffer_size,
-                                            int32_t max_union_rows, int device);
+uint64_t resolver_workspace_bytes_on_device(int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows,
+                                            int device);
 
 }  // namespace hisparse

@@ -70,8 +70,7 @@ void validate_index_group_options(const IndexGroupOptions& o) {
   }
 }
 
-IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes)
-    : backend_(backend), device_(device) {
+IndexGroup::Memory::Memory(Backend& backend, int device, uint64_t device_bytes) : backend_(backend), device_(device) {
   device_base_ = static_cast<char*>(backend.allocate(device_bytes, device));
   host_stats_ = static_cast<int64_t*>(std::aligned_alloc(kHostMirrorBytes, kHostMirrorBytes));
   if (host_stats_ == nullptr) {
@@ -115,9 +114,13 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : opt
       state * 4,                  // device_global_indices
       state * 2,                  // lru_slots
       static_cast<uint64_t>(options_.device_buffer_size) * 2,  // lru_init
-      shared * 4, shared * 4, shared * 4, shared * 4,          // attention, hot rows, resolved, miss mask
+      shared * 4,
+      shared * 4,
+      shared * 4,
+      shared * 4,          // attention, hot rows, resolved, miss mask
       rows * 4,                   // valid counts
-      shared * 4, shared * 4,     // swap host rows, swap device rows
+      shared * 4,
+      shared * 4,     // swap host rows, swap device rows
       rows * 4,                   // swap counts
       HS_NUM_STATS * 8,           // stats
       0,                          // stats host mirror (separate page)
@@ -144,8 +147,8 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend) : opt
   const int64_t S = options_.max_num_reqs, H = options_.device_buffer_size;
   const int64_t R = options_.max_swap_rows, K = options_.top_k;
   auto at = [&](hs_index_group_tensor_t which) { return memory_->device_base() + offsets_[which]; };
-  describe(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, at(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), HS_DTYPE_INT32,
-           device_type, S, H);
+  describe(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES, at(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES), HS_DTYPE_INT32, device_type,
+           S, H);
   describe(HS_INDEX_GROUP_LRU_SLOTS, at(HS_INDEX_GROUP_LRU_SLOTS), HS_DTYPE_INT16, device_type, S, H);
   describe(HS_INDEX_GROUP_LRU_INIT, at(HS_INDEX_GROUP_LRU_INIT), HS_DTYPE_INT16, device_type, H, 0);
   for (hs_index_group_tensor_t which :
@@ -250,8 +253,7 @@ void IndexGroup::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const 
 }
 
 void IndexGroup::copy_stats_async(hs_stream_t stream) {
-  backend_.copy_async(memory_->host_stats(), data<void>(HS_INDEX_GROUP_STATS), HS_NUM_STATS * sizeof(int64_t),
-                      stream);
+  backend_.copy_async(memory_->host_stats(), data<void>(HS_INDEX_GROUP_STATS), HS_NUM_STATS * sizeof(int64_t), stream);
 }
 
 std::array<int64_t, HS_NUM_STATS> IndexGroup::read_stats() const {

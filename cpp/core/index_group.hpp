@@ -11,8 +11,8 @@
 #include <memory>
 
 #include "core/backend.hpp"
-#include "hisparse/hisparse.h"
 #include "core/tensor.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
@@ -46,12 +46,13 @@ class IndexGroup {
   // Descriptor of one owned tensor; shape storage lives in the group.
   const hs_tensor_t& tensor(hs_index_group_tensor_t which) const;
   template <typename T>
-  T* data(hs_index_group_tensor_t which) const { return static_cast<T*>(tensor(which).data); }
+  T* data(hs_index_group_tensor_t which) const {
+    return static_cast<T*>(tensor(which).data);
+  }
 
   // Stream-ordered and capturable: see hisparse/index_group.h.
   void reset(hs_stream_t stream);
-  void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
-                               hs_stream_t stream);
+  void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices, hs_stream_t stream);
   void copy_stats_async(hs_stream_t stream);
   void resolve(const hs_index_group_resolve_args_t& args, hs_stream_t stream);
 
@@ -78,8 +79,8 @@ class IndexGroup {
     bool host_registered_ = false;
   };
 
-  void describe(hs_index_group_tensor_t which, void* data, hs_dtype_t dtype, int32_t device_type,
-                int64_t rows, int64_t columns);
+  void describe(hs_index_group_tensor_t which, void* data, hs_dtype_t dtype, int32_t device_type, int64_t rows,
+                int64_t columns);
   void initialise();
   ResetHotStateParams reset_params() const;
 

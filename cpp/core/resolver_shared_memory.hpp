@@ -30,13 +30,13 @@ constexpr int32_t kScratchRowCounts = 0;                                        
 constexpr int32_t kScratchTotals = kScratchRowCounts + 2 * 32;                     // valid, resident
 constexpr int32_t kScratchStagedRows = kScratchTotals + 2;                         // fused gather: rows staged
 constexpr int32_t kScratchHeldMembers = kScratchStagedRows + 1;                    // fused gather: hits seen in C1
-constexpr int32_t kScratchSureMisses = kScratchHeldMembers + 1;                     // fused gather: misses proven in B
-constexpr int32_t kScratchUnstagedMisses = kScratchSureMisses + 1;                  // fused gather: phase E's rows
+constexpr int32_t kScratchSureMisses = kScratchHeldMembers + 1;  // fused gather: misses proven in B
+constexpr int32_t kScratchUnstagedMisses = kScratchSureMisses + 1;  // fused gather: phase E's rows
 constexpr int32_t kScratchZeroedWords = (kScratchUnstagedMisses + 1 + 3) / 4 * 4;
-constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;                     // 4 x kResolverWarps
+constexpr int32_t kScratchRequestReduce = kScratchZeroedWords;  // 4 x kResolverWarps
 constexpr int32_t kScratchUnionScan = kScratchRequestReduce + 4 * kResolverWarps;  // kResolverWarps
-constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;       // kResolverWarps
-constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;      // kResolverWarps
+constexpr int32_t kScratchPositionScan = kScratchUnionScan + kResolverWarps;  // kResolverWarps
+constexpr int32_t kScratchMemberScan = kScratchPositionScan + kResolverWarps;  // kResolverWarps
 // fused gather: the mbarrier (8 bytes, 8-aligned) that counts the staged rows' bulk copies in
 constexpr int32_t kScratchStageBarrier = kScratchMemberScan + kResolverWarps;
 static_assert(kScratchStageBarrier % 2 == 0, "the stage barrier is a 64-bit word");
@@ -49,23 +49,23 @@ constexpr int32_t kResolverScratchWords = kScratchStageBarrier + 2;
 struct ResolverSharedLayout {
   int32_t hash_capacity = 0;  // slots of the union hash table
   // all-ones
-  uint32_t hash_keys = 0;     // int32 [hash_capacity]: host slot, -1 = empty
-  uint32_t hash_values = 0;   // uint32 [hash_capacity]: union rank (pending marker while ranking)
+  uint32_t hash_keys = 0;  // int32 [hash_capacity]: host slot, -1 = empty
+  uint32_t hash_values = 0;  // uint32 [hash_capacity]: union rank (pending marker while ranking)
   uint32_t member_slots = 0;  // int32 [max_union_rows]: last hit position, then hot slot (+ assigned flag)
   // zero
-  uint32_t slot_info = 0;     // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
-                              // then the new LRU order (int16)
-  uint32_t member_held = 0;   // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
-                              // 2 when r misses and its host row is in the miss stage (fused gather)
-  uint32_t scratch = 0;       // int32 [kResolverScratchWords]
+  uint32_t slot_info = 0;  // uint16 [H] (2-aligned words): occurrence count, then usable bit + rank,
+                           // then the new LRU order (int16)
+  uint32_t member_held = 0;  // uint8 [max_union_rows]: 1 when a usable slot holds member r (a hit),
+                             // 2 when r misses and its host row is in the miss stage (fused gather)
+  uint32_t scratch = 0;  // int32 [kResolverScratchWords]
   // uninitialised
-  uint32_t member_keys = 0;   // int32 [max_union_rows]: host slot of each union member
+  uint32_t member_keys = 0;  // int32 [max_union_rows]: host slot of each union member
   uint32_t member_first = 0;  // int32 [max_union_rows]: first entry index of each member
-  uint32_t lru_copy = 0;      // int16 [H]: lru_slots row as read
-  uint32_t evictable = 0;     // int32 [H]: per evictable position (in LRU order), usable slots before it
-                              // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
-  uint32_t entry_codes = 0;   // uint16 [max_union_rows]: per entry (first ones of the request), its hash
-                              // slot, or resident / invalid, so the output pass need not classify again
+  uint32_t lru_copy = 0;  // int16 [H]: lru_slots row as read
+  uint32_t evictable = 0;  // int32 [H]: per evictable position (in LRU order), usable slots before it
+                           // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
+  uint32_t entry_codes = 0;  // uint16 [max_union_rows]: per entry (first ones of the request), its hash
+                             // slot, or resident / invalid, so the output pass need not classify again
   uint32_t total_bytes = 0;
 };
 
@@ -191,7 +191,6 @@ HS_HOST_DEVICE inline ResolverLaunchLayout resolver_launch_layout(int32_t hot_si
   return chosen;
 }
 
-
 // ---- Shapes whose arrays do not all fit one block's shared memory.
 //
 // The arrays of ResolverSharedLayout, as units of placement (the union
@@ -234,10 +233,10 @@ HS_HOST_DEVICE constexpr uint32_t resolver_array_bit(ResolverArray array) { retu
 // each is filled with one run of all-ones and one run of zero 16-byte words.
 struct ResolverSplitLayout {
   ResolverSharedLayout offsets;
-  uint32_t in_workspace = 0;         // resolver_array_bit of every array in the workspace
+  uint32_t in_workspace = 0;  // resolver_array_bit of every array in the workspace
   uint32_t workspace_row_bytes = 0;  // bytes of one state row's slice (a multiple of 16)
-  int32_t shared_ones_vectors = 0;   // all-ones words from shared offset 0
-  uint32_t shared_zero = 0;          // first zero word in shared memory (the scratch counters end the run)
+  int32_t shared_ones_vectors = 0;  // all-ones words from shared offset 0
+  uint32_t shared_zero = 0;  // first zero word in shared memory (the scratch counters end the run)
   int32_t shared_zero_vectors = 0;
   int32_t workspace_ones_vectors = 0;  // all-ones words from slice offset 0
   uint32_t workspace_zero = 0;
@@ -245,9 +244,9 @@ struct ResolverSplitLayout {
 };
 
 // Host side (the launcher and the configuration check): byte size of one
-// array (16-byte granular), as resolver_shared_layout lays it out; kResolverLruCopy in the workspace takes none (read in place).
-inline uint64_t resolver_array_bytes(ResolverArray array, int32_t hash_capacity, uint64_t hot,
-                                                    uint64_t members) {
+// array (16-byte granular), as resolver_shared_layout lays it out; kResolverLruCopy in the workspace takes none (read
+// in place).
+inline uint64_t resolver_array_bytes(ResolverArray array, int32_t hash_capacity, uint64_t hot, uint64_t members) {
   switch (array) {
     case kResolverTable: return 2ull * resolver_align16(4ull * static_cast<uint64_t>(hash_capacity));
     case kResolverMemberSlots: return resolver_align16(4ull * members);
@@ -281,8 +280,7 @@ inline uint32_t* resolver_array_offset(ResolverSharedLayout& layout, ResolverArr
 // minimum slack): in_workspace == 0 when the all-shared layout fits, which
 // the launcher then runs as resolver_launch_layout says. Everything but the
 // scratch words can move, so a layout always results.
-inline ResolverSplitLayout resolver_split_layout(int32_t hot_size, int32_t max_union_rows,
-                                                                uint64_t limit_bytes) {
+inline ResolverSplitLayout resolver_split_layout(int32_t hot_size, int32_t max_union_rows, uint64_t limit_bytes) {
   const ResolverSharedLayout all_shared = resolver_shared_layout(hot_size, max_union_rows);
   const uint64_t hot = hot_size > 0 ? static_cast<uint64_t>(hot_size) : 0;
   const uint64_t members = max_union_rows > 0 ? static_cast<uint64_t>(max_union_rows) : 0;
@@ -330,8 +328,8 @@ inline ResolverSplitLayout resolver_split_layout(int32_t hot_size, int32_t max_u
 // Bytes of global workspace the CUDA resolver needs for num_state_rows state
 // rows (one slice per state row, which one block uses at a time): 0 when the
 // all-shared layout fits limit_bytes.
-inline uint64_t resolver_workspace_bytes(int64_t num_state_rows, int32_t hot_size,
-                                                       int32_t max_union_rows, uint64_t limit_bytes) {
+inline uint64_t resolver_workspace_bytes(int64_t num_state_rows, int32_t hot_size, int32_t max_union_rows,
+                                         uint64_t limit_bytes) {
   const uint64_t rows = num_state_rows > 0 ? static_cast<uint64_t>(num_state_rows) : 0;
   return rows * resolver_split_layout(hot_size, max_union_rows, limit_bytes).workspace_row_bytes;
 }

@@ -16,12 +16,12 @@
 #include <cstdint>
 #include <mutex>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/cuda_kernels.hpp"
 #include "core/error.hpp"
 #include "core/resolver_shared_memory.hpp"
 #include "cuda/async_copy.cuh"
 #include "cuda/block_scan.cuh"
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
 #include "cuda/hopper_sync.cuh"
 #include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_context.cuh"
@@ -544,8 +544,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
   gather.after_assignment(ws);
   for (int32_t r = tid; r < request.q; r += kThreads) {
     const int64_t remaining = static_cast<int64_t>(a.assigned_total) - static_cast<int64_t>(r) * K;
-    p.out_swap_counts[request.t0 + r] =
-        static_cast<int32_t>(min(max(remaining, int64_t{0}), static_cast<int64_t>(K)));
+    p.out_swap_counts[request.t0 + r] = static_cast<int32_t>(min(max(remaining, int64_t{0}), static_cast<int64_t>(K)));
   }
   {
     // New LRU order E[n:], E[:n], P.
@@ -655,8 +654,8 @@ __device__ __forceinline__ void write_outputs(const ResolveResidencyParams& p, c
       const unsigned valid_lanes = __ballot_sync(kFullMask, valid);
       if (inside && ((heads >> lane) & 1u)) {
         const unsigned later_heads = heads & ~((2u << lane) - 1u);
-        const unsigned run = (later_heads != 0 ? (later_heads & (0u - later_heads)) - 1u : kFullMask) &
-                             ~((1u << lane) - 1u);
+        const unsigned run =
+            (later_heads != 0 ? (later_heads & (0u - later_heads)) - 1u : kFullMask) & ~((1u << lane) - 1u);
         const int count = __popc(valid_lanes & run);
         if (count != 0) atomicAdd(counts + local_row, count);
       }
@@ -743,8 +742,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
   cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
 }
@@ -787,8 +785,8 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.top_k = FastDivisor::make(params.top_k);
   constants.block_size = FastDivisor::make(params.source_block_table != nullptr ? params.block_size : 1);
   constants.hot_block_size = FastDivisor::make(params.hot_block_size);
-  constants.safe_hot_block = static_cast<int32_t>(std::min<int64_t>(
-      INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
+  constants.safe_hot_block = static_cast<int32_t>(
+      std::min<int64_t>(INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
   constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
   constants.bulk_stage = hopper;
   // The held filter's bits: the largest power of two within member_slots.
@@ -808,10 +806,9 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.auto_local_rows = std::max(0, std::min(chosen.stage.rows, params.top_k - 1));
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
-  constants.rows_per_request =
-      params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
-          ? params.num_tokens / params.num_batch_rows
-          : 0;
+  constants.rows_per_request = params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
+                                   ? params.num_tokens / params.num_batch_rows
+                                   : 0;
   const int64_t stride = params.out_attention_row_stride;
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
@@ -832,9 +829,9 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(
-      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement>, params, constants, layout),
-      "resolve_residency kernel launch");
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement>, params, constants,
+                                layout),
+             "resolve_residency kernel launch");
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
@@ -869,8 +866,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // Entry indices (and loop counters that step past them) are int32 inside
   // the kernel: 2^30 entries is a 4 GiB top-k tensor.
   if (static_cast<int64_t>(params.num_tokens) * params.top_k > kMaxEntries) {
-    invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries,
-                     " entries (rows x top_k), got ", params.num_tokens, " x ", params.top_k);
+    invalid_argument("topk_indices: the CUDA resolver handles at most ", kMaxEntries, " entries (rows x top_k), got ",
+                     params.num_tokens, " x ", params.top_k);
   }
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -880,17 +877,16 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
-    const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows,
-                                                               stage_row_bytes, stage_rows, limit,
-                                                               kResolverMaxSlackHalves);
+    const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
+                                                               stage_rows, limit, kResolverMaxSlackHalves);
     launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
                                    hopper, stream);
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.
   if (split.workspace_row_bytes > 0 && params.num_state_rows > 0 && params.workspace == nullptr) {
-    invalid_argument("workspace: expected ", resolver_workspace_bytes(params.num_state_rows, params.hot_size,
-                                                                      params.max_union_rows, limit),
+    invalid_argument("workspace: expected ",
+                     resolver_workspace_bytes(params.num_state_rows, params.hot_size, params.max_union_rows, limit),
                      " B for device_buffer_size=", params.hot_size, " and max_union_rows=", params.max_union_rows,
                      ", got none");
   }

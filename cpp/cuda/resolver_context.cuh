@@ -131,20 +131,19 @@ struct ResolverWorkspace {
         table{reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverTable, split.offsets.hash_keys)),
               reinterpret_cast<uint32_t*>(at(smem, slice, split, kResolverTable, split.offsets.hash_values)),
               split.offsets.hash_capacity},
-        member_slots(reinterpret_cast<int32_t*>(
-            at(smem, slice, split, kResolverMemberSlots, split.offsets.member_slots))),
+        member_slots(
+            reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberSlots, split.offsets.member_slots))),
         slot_info(reinterpret_cast<uint16_t*>(at(smem, slice, split, kResolverSlotInfo, split.offsets.slot_info))),
         scratch(reinterpret_cast<int32_t*>(smem + split.offsets.scratch)),
-        member_keys(reinterpret_cast<int32_t*>(
-            at(smem, slice, split, kResolverMemberKeys, split.offsets.member_keys))),
-        member_first(reinterpret_cast<int32_t*>(
-            at(smem, slice, split, kResolverMemberFirst, split.offsets.member_first))),
+        member_keys(reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberKeys, split.offsets.member_keys))),
+        member_first(
+            reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberFirst, split.offsets.member_first))),
         lru_copy(split.in_workspace & resolver_array_bit(kResolverLruCopy)
                      ? lru_row
                      : reinterpret_cast<int16_t*>(smem + split.offsets.lru_copy)),
         evictable(reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverEvictable, split.offsets.evictable))),
-        entry_codes(reinterpret_cast<uint16_t*>(
-            at(smem, slice, split, kResolverEntryCodes, split.offsets.entry_codes))),
+        entry_codes(
+            reinterpret_cast<uint16_t*>(at(smem, slice, split, kResolverEntryCodes, split.offsets.entry_codes))),
         member_held(at(smem, slice, split, kResolverMemberHeld, split.offsets.member_held)),
         held(split.in_workspace & resolver_array_bit(kResolverEvictable) ? dgi_row : evictable) {}
 

@@ -52,8 +52,7 @@ struct NoGather {
   // first entry before its rank is published. Then once, the union
   // complete, before B2.
   __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& /*p*/,
-                                                       const ResolverConstants& /*c*/,
-                                                       const ResolverWorkspace& /*ws*/,
+                                                       const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
                                                        const ResolverRequest& /*request*/, int32_t /*base*/) {}
   __device__ __forceinline__ void find_sure_miss(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
                                                  ChunkStage& /*chunk*/, int /*x*/, bool /*first_entry*/,
@@ -83,8 +82,7 @@ struct NoGather {
   __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& /*ws*/) const { return false; }
   __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
                                                 const ResolverWorkspace& /*ws*/, const ResolverRequest& /*request*/,
-                                                int32_t /*classified*/, int32_t /*coded*/,
-                                                const MemberRun& /*run*/) {}
+                                                int32_t /*classified*/, int32_t /*coded*/, const MemberRun& /*run*/) {}
 
   // Phase G, the block's last step.
   __device__ __forceinline__ void finish(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
@@ -94,8 +92,8 @@ struct NoGather {
 // physical hot row `row`), exactly as gather_compact would copy those swap
 // entries: a destination outside the hot cache is skipped, a source past the
 // host rows zero-fills.
-__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row,
-                                                        int32_t g, int32_t row, int lane) {
+__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row, int32_t g,
+                                                        int32_t row, int lane) {
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
   if (has_row) {
@@ -110,8 +108,8 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
   // Lane e takes the row of the e-th lane with one, as warp_copy_rows wants.
   const int n = __popc(rows);
   const int from = lane < n ? static_cast<int>(__fns(rows, 0, lane + 1)) : 0;
-  const uint8_t* my_src = reinterpret_cast<const uint8_t*>(
-      __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+  const uint8_t* my_src =
+      reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
   uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
   // Four loads in flight per lane: the block already holds 64 registers per
   // thread, and one step's few misses fit one pass.

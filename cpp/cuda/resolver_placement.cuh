@@ -101,8 +101,7 @@ struct SplitPlacement {
     if (layout.in_workspace & resolver_array_bit(kResolverEvictable)) {
       commit_async_copies();
     } else {
-      start_int32_row_copy<kResolverThreads>(ws.held_copy(), p.device_global_indices + static_cast<int64_t>(s) * H,
-                                             H);
+      start_int32_row_copy<kResolverThreads>(ws.held_copy(), p.device_global_indices + static_cast<int64_t>(s) * H, H);
     }
   }
 

@@ -13,14 +13,13 @@
 // scattered host rows is address translation per SM, see DESIGN.md): a unit
 // is kTailUnitRows entries of one token row, and unit u of a row goes to
 // block u % gridDim.x, so consecutive units land on different blocks.
-#include "cuda/resolver_tail_gather.hpp"
-
 #include <algorithm>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper_sync.cuh"
 #include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_tail_gather.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -67,8 +66,8 @@ void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t l
   const dim3 grid(static_cast<unsigned>((units_per_row + kTailWarps - 1) / kTailWarps),
                   std::min(static_cast<unsigned>(g.num_token_rows), kMaxGridRows));
   const ProgrammaticLaunch launch_config(grid, dim3(kTailThreads), 0, stream, programmatic);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolver_tail_gather_kernel, g, params.req_id_per_token, local_rows,
-                                units_per_row),
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolver_tail_gather_kernel, g, params.req_id_per_token,
+                                local_rows, units_per_row),
              "resolver tail gather launch");
 }
 

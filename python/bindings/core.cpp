@@ -71,39 +71,52 @@ void register_core(nb::module_& m) {
     return code;
   });
   m.def("build_info", &build_info, "How libhisparse was built (never touches a GPU).");
-  m.def("cuda_device_count", [] {
-    int count = 0;
-    check(hs_cuda_device_count(&count));
-    return count;
-  }, "CUDA devices visible (0 without the backend or a driver). Initialises CUDA.");
-  m.def("cuda_unavailable_reason", [] { return std::string(hs_cuda_unavailable_reason()); },
-        "Why the CUDA backend cannot be used ('' when it can). Initialises CUDA.");
+  m.def(
+      "cuda_device_count",
+      [] {
+        int count = 0;
+        check(hs_cuda_device_count(&count));
+        return count;
+      },
+      "CUDA devices visible (0 without the backend or a driver). Initialises CUDA.");
+  m.def(
+      "cuda_unavailable_reason", [] { return std::string(hs_cuda_unavailable_reason()); },
+      "Why the CUDA backend cannot be used ('' when it can). Initialises CUDA.");
   m.def("cuda_device_properties", &device_properties, nb::arg("device"));
-  m.def("available_host_memory", [] {
-    uint64_t bytes = 0;
-    check(hs_available_host_memory(&bytes));
-    return bytes;
-  }, "Bytes of RAM available to a new allocation.");
-  m.def("check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); },
-        nb::arg("pool_bytes"), "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
+  m.def(
+      "available_host_memory",
+      [] {
+        uint64_t bytes = 0;
+        check(hs_available_host_memory(&bytes));
+        return bytes;
+      },
+      "Bytes of RAM available to a new allocation.");
+  m.def(
+      "check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); }, nb::arg("pool_bytes"),
+      "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
   m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
         nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
         "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");
-  m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"),
-        nb::arg("max_union_rows"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
-        nb::arg("eager_host_mirror"), nb::arg("device"));
-  m.def("resolver_shared_memory_bytes", [](int32_t device_buffer_size, int32_t max_union_rows) {
-    uint64_t bytes = 0;
-    check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
-    return bytes;
-  }, nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
-  m.def("resolver_workspace_bytes", [](int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows,
-                                       int device) {
-    uint64_t bytes = 0;
-    check(hs_resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows, device, &bytes));
-    return bytes;
-  }, nb::arg("num_state_rows"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("device"),
-        "Bytes of workspace the CUDA resolver needs on `device` (0: none).");
+  m.def("validate_config", &validate_config, nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
+        nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("eager_host_mirror"),
+        nb::arg("device"));
+  m.def(
+      "resolver_shared_memory_bytes",
+      [](int32_t device_buffer_size, int32_t max_union_rows) {
+        uint64_t bytes = 0;
+        check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
+        return bytes;
+      },
+      nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
+  m.def(
+      "resolver_workspace_bytes",
+      [](int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows, int device) {
+        uint64_t bytes = 0;
+        check(hs_resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows, device, &bytes));
+        return bytes;
+      },
+      nb::arg("num_state_rows"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("device"),
+      "Bytes of workspace the CUDA resolver needs on `device` (0: none).");
   m.attr("NUM_STATS") = static_cast<int>(HS_NUM_STATS);
 }
 

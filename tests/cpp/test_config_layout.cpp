@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/resolver_shared_memory.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
-#include "core/resolver_shared_memory.hpp"
 
 namespace {
 
@@ -214,8 +214,7 @@ TEST(ResolverSharedMemory, LaunchTakesTheRoomiestTableThatKeepsTheWholeStage) {
   const auto minimum = hisparse::resolver_shared_layout(4096, 2048);
   // Plenty of room: the largest slack, and the whole stage after the layout.
   const auto roomy = hisparse::resolver_launch_layout(4096, 2048, 656, 8, kH200);
-  EXPECT_EQ(roomy.layout.hash_capacity,
-            hisparse::resolver_hash_capacity(2048, hisparse::kResolverMaxSlackHalves));
+  EXPECT_EQ(roomy.layout.hash_capacity, hisparse::resolver_hash_capacity(2048, hisparse::kResolverMaxSlackHalves));
   EXPECT_GT(roomy.layout.hash_capacity, minimum.hash_capacity);
   EXPECT_EQ(roomy.stage.rows, 8);
   EXPECT_EQ(roomy.stage.stage_members, roomy.layout.total_bytes);

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "hisparse/hisparse.hpp"
 #include "expect_status.hpp"
+#include "hisparse/hisparse.hpp"
 
 namespace {
 
@@ -68,10 +68,10 @@ struct Case {
 
   bool operator==(const Case& o) const {
     return topk == o.topk && device_global_indices == o.device_global_indices && lru_slots == o.lru_slots &&
-           attention == o.attention && hot_rows == o.hot_rows && resolved == o.resolved &&
-           miss_mask == o.miss_mask && swap_host_rows == o.swap_host_rows &&
-           swap_device_rows == o.swap_device_rows && valid_counts == o.valid_counts &&
-           swap_counts == o.swap_counts && stats == o.stats && host == o.host && hot == o.hot;
+           attention == o.attention && hot_rows == o.hot_rows && resolved == o.resolved && miss_mask == o.miss_mask &&
+           swap_host_rows == o.swap_host_rows && swap_device_rows == o.swap_device_rows &&
+           valid_counts == o.valid_counts && swap_counts == o.swap_counts && stats == o.stats && host == o.host &&
+           hot == o.hot;
   }
 };
 
@@ -235,45 +235,62 @@ TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
     void (*edit)(Call&, hs_resolve_residency_args_t&, void*, void*);
   };
   const std::vector<Bad> cases = {
-      {"hot cache alone", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "NULL", "together"},
+      {"hot cache alone",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_host_rows", "NULL", "together"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_host_rows = nullptr; }},
-      {"host rows alone", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_cache", "NULL", "together"},
+      {"host rows alone",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_hot_cache", "NULL", "together"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_cache = nullptr; }},
-      {"stride without a gather", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "expected 0"},
+      {"stride without a gather",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_hot_block_stride", "expected 0"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) {
          a.gather_host_rows = nullptr;
          a.gather_hot_cache = nullptr;  // gather_hot_block_stride stays 3
        }},
-      {"schedule out of range", HS_ERROR_INVALID_ARGUMENT,
+      {"schedule out of range",
+       HS_ERROR_INVALID_ARGUMENT,
        {"gather_schedule", "HS_RESOLVE_GATHER_AUTO", "HS_RESOLVE_GATHER_FUSED", "got 7"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_schedule = 7; }},
-      {"schedule without a gather", HS_ERROR_INVALID_ARGUMENT, {"gather_schedule", "expected 0 without"},
+      {"schedule without a gather",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_schedule", "expected 0 without"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) {
          a.gather_host_rows = nullptr;
          a.gather_hot_cache = nullptr;
          a.gather_hot_block_stride = 0;
          a.gather_schedule = HS_RESOLVE_GATHER_FUSED;
        }},
-      {"stride below the block size", HS_ERROR_INVALID_ARGUMENT, {"gather_hot_block_stride", "at least"},
+      {"stride below the block size",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_hot_block_stride", "at least"},
        [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_hot_block_stride = 1; }},
-      {"hot cache dtype", HS_ERROR_INVALID_DTYPE, {"gather_hot_cache", "dtype uint8", "gather_host_rows"},
+      {"hot cache dtype",
+       HS_ERROR_INVALID_DTYPE,
+       {"gather_hot_cache", "dtype uint8", "gather_host_rows"},
        [](Call& call, hs_resolve_residency_args_t& a, void* wide, void*) {
          call.hot = hs::Tensor(wide, HS_DTYPE_INT16, {Case::kHotRows, Case::kRowBytes});
          a.gather_hot_cache = call.hot;
        }},
-      {"host row width", HS_ERROR_INVALID_ARGUMENT, {"gather_host_rows", "multiple of 16 bytes"},
+      {"host row width",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_host_rows", "multiple of 16 bytes"},
        [](Call& call, hs_resolve_residency_args_t& a, void*, void* odd) {
          call.host = hs::Tensor(odd, HS_DTYPE_UINT8, {Case::kHostRows, 24});
          a.gather_host_rows = call.host;
        }},
-      {"hot cache on another device", HS_ERROR_INVALID_ARGUMENT,
+      {"hot cache on another device",
+       HS_ERROR_INVALID_ARGUMENT,
        {"gather_hot_cache", "expected a tensor on cpu", "topk_indices"},
        [](Call& call, hs_resolve_residency_args_t& a, void*, void*) {
-         call.hot = hs::Tensor(a.gather_hot_cache->data, HS_DTYPE_UINT8, {Case::kHotRows, Case::kRowBytes},
-                               HS_DEVICE_CUDA, 0);
+         call.hot =
+             hs::Tensor(a.gather_hot_cache->data, HS_DTYPE_UINT8, {Case::kHotRows, Case::kRowBytes}, HS_DEVICE_CUDA, 0);
          a.gather_hot_cache = call.hot;
        }},
-      {"3-D hot cache with another block stride", HS_ERROR_INVALID_ARGUMENT,
+      {"3-D hot cache with another block stride",
+       HS_ERROR_INVALID_ARGUMENT,
        {"gather_hot_cache", "gather_hot_block_stride x row width"},
        [](Call& call, hs_resolve_residency_args_t& a, void*, void*) {
          call.hot = hs::Tensor(a.gather_hot_cache->data, HS_DTYPE_UINT8, {4, Case::kHotBlockSize, Case::kRowBytes});

@@ -82,10 +82,9 @@ TEST(ResolverSplitLayout, VllmMtp3OnHopper) {
   EXPECT_EQ(hisparse::resolver_shared_layout(10240, 8192).total_bytes, 328880u);
   const auto split = hisparse::resolver_split_layout(10240, 8192, kHopper);
   using hisparse::resolver_array_bit;
-  EXPECT_EQ(split.in_workspace, resolver_array_bit(hisparse::kResolverLruCopy) |
-                                    resolver_array_bit(hisparse::kResolverEntryCodes) |
-                                    resolver_array_bit(hisparse::kResolverEvictable) |
-                                    resolver_array_bit(hisparse::kResolverMemberFirst));
+  EXPECT_EQ(split.in_workspace,
+            resolver_array_bit(hisparse::kResolverLruCopy) | resolver_array_bit(hisparse::kResolverEntryCodes) |
+                resolver_array_bit(hisparse::kResolverEvictable) | resolver_array_bit(hisparse::kResolverMemberFirst));
   EXPECT_EQ(split.workspace_row_bytes, 2u * 8192 + 4u * 10240 + 4u * 8192);
   EXPECT_LE(split.offsets.total_bytes, kHopper);
   EXPECT_EQ(hisparse::resolver_workspace_bytes(256, 10240, 8192, kHopper), 256u * split.workspace_row_bytes);
@@ -117,8 +116,8 @@ TEST(ResolverSplitLayout, EveryShapeFitsWithTheFewestArraysMoved) {
           // One array fewer would not have fit.
           uint64_t shared = hisparse::resolver_shared_layout(H, U).total_bytes;
           for (int i = 0; i < moved - 1; ++i) {
-            shared -= hisparse::resolver_array_bytes(hisparse::kResolverSpillOrder[i], split.offsets.hash_capacity,
-                                                     H, U);
+            shared -=
+                hisparse::resolver_array_bytes(hisparse::kResolverSpillOrder[i], split.offsets.hash_capacity, H, U);
           }
           EXPECT_GT(shared, limit);
         }
@@ -168,8 +167,7 @@ TEST(ResolverWorkspaceBytes, ArgumentsAreChecked) {
                {"num_state_rows", "-1"});
   expect_error(hs_resolver_workspace_bytes(4, 32768, 2048, 0, &bytes), HS_ERROR_INVALID_ARGUMENT,
                {"device_buffer_size", "32768"});
-  expect_error(hs_resolver_workspace_bytes(4, 64, 65, 0, &bytes), HS_ERROR_INVALID_ARGUMENT,
-               {"max_union_rows", "65"});
+  expect_error(hs_resolver_workspace_bytes(4, 64, 65, 0, &bytes), HS_ERROR_INVALID_ARGUMENT, {"max_union_rows", "65"});
   expect_error(hs_resolver_workspace_bytes(4, 4096, 2048, -1, &bytes), HS_ERROR_INVALID_ARGUMENT, {"device", "-1"});
 }
 
@@ -309,8 +307,8 @@ TEST(ResolverWorkspaceCuda, RequiredCheckedAndBitExact) {
   LargeProblem cpu;
   LargeProblem start = cpu;
   {
-    std::vector<void*> pointers = {cpu.topk.data(), cpu.req.data(), cpu.state.data(), cpu.dgi.data(),
-                                   cpu.lru.data(), cpu.hot_table.data(), cpu.stats.data()};
+    std::vector<void*> pointers = {cpu.topk.data(), cpu.req.data(),       cpu.state.data(), cpu.dgi.data(),
+                                   cpu.lru.data(),  cpu.hot_table.data(), cpu.stats.data()};
     for (auto& o : cpu.outputs) pointers.push_back(o.data());
     LargeCall call(pointers, HS_DEVICE_CPU);
     ASSERT_EQ(hs_resolve_residency(&call.args, nullptr), HS_SUCCESS) << hs_last_error();
@@ -346,13 +344,22 @@ TEST(ResolverWorkspaceCuda, RequiredCheckedAndBitExact) {
   };
   const int64_t ws_rows = static_cast<int64_t>(required);
   const Bad bad[] = {
-      {"missing", hs::Tensor(workspace.data, HS_DTYPE_UINT8, {ws_rows}, HS_DEVICE_CUDA, 0), false, {"workspace", "NULL", required_text.c_str(), "hs_resolver_workspace_bytes"}},
-      {"short", hs::Tensor(workspace.data, HS_DTYPE_UINT8, {ws_rows - 16}, HS_DEVICE_CUDA, 0), true,
+      {"missing",
+       hs::Tensor(workspace.data, HS_DTYPE_UINT8, {ws_rows}, HS_DEVICE_CUDA, 0),
+       false,
+       {"workspace", "NULL", required_text.c_str(), "hs_resolver_workspace_bytes"}},
+      {"short",
+       hs::Tensor(workspace.data, HS_DTYPE_UINT8, {ws_rows - 16}, HS_DEVICE_CUDA, 0),
+       true,
        {"workspace", "at least", required_text.c_str()}},
-      {"dtype", hs::Tensor(workspace.data, HS_DTYPE_INT32, {ws_rows / 4}, HS_DEVICE_CUDA, 0), true,
+      {"dtype",
+       hs::Tensor(workspace.data, HS_DTYPE_INT32, {ws_rows / 4}, HS_DEVICE_CUDA, 0),
+       true,
        {"workspace", "uint8"}},
       {"on the host", hs::Tensor(start.dgi.data(), HS_DTYPE_UINT8, {ws_rows}), true, {"workspace"}},
-      {"misaligned", hs::Tensor(workspace.data + 8, HS_DTYPE_UINT8, {ws_rows}, HS_DEVICE_CUDA, 0), true,
+      {"misaligned",
+       hs::Tensor(workspace.data + 8, HS_DTYPE_UINT8, {ws_rows}, HS_DEVICE_CUDA, 0),
+       true,
        {"workspace", "aligned to 16"}},
   };
   for (const Bad& b : bad) {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "hisparse/hisparse.hpp"
 #include "expect_status.hpp"
+#include "hisparse/hisparse.hpp"
 
 namespace {
 
@@ -71,7 +71,8 @@ struct Fixture {
     block_table.resize(kReqs * kBlocksPerReq);
     std::iota(block_table.begin(), block_table.end(), 1);
     for (auto& layer : host) {
-      host_tensors.push_back(hs_tensor_t{layer.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, host_shape.data(), nullptr});
+      host_tensors.push_back(
+          hs_tensor_t{layer.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, host_shape.data(), nullptr});
     }
     slab_tensor = hs_tensor_t{slab.data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 1, slab_shape.data(), nullptr};
     table_tensor = hs_tensor_t{block_table.data(), HS_DTYPE_INT32, HS_DEVICE_CPU, 0, 2, table_shape.data(), nullptr};
@@ -258,8 +259,7 @@ TEST(Runtime, BindingChecksNameTheArgument) {
   b.block_size = 2 * kBlock;
   b.block_stride = kBlockStride * 2;
   b.num_blocks = kSlabBlocks / 2;
-  expect_error(hs_runtime_bind_hot_cache(odd.get(), &b), HS_ERROR_INVALID_ARGUMENT,
-               {"block_size", "leader", "4", "8"});
+  expect_error(hs_runtime_bind_hot_cache(odd.get(), &b), HS_ERROR_INVALID_ARGUMENT, {"block_size", "leader", "4", "8"});
 
   // Unbind restores the unbound state.
   leader.unbind();
@@ -341,10 +341,8 @@ TEST(Runtime, MisuseIsRefusedWithAStatus) {
   // A leader without top-k; a follower asking for other rows than staged.
   hs_runtime_swap_in_args_t empty;
   hs_runtime_swap_in_args_init(&empty);
-  expect_error(hs_runtime_swap_in(leader.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"topk_indices"});
-  expect_error(hs_runtime_swap_in(follower.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
-               {"num_tokens"});
+  expect_error(hs_runtime_swap_in(leader.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT, {"topk_indices"});
+  expect_error(hs_runtime_swap_in(follower.get(), &empty, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT, {"num_tokens"});
   leader.begin_forward();
   follower.begin_forward();
   leader.swap_in(s.args(true));
@@ -447,13 +445,13 @@ TEST(Runtime, SlotInvalidatorClearsEveryGroup) {
     }
     EXPECT_EQ(held, 6) << "only the written slots of the writing requests are dropped";
   }
-  EXPECT_EQ(hs_slot_invalidator_run(invalidate.get(), runtimes, 0, &s.state_tensor, &req_tensor, &written_tensor,
-                                    nullptr),
-            HS_SUCCESS);
+  EXPECT_EQ(
+      hs_slot_invalidator_run(invalidate.get(), runtimes, 0, &s.state_tensor, &req_tensor, &written_tensor, nullptr),
+      HS_SUCCESS);
   const hs_runtime_t with_null[1] = {nullptr};
-  expect_error(hs_slot_invalidator_run(invalidate.get(), with_null, 1, &s.state_tensor, &req_tensor, &written_tensor,
-                                       nullptr),
-               HS_ERROR_INVALID_ARGUMENT, {"runtimes[0]"});
+  expect_error(
+      hs_slot_invalidator_run(invalidate.get(), with_null, 1, &s.state_tensor, &req_tensor, &written_tensor, nullptr),
+      HS_ERROR_INVALID_ARGUMENT, {"runtimes[0]"});
 }
 
 // The bytes of a group tensor (contiguous, owned by the group).
@@ -600,13 +598,12 @@ struct LayerGroup {
     for (int l = 0; l < n; ++l) {
       layers[l].resize(kHostRows * kRowBytes);
       for (int64_t h = 0; h < kHostRows; ++h) {
-        std::memcpy(layers[l].data() + h * kRowBytes, token_major.data() + (h * n + order[l]) * kRowBytes,
-                    kRowBytes);
+        std::memcpy(layers[l].data() + h * kRowBytes, token_major.data() + (h * n + order[l]) * kRowBytes, kRowBytes);
       }
-      token_major_views.push_back(hs_tensor_t{token_major.data() + order[l] * kRowBytes, HS_DTYPE_UINT8,
-                                              HS_DEVICE_CPU, 0, 2, row_shape.data(), token_major_strides.data()});
-      layer_views.push_back(hs_tensor_t{layers[l].data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, row_shape.data(),
-                                        nullptr});
+      token_major_views.push_back(hs_tensor_t{token_major.data() + order[l] * kRowBytes, HS_DTYPE_UINT8, HS_DEVICE_CPU,
+                                              0, 2, row_shape.data(), token_major_strides.data()});
+      layer_views.push_back(
+          hs_tensor_t{layers[l].data(), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, row_shape.data(), nullptr});
     }
     slab.assign(static_cast<size_t>(kSlabBlocks * stride), 0);
     slab_shape = {static_cast<int64_t>(slab.size())};
@@ -807,7 +804,12 @@ TEST(Runtime, GroupGatherIsRefusedUnlessTheFollowersTile) {
   // Adjacent bases, but follower 3 at piece 3 steps over every other slot:
   // half the rows at twice the pitch (refused for the row count first).
   std::vector<int64_t> half_shape{kHostRows / 2, kRowBytes}, double_pitch{2 * 4 * kRowBytes, 1};
-  hs_tensor_t sparse{f.token_major.data() + 3 * kRowBytes, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 2, half_shape.data(),
+  hs_tensor_t sparse{f.token_major.data() + 3 * kRowBytes,
+                     HS_DTYPE_UINT8,
+                     HS_DEVICE_CPU,
+                     0,
+                     2,
+                     half_shape.data(),
                      double_pitch.data()};
   f.runtimes[3].bind_source_cache(&sparse);
   for (int64_t h = 0; h < kHostRows / 2; ++h) {

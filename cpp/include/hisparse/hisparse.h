@@ -30,8 +30,7 @@
 #define HISPARSE_VERSION_PATCH 0
 #define HISPARSE_VERSION_STRING "0.1.0"
 #define HISPARSE_VERSION_CODE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
-#define HISPARSE_VERSION \
-  HISPARSE_VERSION_CODE(HISPARSE_VERSION_MAJOR, HISPARSE_VERSION_MINOR, HISPARSE_VERSION_PATCH)
+#define HISPARSE_VERSION HISPARSE_VERSION_CODE(HISPARSE_VERSION_MAJOR, HISPARSE_VERSION_MINOR, HISPARSE_VERSION_PATCH)
 
 #if defined(HISPARSE_BUILDING)
 #define HS_API __attribute__((visibility("default")))
@@ -209,8 +208,7 @@ typedef struct hs_host_pool* hs_host_pool_t;
  * parallel, and register it with the GPU in segments (per `registration`).
  * Blocking; may take seconds for large pools. On failure nothing is leaked.
  * The memory is zero-filled. */
-HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options,
-                                       hs_host_pool_t* pool);
+HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs_host_pool_t* pool);
 
 /* Unregister every segment, then unmap. Idempotent: later calls succeed and
  * do nothing. Blocking. The caller guarantees no GPU work still reads the
@@ -243,8 +241,7 @@ typedef struct hs_host_pool_info {
 HS_API hs_status_t hs_host_pool_get_info(hs_host_pool_t pool, hs_host_pool_info_t* info);
 
 /* Exact byte range of registration segment `index` (0 <= index < num_segments). */
-HS_API hs_status_t hs_host_pool_segment(hs_host_pool_t pool, int32_t index,
-                                        void** data, uint64_t* bytes);
+HS_API hs_status_t hs_host_pool_segment(hs_host_pool_t pool, int32_t index, void** data, uint64_t* bytes);
 
 /* ------------------------------------------------------------------ layout */
 
@@ -262,9 +259,8 @@ typedef struct hs_host_layout {
  * HS_ERROR_INVALID_ARGUMENT when the budget holds no block, or too few blocks
  * for one request at `max_model_len` plus the null block and a copy-on-write
  * tail. */
-HS_API hs_status_t hs_plan_host_layout(uint64_t page_size_bytes, int64_t block_size,
-                                       int64_t max_model_len, uint64_t host_budget_bytes,
-                                       hs_host_layout_t* layout);
+HS_API hs_status_t hs_plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t max_model_len,
+                                       uint64_t host_budget_bytes, hs_host_layout_t* layout);
 
 /* ------------------------------------------------------------------ configuration */
 
@@ -304,8 +300,7 @@ HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device);
 /* Dynamic shared memory, in bytes, that the CUDA residency resolver needs per
  * block to keep every array of a request of `device_buffer_size` hot slots
  * and `max_union_rows` union rows in shared memory. */
-HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size,
-                                                   int32_t max_union_rows, uint64_t* bytes);
+HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, int32_t max_union_rows, uint64_t* bytes);
 
 /* Bytes of the global workspace (hs_resolve_residency_args_t.workspace) that
  * the CUDA residency resolver needs on CUDA device `device` for
@@ -323,8 +318,7 @@ HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t d
  * read registered host memory directly, zero-copy). Both tensors contiguous
  * with the same byte size; `dst` on the device whose backend runs the copy.
  * Stream-ordered, capturable. */
-HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
-                                 hs_stream_t stream);
+HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src, hs_stream_t stream);
 
 /* How a fused gather's rows move on CUDA (hs_resolve_residency_args_t
  * gather_schedule, version 3); the bytes, outputs, state and counters are the
@@ -411,8 +405,7 @@ static inline void hs_resolve_residency_args_init(hs_resolve_residency_args_t* a
   args->struct_size = sizeof(*args);
   args->struct_version = HS_RESOLVE_RESIDENCY_ARGS_VERSION;
 }
-HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args,
-                                        hs_stream_t stream);
+HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args, hs_stream_t stream);
 
 /* Indices of the counters in a stats tensor. */
 typedef enum hs_stat {
@@ -428,8 +421,8 @@ typedef enum hs_stat {
 } /* extern "C" */
 #endif
 
-#include "hisparse/index_group.h"
 #include "hisparse/data_movement.h"
+#include "hisparse/index_group.h"
 #include "hisparse/runtime.h"
 #include "hisparse/staging.h"
 

@@ -117,8 +117,7 @@ HS_API hs_status_t hs_index_group_get_info(hs_index_group_t group, hs_index_grou
 /* A borrowed descriptor of tensor `which`: data, dtype, device and the shape
  * (strides NULL: contiguous) are owned by the group and stay valid, and
  * constant, until hs_index_group_destroy. Non-blocking. */
-HS_API hs_status_t hs_index_group_get_tensor(hs_index_group_t group, hs_index_group_tensor_t which,
-                                             hs_tensor_t* out);
+HS_API hs_status_t hs_index_group_get_tensor(hs_index_group_t group, hs_index_group_tensor_t which, hs_tensor_t* out);
 
 /* Drop all hot-region state (every hit becomes a miss): device_global_indices
  * = -1, lru_slots = lru_init in every row, device counters = 0. One kernel
