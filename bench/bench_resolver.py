@@ -7,9 +7,27 @@ random permutation of its context, sliding by m = miss_rate * k each step, so
 every step has exactly m fresh positions (misses, local to the request's own
 host blocks) and k - m positions the hot buffer already holds (hits).
 
-Four timings per point: the resolver alone; the resolver then the plain
-warp-per-row gather; the resolver then the default gather; and the resolver
-with the fused gather (it copies its own swap list's rows, one launch).
+Five timings per point: the resolver alone; the resolver then the plain
+warp-per-row gather; the resolver then the default gather; the resolver
+with the fused gather (it copies its own swap list's rows, one launch:
+gather_schedule="fused"); and the fused gather's automatic schedule
+(gather_schedule="auto", the library's default: requests with a few misses
+copy them in the resolve launch, the others' rows go to a gather kernel
+launched right after it).
+
+Speculative shapes (--sections speculative, reported under
+"speculative_points" beside the grid's "points"): q = 2 or 4 token rows per
+request (MTP with 1 or 3 draft tokens) on hot buffers of 6,144 to 16,384
+slots, max_union_rows = min(H, q x k) (vLLM's MTP-3 case: H = 10,240, union
+8,192). Row r of a request selects the window of k positions r x k further
+along the same sliding order, so a request's union is q x k positions
+(capped at H) and each step still brings m new ones. Shapes whose resolver
+arrays do not fit a block's shared memory run with their workspace.
+
+Every point also reports the line bound: a row read alone costs whole
+128-byte lines (six for 656 bytes: 768 B), so a step cannot take less than
+missed rows x line bytes / memcpy bandwidth; *_over_line_bound are the
+paths' times over it.
 
 Timing (hisparse.bench.measure.Timer): N consecutive steps are captured in
 one CUDA graph (each step reads its own top-k buffer); the state is restored
@@ -57,17 +75,33 @@ def parse_args(argv=None):
     parser.add_argument("--baseline-steps", type=int, default=5)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: the CPU reference kernels, timed eagerly (a smoke test)")
+    parser.add_argument("--sections", default="grid",
+                        help="comma-separated: grid (batches x miss rates at --hot-size, one token row per "
+                             "request), speculative (the --spec-* shapes)")
+    parser.add_argument("--spec-batches", default="1,16,64,256")
+    parser.add_argument("--spec-miss-rates", default="0.001,0.05,0.2")
+    parser.add_argument("--spec-token-rows", default="2,4", help="token rows per request")
+    parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     return parser.parse_args(argv)
 
 
-class Scenario:
-    """Static tensors for one (batch, miss rate) point."""
+def row_lines(row_bytes):
+    """The most 128-byte lines one row of the host cache touches (its rows
+    start at multiples of row_bytes from a line-aligned pool): six for 656."""
+    return max(-(-((g * row_bytes) % 128 + row_bytes) // 128) for g in range(128))
 
-    def __init__(self, args, batch, miss_rate, host_cache, hot_cache):
+
+class Scenario:
+    """Static tensors for one (batch, miss rate) point, with `token_rows`
+    rows per request on hot buffers of `hot` slots."""
+
+    def __init__(self, args, batch, miss_rate, host_cache, hot_cache, token_rows=1, hot=None):
         device = torch.device(args.device)
-        k, hot, bs = args.top_k, args.hot_size, args.block_size
-        self.args, self.batch = args, batch
+        k, bs = args.top_k, args.block_size
+        hot = args.hot_size if hot is None else hot
+        self.args, self.batch, self.token_rows, self.hot = args, batch, token_rows, hot
+        self.max_union_rows = min(hot, token_rows * k)
         self.misses_per_request = max(1, round(miss_rate * k))
         blocks_per_request = args.context // bs
         self.host_rows = host_cache.shape[0]
@@ -80,32 +114,49 @@ class Scenario:
             torch.arange(batch, device=device, dtype=torch.int32)[:, None] * hot_blocks
             + torch.arange(hot_blocks, device=device, dtype=torch.int32)
         ).contiguous()
-        self.req_id = torch.arange(batch, device=device, dtype=torch.int32)
+        rows = batch * token_rows
+        self.req_id = torch.arange(batch, device=device, dtype=torch.int32).repeat_interleave(token_rows)
         self.state_rows = torch.arange(batch, device=device, dtype=torch.int32)
         self.dgi = torch.full((batch, hot), -1, dtype=torch.int32, device=device)
         self.lru = torch.arange(hot, dtype=torch.int16, device=device).repeat(batch, 1).contiguous()
         total_steps = args.steps + 2
-        needed = k + total_steps * self.misses_per_request
+        needed = token_rows * k + total_steps * self.misses_per_request
         if needed > args.context:
-            raise SystemExit(f"--context {args.context} too small for {total_steps} steps at miss rate {miss_rate}")
+            raise SystemExit(f"--context {args.context} too small for {total_steps} steps of {token_rows} token "
+                             f"rows at miss rate {miss_rate}")
         order = torch.argsort(torch.rand(batch, args.context, device=device), dim=1).to(torch.int32)
+        m = self.misses_per_request
         self.topk = torch.stack(
-            [order[:, i * self.misses_per_request : i * self.misses_per_request + k] for i in range(total_steps)]
-        ).contiguous()  # [steps, batch, k]
+            [
+                torch.stack([order[:, i * m + r * k : i * m + r * k + k] for r in range(token_rows)], dim=1)
+                .reshape(rows, k)
+                for i in range(total_steps)
+            ]
+        ).contiguous()  # [steps, batch * token_rows, k]
         outputs = ("attention", "hot_rows", "resolved", "miss_mask", "swap_host", "swap_device")
-        self.out = {name: torch.empty((batch, k), dtype=torch.int32, device=device) for name in outputs}
-        self.valid_counts = torch.empty(batch, dtype=torch.int32, device=device)
-        self.swap_counts = torch.empty(batch, dtype=torch.int32, device=device)
+        self.out = {name: torch.empty((rows, k), dtype=torch.int32, device=device) for name in outputs}
+        self.valid_counts = torch.empty(rows, dtype=torch.int32, device=device)
+        self.swap_counts = torch.empty(rows, dtype=torch.int32, device=device)
         self.host_cache, self.hot_cache = host_cache, hot_cache
+        # Shapes whose resolver arrays do not fit a block's shared memory.
+        self.workspace = None
+        if device.type == "cuda":
+            size = hisparse.ops.resolver_workspace_bytes(batch, hot, self.max_union_rows, device)
+            if size:
+                self.workspace = torch.empty(size, dtype=torch.uint8, device=device)
 
-    def resolve(self, step, fn=hisparse.ops.resolve_residency, fused=False):
+    def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None):
         a = self.args
-        # The fused gather: the resolver copies its own swap list's rows.
-        gather = dict(gather_host_cache=self.host_cache, gather_hot_cache=self.hot_cache) if fused else {}
+        # The fused gather (schedule "fused" or "auto"): the resolver copies its own swap list's rows.
+        gather = {}
+        if schedule is not None:
+            gather = dict(gather_host_cache=self.host_cache, gather_hot_cache=self.hot_cache, gather_schedule=schedule)
+        if self.workspace is not None and fn is hisparse.ops.resolve_residency:
+            gather["workspace"] = self.workspace
         fn(
             self.topk[step], self.req_id, self.state_rows, self.dgi, self.lru, self.hot_block_table,
             hot_block_size=a.block_size, attention_block_stride=a.block_size, host_rows=self.host_rows,
-            max_union_rows=a.top_k, out_attention=self.out["attention"], out_hot_rows=self.out["hot_rows"],
+            max_union_rows=self.max_union_rows, out_attention=self.out["attention"], out_hot_rows=self.out["hot_rows"],
             out_resolved=self.out["resolved"], out_miss_mask=self.out["miss_mask"],
             out_valid_counts=self.valid_counts, out_swap_host_rows=self.out["swap_host"],
             out_swap_device_rows=self.out["swap_device"], out_swap_counts=self.swap_counts,
@@ -119,23 +170,24 @@ class Scenario:
         )
 
 
-def make_caches(args, max_batch, device):
+def make_caches(args, max_batch, device, max_hot=None):
     """The host pool (registered on CUDA) with every request's host blocks as
     Scenario numbers them (block 0 is the null block), a uint8 view of its
-    rows, and a hot cache for max_batch requests. Keep the pool alive while
-    the view is in use."""
+    rows, and a hot cache for max_batch requests of max_hot slots (default
+    --hot-size). Keep the pool alive while the view is in use."""
     device = torch.device(device)
     host_rows = (1 + max_batch * (args.context // args.block_size)) * args.block_size
     pool = hisparse.HostPool(host_rows * args.row_bytes, register="always" if device.type == "cuda" else "never")
     host_cache = pool.view("uint8", (host_rows, args.row_bytes))
     host_cache.fill_(0x5A)  # populated, non-zero rows; the bytes themselves are checked by the tests
-    hot_cache = torch.empty((max_batch * args.hot_size, args.row_bytes), dtype=torch.uint8, device=device)
+    max_hot = args.hot_size if max_hot is None else max_hot
+    hot_cache = torch.empty((max_batch * max_hot, args.row_bytes), dtype=torch.uint8, device=device)
     return pool, host_cache, hot_cache
 
 
-def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
+def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows=1, hot=None):
     device = torch.device(args.device)
-    s = Scenario(args, batch, miss_rate, host_cache, hot_cache)
+    s = Scenario(args, batch, miss_rate, host_cache, hot_cache, token_rows, hot)
     s.resolve(0)  # cold start: fill the hot buffers
     s.resolve(1)
     measure.synchronize(device)
@@ -146,11 +198,15 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
         s.lru.copy_(snapshot[1])
 
     results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch}
+    if token_rows != 1 or hot is not None:
+        results.update(token_rows=token_rows, hot_size=s.hot, max_union_rows=s.max_union_rows,
+                       workspace_bytes=0 if s.workspace is None else s.workspace.numel())
     variants = {
         "resolve": None,
         "resolve+gather_warp_per_row": "warp_per_row",
         "resolve+gather_default": "auto",
         "resolve_fused_gather": "fused",
+        "resolve_auto_gather": "auto",
     }
     # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
     timer = measure.Timer(device)
@@ -158,8 +214,8 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
 
         def steps(variant=variant):
             for step in range(2, 2 + args.steps):
-                s.resolve(step, fused=variant == "fused")
-                if variant not in (None, "fused"):
+                s.resolve(step, schedule=variant if variant in ("fused", "auto") else None)
+                if variant not in (None, "fused", "auto"):
                     s.gather(variant)
 
         timing = timer.time(steps, repeats=args.replays, restore=restore)
@@ -183,7 +239,9 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
             results["baseline_agrees"] = all(
                 torch.equal(reference[n], s.out[n]) for n in ("attention", "hot_rows", "resolved", "miss_mask")
             )
-    results["baseline_torch_us"] = statistics.median(times)
+    # --baseline-steps 0 skips the baseline (large speculative shapes take it long).
+    results["baseline_torch_us"] = statistics.median(times) if times else float("nan")
+    results.setdefault("baseline_agrees", None)
     results["speedup_vs_torch"] = results["baseline_torch_us"] / results["resolve_us"]
     missed_bytes = results["misses_per_step"] * args.row_bytes
     results["missed_bytes"] = missed_bytes
@@ -193,7 +251,30 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps):
     results["fused_over_ideal"] = results["resolve_fused_gather_us"] / ideal
     results["gather_default_gbps"] = missed_bytes / (
         max(results["resolve+gather_default_us"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
+    # The line bound, from the rows the step really missed.
+    line_bytes = 128 * row_lines(args.row_bytes)
+    results["line_bytes_per_row"] = line_bytes
+    results["ideal_line_bound_us"] = results["swap_rows_observed"] * line_bytes / (memcpy_gbps * 1e9) * 1e6
+    best = min(results["resolve+gather_default_us"], results["resolve_fused_gather_us"])
+    for name, us in (("gather_default", results["resolve+gather_default_us"]),
+                     ("fused", results["resolve_fused_gather_us"]), ("auto", results["resolve_auto_gather_us"]),
+                     ("best", best)):
+        results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
     return results
+
+
+def report(r):
+    shape = f"q={r['token_rows']} H={r['hot_size']:<5} " if "token_rows" in r else ""
+    print(
+        f"{shape}B={r['batch']:<4} miss={r['miss_rate']:<6} misses={r['swap_rows_observed']:<6} "
+        f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
+        f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  "
+        f"auto={r['resolve_auto_gather_us']:8.2f}us  "
+        f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
+        f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
+        f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
+        flush=True,
+    )
 
 
 def main(argv=None):
@@ -201,10 +282,21 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench_resolver needs a CUDA device (or --device cpu for a smoke test)")
-    batches = [int(b) for b in args.batches.split(",")]
+    sections = set(args.sections.split(","))
+    if not sections <= {"grid", "speculative"}:
+        raise SystemExit(f"--sections: expected grid and/or speculative, got {args.sections}")
+    batches = [int(b) for b in args.batches.split(",")] if "grid" in sections else []
     miss_rates = [float(m) for m in args.miss_rates.split(",")]
+    spec = []
+    if "speculative" in sections:
+        spec = [(q, h, b, m) for q in (int(x) for x in args.spec_token_rows.split(","))
+                for h in (int(x) for x in args.spec_hot_sizes.split(","))
+                for b in (int(x) for x in args.spec_batches.split(","))
+                for m in (float(x) for x in args.spec_miss_rates.split(","))]
     setup = time.perf_counter()
-    pool, host_cache, hot_cache = make_caches(args, max(batches), device)
+    max_batch = max(batches + [b for _, _, b, _ in spec])
+    max_hot = max([args.hot_size] + [h for _, h, _, _ in spec])
+    pool, host_cache, hot_cache = make_caches(args, max_batch, device, max_hot)
     setup = time.perf_counter() - setup
     memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
     memcpy_gbps = memcpy["gbps"]
@@ -213,15 +305,11 @@ def main(argv=None):
     for batch in batches:
         for miss_rate in miss_rates:
             rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps))
-            r = rows[-1]
-            print(
-                f"B={batch:<4} miss={miss_rate:<6} misses={r['misses_per_step']:<6} "
-                f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
-                f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  "
-                f"fused={r['resolve_fused_gather_us']:8.2f}us  ideal={r['ideal_transfer_us']:7.2f}us  "
-                f"torch={r['baseline_torch_us']:9.1f}us  x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
-                flush=True,
-            )
+            report(rows[-1])
+    spec_rows = []
+    for token_rows, hot, batch, miss_rate in spec:
+        spec_rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows, hot))
+        report(spec_rows[-1])
     env = measure.environment(device)
     # How the ceiling was measured (host-to-host on the CPU) sits here, so the top-level keys stay those of
     # the published results.
@@ -234,6 +322,8 @@ def main(argv=None):
         "memcpy_h2d_gbps": memcpy_gbps,
         "points": rows,
     }
+    if spec:
+        result["speculative_points"] = spec_rows
     del host_cache
     if args.out:
         with open(args.out, "w") as handle:

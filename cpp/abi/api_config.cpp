@@ -8,15 +8,25 @@
 
 using namespace hisparse;
 
+namespace {
+
+Backend& require_cuda_backend() {
+  Backend* cuda = cuda_backend();
+  if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
+  return *cuda;
+}
+
+}  // namespace
+
 extern "C" {
 
 HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
   return api_guard([&] {
-    const hs_config_t c = resolve_config(read_struct<HS_CONFIG_VERSION>(config, "config"));
+    resolve_config(read_struct<HS_CONFIG_VERSION>(config, "config"));
     if (device < 0) return;
-    Backend* cuda = cuda_backend();
-    if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
-    check_resolver_shared_memory(*cuda, device, c.device_buffer_size, c.max_union_rows);
+    // Every valid shape runs on a CUDA device (with a workspace where it does
+    // not fit shared memory); what remains to check is the device itself.
+    resolver_shared_memory_limit(require_cuda_backend(), device);
   });
 }
 
@@ -37,15 +47,22 @@ HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, i
                                                    uint64_t* bytes) {
   return api_guard([&] {
     require_pointer(bytes, "bytes");
-    if (device_buffer_size < 1 || device_buffer_size > kMaxDeviceBufferSize) {
-      invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize, ", got ",
-                       device_buffer_size);
-    }
-    if (max_union_rows < 1 || max_union_rows > device_buffer_size) {
-      invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", device_buffer_size,
-                       "), got ", max_union_rows);
-    }
+    check_resolver_shape(device_buffer_size, max_union_rows);
     *bytes = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
+  });
+}
+
+HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t device_buffer_size,
+                                               int32_t max_union_rows, int device, uint64_t* bytes) {
+  return api_guard([&] {
+    require_pointer(bytes, "bytes");
+    if (num_state_rows < 0) {
+      invalid_argument("num_state_rows: expected a non-negative number of state rows, got ", num_state_rows);
+    }
+    check_resolver_shape(device_buffer_size, max_union_rows);
+    if (device < 0) invalid_argument("device: expected a CUDA device index >= 0, got ", device);
+    *bytes = resolver_workspace_bytes_on_device(require_cuda_backend(), device, num_state_rows, device_buffer_size,
+                                                max_union_rows);
   });
 }
 

@@ -3,7 +3,6 @@
 // runs the launch.
 #include "abi/api_guard.hpp"
 #include "core/backend.hpp"
-#include "core/config.hpp"
 #include "core/resolve_residency_args.hpp"
 
 using namespace hisparse;
@@ -15,9 +14,7 @@ HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args,
     Device device;
     const ResolveResidencyParams params =
         resolve_residency_params(read_struct<HS_RESOLVE_RESIDENCY_ARGS_VERSION>(args, "args"), &device);
-    Backend& backend = backend_for(device);
-    if (device.is_cuda()) check_resolver_shared_memory(backend, device.index, params.hot_size, params.max_union_rows);
-    backend.resolve_residency(params, stream);
+    backend_for(device).resolve_residency(params, stream);
   });
 }
 

@@ -69,18 +69,25 @@ hs_config_t resolve_config(const hs_config_t& config) {
   return c;
 }
 
-void check_resolver_shared_memory(const Backend& backend, int device, int32_t device_buffer_size,
-                                  int32_t max_union_rows) {
-  const uint64_t required = resolver_shared_layout(device_buffer_size, max_union_rows).total_bytes;
-  const uint64_t available = backend.device_properties(device).max_shared_memory_per_block;
-  if (required > available) {
-    invalid_argument("hisparse residency resolution needs ", required,
-                     " B of shared memory per block for "
-                     "device_buffer_size=",
-                     device_buffer_size, " and ", max_union_rows,
-                     " rows per request (max_union_rows: decode query length x top_k), but the device allows ",
-                     available, " B. Lower device_buffer_size or num_speculative_tokens.");
+void check_resolver_shape(int32_t device_buffer_size, int32_t max_union_rows) {
+  if (device_buffer_size < 1 || device_buffer_size > kMaxDeviceBufferSize) {
+    invalid_argument("device_buffer_size: expected 1 <= device_buffer_size <= ", kMaxDeviceBufferSize, ", got ",
+                     device_buffer_size);
   }
+  if (max_union_rows < 1 || max_union_rows > device_buffer_size) {
+    invalid_argument("max_union_rows: expected 1 <= max_union_rows <= device_buffer_size (", device_buffer_size,
+                     "), got ", max_union_rows);
+  }
+}
+
+uint64_t resolver_shared_memory_limit(const Backend& backend, int device) {
+  return backend.device_properties(device).max_shared_memory_per_block;
+}
+
+uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, int64_t num_state_rows,
+                                            int32_t device_buffer_size, int32_t max_union_rows) {
+  return resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows,
+                                  resolver_shared_memory_limit(backend, device));
 }
 
 }  // namespace hisparse

@@ -1,6 +1,8 @@
 // A hisparse configuration: its defaults (defined here and nowhere else),
-// its up-front validation, and the check of the residency resolver's shared
-// memory against a device (the seed's _check_residency_shared_memory).
+// its up-front validation, and what the CUDA residency resolver needs of a
+// device (the seed's _check_residency_shared_memory: here every shape runs,
+// and a shape whose arrays do not fit one block's shared memory takes a
+// global workspace).
 #pragma once
 
 #include <cstdint>
@@ -27,9 +29,17 @@ int32_t default_max_swap_rows(int32_t max_num_reqs, int32_t num_speculative_toke
 // field out of range.
 hs_config_t resolve_config(const hs_config_t& config);
 
-// Throws HS_ERROR_INVALID_ARGUMENT when the resolver for (H, max_union_rows)
-// needs more shared memory per block than device `device` of `backend` allows.
-void check_resolver_shared_memory(const Backend& backend, int device, int32_t device_buffer_size,
-                                  int32_t max_union_rows);
+// Throws HS_ERROR_INVALID_ARGUMENT naming the argument unless (H,
+// max_union_rows) is a resolver shape: 1 <= H <= kMaxDeviceBufferSize and
+// 1 <= max_union_rows <= H.
+void check_resolver_shape(int32_t device_buffer_size, int32_t max_union_rows);
+// The opt-in shared memory per block of device `device` of `backend` (the
+// backend's error for a device that does not exist).
+uint64_t resolver_shared_memory_limit(const Backend& backend, int device);
+// Bytes of the global workspace the CUDA resolver needs on `device` for
+// num_state_rows state rows of (H, max_union_rows): 0 when every array of a
+// request fits one block's shared memory (resolver_shared_memory.hpp).
+uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, int64_t num_state_rows,
+                                            int32_t device_buffer_size, int32_t max_union_rows);
 
 }  // namespace hisparse

@@ -114,11 +114,6 @@ IndexGroup::Memory::~Memory() {
 
 IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
     : options_(resolve_index_group_options(options)), backend_(backend) {
-  // The resolver has to fit the device; better to learn it now than at the
-  // first decode step.
-  if (options_.device.is_cuda()) {
-    check_resolver_shared_memory(backend_, options_.device.index, options_.device_buffer_size, options_.max_union_rows);
-  }
   const uint64_t state = static_cast<uint64_t>(options_.max_num_reqs) * options_.device_buffer_size;
   const uint64_t shared = static_cast<uint64_t>(options_.max_swap_rows) * options_.top_k;
   const uint64_t rows = static_cast<uint64_t>(options_.max_swap_rows);
@@ -145,6 +140,15 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
     offsets_[i] = offset;
     offset = align_up(offset + sizes[i], kTensorAlignment);
   }
+  // Allocated here so that no resolve through the group needs anything of
+  // its caller (hs_resolve_residency_args_t.workspace).
+  const uint64_t workspace_offset = offset;
+  const uint64_t workspace_bytes =
+      options_.device.is_cuda()
+          ? resolver_workspace_bytes_on_device(backend_, options_.device.index, options_.max_num_reqs,
+                                               options_.device_buffer_size, options_.max_union_rows)
+          : 0;
+  offset = align_up(offset + workspace_bytes, kTensorAlignment);
   device_bytes_ = offset;
   memory_ = std::make_unique<Memory>(backend_, options_.device.index, device_bytes_);
 
@@ -166,6 +170,7 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
   describe(HS_INDEX_GROUP_STATS, at(HS_INDEX_GROUP_STATS), HS_DTYPE_INT64, device_type, HS_NUM_STATS, 0);
   describe(HS_INDEX_GROUP_STATS_HOST, memory_->host_stats(), HS_DTYPE_INT64,
            memory_->host_registered() ? HS_DEVICE_CUDA_HOST : HS_DEVICE_CPU, HS_NUM_STATS, 0);
+  if (workspace_bytes > 0) workspace_ = reinterpret_cast<uint8_t*>(memory_->device_base() + workspace_offset);
 
   initialise();
 }
@@ -277,6 +282,7 @@ void IndexGroup::fill_resolve_params(int64_t row_offset, ResolveResidencyParams*
   p.hot_size = options_.device_buffer_size;
   p.max_union_rows = options_.max_union_rows;
   p.stats = data<int64_t>(HS_INDEX_GROUP_STATS);
+  p.workspace = workspace_;
   // Rows [row_offset, row_offset + T) of the shared [R, K] and [R] outputs.
   auto rows_of = [&](hs_index_group_tensor_t which) { return data<int32_t>(which) + row_offset * K; };
   p.out_attention = rows_of(HS_INDEX_GROUP_ATTENTION_INDICES);
@@ -318,6 +324,7 @@ ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_a
   resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
                               TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
                               device, &p);
+  resolve_gather_schedule(a.gather_schedule, &p);
   return p;
 }
 

@@ -106,6 +106,10 @@ class IndexGroup {
   std::unique_ptr<Memory> memory_;
   std::array<hs_tensor_t, kNumTensors> tensors_{};
   std::array<std::array<int64_t, 2>, kNumTensors> shapes_{};
+  // The CUDA resolver's workspace for every state row (uint8, in the slab),
+  // for shapes whose arrays do not fit one block's shared memory; empty
+  // (data null) when none is needed or on the CPU.
+  uint8_t* workspace_ = nullptr;
 };
 
 }  // namespace hisparse

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/backend.hpp"
 #include "core/config.hpp"
 #include "core/data_movement.hpp"
 #include "core/error.hpp"
@@ -189,6 +190,43 @@ void resolve_fused_gather_params(const GatherCompactParams& gather, ResolveResid
   p.fused_gather = true;
 }
 
+void resolve_gather_schedule(int32_t schedule, ResolveResidencyParams* params) {
+  if (!params->fused_gather) {
+    if (schedule != HS_RESOLVE_GATHER_AUTO) {
+      invalid_argument("gather_schedule: expected 0 without a fused gather (gather_host_cache and gather_hot_cache "
+                       "are NULL), got ",
+                       schedule);
+    }
+    return;
+  }
+  if (schedule != HS_RESOLVE_GATHER_AUTO && schedule != HS_RESOLVE_GATHER_FUSED) {
+    invalid_argument("gather_schedule: expected HS_RESOLVE_GATHER_AUTO (", static_cast<int>(HS_RESOLVE_GATHER_AUTO),
+                     ") or HS_RESOLVE_GATHER_FUSED (", static_cast<int>(HS_RESOLVE_GATHER_FUSED), "), got ", schedule);
+  }
+  params->gather_schedule = schedule;
+}
+
+void resolve_workspace_params(const TensorArg& workspace, const Device& device, ResolveResidencyParams* params) {
+  ResolveResidencyParams& p = *params;
+  if (!device.is_cuda()) return;
+  const uint64_t required = resolver_workspace_bytes_on_device(backend_for(device), device.index, p.num_state_rows,
+                                                               p.hot_size, p.max_union_rows);
+  if (required == 0) return;
+  if (!workspace.present()) {
+    invalid_argument("workspace: device_buffer_size=", p.hot_size, " with max_union_rows=", p.max_union_rows,
+                     " does not fit the device's shared memory per block, so the CUDA resolver needs a workspace of ",
+                     required, " B for ", p.num_state_rows,
+                     " state rows (hs_resolver_workspace_bytes; an index group allocates its own), got NULL");
+  }
+  workspace.dtype_is(HS_DTYPE_UINT8).contiguous().on(device, "topk_indices").aligned(16);
+  if (static_cast<uint64_t>(workspace.numel()) < required) {
+    invalid_argument("workspace: expected at least ", required, " B (hs_resolver_workspace_bytes for ",
+                     p.num_state_rows, " state rows, device_buffer_size=", p.hot_size,
+                     ", max_union_rows=", p.max_union_rows, "), got ", workspace.numel(), " B");
+  }
+  p.workspace = workspace.data<uint8_t>();
+}
+
 ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_t& a, Device* device_out) {
   ResolveResidencyParams p;
   const Device device = resolve_topk_params(TensorArg(a.topk_indices, "topk_indices"), &p);
@@ -220,6 +258,8 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
   resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
                               TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
                               device, &p);
+  resolve_gather_schedule(a.gather_schedule, &p);
+  resolve_workspace_params(TensorArg(a.workspace, "workspace", true), device, &p);
   return p;
 }
 

@@ -70,6 +70,17 @@ void resolve_fused_gather_params(const TensorArg& gather_host_cache, const Tenso
 // (gather_cache_params); the swap list and sizes come from *params.
 void resolve_fused_gather_params(const GatherCompactParams& gather, ResolveResidencyParams* params);
 
+// gather_schedule: an hs_resolve_gather_schedule_t with a fused gather, 0
+// without one. Needs fused_gather.
+void resolve_gather_schedule(int32_t gather_schedule, ResolveResidencyParams* params);
+
+// The CUDA resolver's workspace (optional), where the launch's shape needs
+// one on its device: a contiguous, 16-byte aligned uint8 tensor of at least
+// resolver_workspace_bytes for the state rows; not read where the shape fits
+// shared memory, nor by the CPU backend. Needs num_state_rows, hot_size and
+// max_union_rows.
+void resolve_workspace_params(const TensorArg& workspace, const Device& device, ResolveResidencyParams* params);
+
 // Every argument of hs_resolve_residency, checked; *device is the launch's.
 ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_t& args, Device* device);
 

@@ -72,6 +72,16 @@ struct ResolveResidencyParams {
   // top_k = K, hot_block_size = this hot_block_size, variant unused.
   bool fused_gather = false;
   GatherCompactParams gather;
+  // How the fused gather's rows move on CUDA (HS_RESOLVE_GATHER_*): AUTO
+  // leaves the rows of requests with many misses to a gather kernel spread
+  // over the GPU, launched right after the resolve; FUSED copies every row
+  // in the resolve launch. The bytes are the same; the CPU backend ignores it.
+  int32_t gather_schedule = 0;
+
+  // CUDA: the resolver's global workspace for shapes whose arrays do not fit
+  // one block's shared memory (resolver_workspace_bytes of the state rows;
+  // 16-byte aligned), null when none is needed. Ignored by the CPU backend.
+  uint8_t* workspace = nullptr;
 };
 
 }  // namespace hisparse

@@ -191,4 +191,147 @@ HS_HOST_DEVICE inline ResolverLaunchLayout resolver_launch_layout(int32_t hot_si
   return chosen;
 }
 
+// ---- Shapes whose arrays do not all fit one block's shared memory.
+//
+// The arrays of ResolverSharedLayout, as units of placement (the union
+// table's keys and values move together). When the all-shared layout
+// exceeds the device's shared memory per block, the launcher moves arrays,
+// in kResolverSpillOrder, into the state row's slice of a global workspace
+// preallocated at configuration time, until the rest fits. Two arrays are
+// copies of the state row, so they move for free: the lru_slots row is then
+// read in place (lru_copy) and so is the device_global_indices row (the
+// copy that phases A-C1 keep in the evictable words).
+enum ResolverArray : int32_t {
+  kResolverTable = 0,  // hash_keys, hash_values
+  kResolverMemberSlots,
+  kResolverSlotInfo,
+  kResolverMemberHeld,
+  kResolverMemberKeys,
+  kResolverMemberFirst,
+  kResolverLruCopy,
+  kResolverEvictable,
+  kResolverEntryCodes,
+  kResolverArrayCount
+};
+
+// First to move: the copy of the LRU row (no workspace bytes), then arrays
+// read and written at known positions (no initialisation, no atomics), then
+// the zero-initialised ones, and last the arrays hit by shared atomics, the
+// union table last of all.
+constexpr ResolverArray kResolverSpillOrder[kResolverArrayCount] = {
+    kResolverLruCopy,    kResolverEntryCodes, kResolverEvictable,   kResolverMemberFirst, kResolverMemberKeys,
+    kResolverMemberHeld, kResolverSlotInfo,   kResolverMemberSlots, kResolverTable};
+
+HS_HOST_DEVICE constexpr uint32_t resolver_array_bit(ResolverArray array) { return 1u << array; }
+
+// A layout split between shared memory and the workspace. `offsets` gives
+// each array's byte offset from the start of dynamic shared memory, or from
+// the start of the state row's workspace slice when its bit is set in
+// in_workspace (lru_copy and, for the dgi copy, evictable then also name the
+// state row itself; see ResolverArray); offsets.total_bytes is the shared
+// part. Both parts keep the all-shared order of initialisation groups, so
+// each is filled with one run of all-ones and one run of zero 16-byte words.
+struct ResolverSplitLayout {
+  ResolverSharedLayout offsets;
+  uint32_t in_workspace = 0;  // resolver_array_bit of every array in the workspace
+  uint32_t workspace_row_bytes = 0;  // bytes of one state row's slice (a multiple of 16)
+  int32_t shared_ones_vectors = 0;  // all-ones words from shared offset 0
+  uint32_t shared_zero = 0;  // first zero word in shared memory (the scratch counters end the run)
+  int32_t shared_zero_vectors = 0;
+  int32_t workspace_ones_vectors = 0;  // all-ones words from slice offset 0
+  uint32_t workspace_zero = 0;
+  int32_t workspace_zero_vectors = 0;
+};
+
+// Host side (the launcher and the configuration check): byte size of one
+// array (16-byte granular), as resolver_shared_layout lays it out; kResolverLruCopy in the workspace takes none (read
+// in place).
+inline uint64_t resolver_array_bytes(ResolverArray array, int32_t hash_capacity, uint64_t hot, uint64_t members) {
+  switch (array) {
+    case kResolverTable: return 2ull * resolver_align16(4ull * static_cast<uint64_t>(hash_capacity));
+    case kResolverMemberSlots: return resolver_align16(4ull * members);
+    case kResolverSlotInfo: return resolver_align16(2ull * hot);
+    case kResolverMemberHeld: return resolver_align16(members);
+    case kResolverMemberKeys: return resolver_align16(4ull * members);
+    case kResolverMemberFirst: return resolver_align16(4ull * members);
+    case kResolverLruCopy: return resolver_align16(2ull * hot);
+    case kResolverEvictable: return resolver_align16(4ull * hot);
+    case kResolverEntryCodes: return resolver_align16(2ull * members);
+    default: return 0;
+  }
+}
+
+inline uint32_t* resolver_array_offset(ResolverSharedLayout& layout, ResolverArray array) {
+  switch (array) {
+    case kResolverTable: return &layout.hash_keys;
+    case kResolverMemberSlots: return &layout.member_slots;
+    case kResolverSlotInfo: return &layout.slot_info;
+    case kResolverMemberHeld: return &layout.member_held;
+    case kResolverMemberKeys: return &layout.member_keys;
+    case kResolverMemberFirst: return &layout.member_first;
+    case kResolverLruCopy: return &layout.lru_copy;
+    case kResolverEvictable: return &layout.evictable;
+    default: return &layout.entry_codes;
+  }
+}
+
+// The layout of `hot_size` slots and `max_union_rows` members that keeps the
+// most arrays in limit_bytes of shared memory (the union table at the
+// minimum slack): in_workspace == 0 when the all-shared layout fits, which
+// the launcher then runs as resolver_launch_layout says. Everything but the
+// scratch words can move, so a layout always results.
+inline ResolverSplitLayout resolver_split_layout(int32_t hot_size, int32_t max_union_rows, uint64_t limit_bytes) {
+  const ResolverSharedLayout all_shared = resolver_shared_layout(hot_size, max_union_rows);
+  const uint64_t hot = hot_size > 0 ? static_cast<uint64_t>(hot_size) : 0;
+  const uint64_t members = max_union_rows > 0 ? static_cast<uint64_t>(max_union_rows) : 0;
+  const uint64_t scratch_bytes = resolver_align16(4ull * kResolverScratchWords);
+  uint32_t moved = 0;
+  uint64_t shared_bytes = all_shared.total_bytes;
+  for (int32_t i = 0; i < kResolverArrayCount && shared_bytes > limit_bytes; ++i) {
+    moved |= resolver_array_bit(kResolverSpillOrder[i]);
+    shared_bytes -= resolver_array_bytes(kResolverSpillOrder[i], all_shared.hash_capacity, hot, members);
+  }
+  ResolverSplitLayout split;
+  split.offsets.hash_capacity = all_shared.hash_capacity;
+  split.in_workspace = moved;
+  // Initialisation groups in the all-shared order: all-ones, zero, then
+  // written before read; the scratch words (zero counters first) sit between
+  // the zero group and the rest in shared memory.
+  constexpr ResolverArray kOnes[] = {kResolverTable, kResolverMemberSlots};
+  constexpr ResolverArray kZero[] = {kResolverSlotInfo, kResolverMemberHeld};
+  constexpr ResolverArray kRest[] = {kResolverMemberKeys, kResolverMemberFirst, kResolverLruCopy, kResolverEvictable,
+                                     kResolverEntryCodes};
+  uint64_t shared = 0, slice = 0;
+  const auto place = [&](ResolverArray array) {
+    const uint64_t bytes = resolver_array_bytes(array, all_shared.hash_capacity, hot, members);
+    uint64_t& cursor = (moved & resolver_array_bit(array)) ? slice : shared;
+    *resolver_array_offset(split.offsets, array) = static_cast<uint32_t>(cursor);
+    if (array == kResolverTable) split.offsets.hash_values = static_cast<uint32_t>(cursor + bytes / 2);
+    if (!(array == kResolverLruCopy && (moved & resolver_array_bit(array)))) cursor += bytes;
+  };
+  for (ResolverArray array : kOnes) place(array);
+  split.shared_ones_vectors = static_cast<int32_t>(shared / 16);
+  split.workspace_ones_vectors = static_cast<int32_t>(slice / 16);
+  split.shared_zero = static_cast<uint32_t>(shared);
+  split.workspace_zero = static_cast<uint32_t>(slice);
+  for (ResolverArray array : kZero) place(array);
+  split.offsets.scratch = static_cast<uint32_t>(shared);
+  split.shared_zero_vectors = static_cast<int32_t>((shared + 4ull * kScratchZeroedWords - split.shared_zero) / 16);
+  split.workspace_zero_vectors = static_cast<int32_t>((slice - split.workspace_zero) / 16);
+  shared += scratch_bytes;
+  for (ResolverArray array : kRest) place(array);
+  split.offsets.total_bytes = static_cast<uint32_t>(shared);
+  split.workspace_row_bytes = static_cast<uint32_t>(slice);
+  return split;
+}
+
+// Bytes of global workspace the CUDA resolver needs for num_state_rows state
+// rows (one slice per state row, which one block uses at a time): 0 when the
+// all-shared layout fits limit_bytes.
+inline uint64_t resolver_workspace_bytes(int64_t num_state_rows, int32_t hot_size, int32_t max_union_rows,
+                                         uint64_t limit_bytes) {
+  const uint64_t rows = num_state_rows > 0 ? static_cast<uint64_t>(num_state_rows) : 0;
+  return rows * resolver_split_layout(hot_size, max_union_rows, limit_bytes).workspace_row_bytes;
+}
+
 }  // namespace hisparse

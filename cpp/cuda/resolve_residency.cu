@@ -1,13 +1,15 @@
 // CUDA residency resolution (docs/residency.md): one block per batch row,
-// everything per request in shared memory (layout: resolver_shared_memory.hpp),
-// bit-identical to resolve_residency_reference.cpp.
+// everything per request in shared memory (layout: resolver_shared_memory.hpp)
+// or, for shapes that do not fit, partly in a global workspace
+// (resolver_placement.cuh), bit-identical to resolve_residency_reference.cpp.
 //
 // resolve_residency_kernel calls one device function per phase; each phase
 // ends at a block barrier (B1 .. B8), and docs/residency.md ("The CUDA
 // kernel's phases") maps the phases to the contract's steps. Every shared
 // array is written in one phase and read in a later one; the only
 // same-phase sharing is through atomics. The fused gather is the kernel's
-// compile-time policy (resolver_gather.cuh), called at fixed points.
+// compile-time policy (resolver_gather.cuh), called at fixed points, and
+// where the arrays live another (resolver_placement.cuh).
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -21,8 +23,11 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/hopper_sync.cuh"
+#include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_placement.cuh"
+#include "cuda/resolver_tail_gather.hpp"
 #include "cuda/union_table.cuh"
 
 namespace hisparse {
@@ -80,16 +85,6 @@ __device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int in
   }
 }
 
-// Fills `count` 16-byte words of shared memory. The short loops of phase A
-// (a few iterations per thread) stay rolled: unrolled, every warp runs their
-// trip-count and remainder code, and the kernel's time follows its
-// instructions per warp.
-__device__ __forceinline__ void fill_words(unsigned char* begin, int32_t count, uint32_t word) {
-  uint4* vectors = reinterpret_cast<uint4*>(begin);
-#pragma unroll 1
-  for (int32_t v = threadIdx.x; v < count; v += kThreads) vectors[v] = make_uint4(word, word, word, word);
-}
-
 // ---- Phase A: the request's token rows ("Token rows of a request"), ends at B1.
 // Fills the shared memory that starts initialised, starts copying the state
 // row into it, finds the batch row's token rows and classifies them: orphan
@@ -98,10 +93,10 @@ __device__ __forceinline__ void fill_words(unsigned char* begin, int32_t count, 
 // Under a programmatic launch this block may start before the kernel ahead
 // of it in the stream (the indexer, or the last step's resolver) has
 // finished: only shared memory is touched until wait_for_prior_grid().
-template <class Gather>
+template <class Gather, class Placement>
 __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                             const ResolverWorkspace& ws, const Gather& gather,
-                                             ResolverRequest& request) {
+                                             const Placement& placement, const ResolverWorkspace& ws,
+                                             const Gather& gather, ResolverRequest& request) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -112,8 +107,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   const int32_t H = p.hot_size;
 
   if (b < B) {
-    fill_words(reinterpret_cast<unsigned char*>(ws.table.keys), c.ones_vectors, 0xFFFFFFFFu);
-    fill_words(reinterpret_cast<unsigned char*>(ws.slot_info), c.zero_vectors, 0u);
+    placement.fill(c, ws);
     gather.prepare(c);
   }
   wait_for_prior_grid();
@@ -134,11 +128,8 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
       p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
   const int32_t* const resident =
       p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
-  // Two commit groups: the lru row (needed at B1), then the dgi row (needed
-  // in phase C1) into the evictable words, which are free until phase C2.
   if (state_in_range) {
-    start_int16_row_copy<kThreads>(ws.lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
-    start_int32_row_copy<kThreads>(ws.held_copy(), p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    placement.start_state_copies(p, ws, s, H);
     prefetch_int32_row<kThreads>(hot_table, c.hot_table_entries);
     // The request's top-k rows are only known after the row scan (B1); in
     // the usual batch every request has T / B consecutive rows, so fetch
@@ -216,7 +207,10 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
 
 // ---- Phase B, first part: how often each slot occurs in the LRU row (for
 // step 3's "occurs exactly once"), in 16-bit halves of the slot_info words.
-// Read by phase C1, after B2.
+// Read by phase C1, after B2. SharedPlacement's copied LRU row is 16-byte
+// aligned; a split layout's may be the row itself, of any alignment, read an
+// entry at a time.
+template <class Placement>
 __device__ __forceinline__ void count_slot_occurrences(const ResolveResidencyParams& p, const ResolverWorkspace& ws) {
   const int tid = threadIdx.x;
   const int32_t H = p.hot_size;
@@ -224,6 +218,17 @@ __device__ __forceinline__ void count_slot_occurrences(const ResolveResidencyPar
   const auto count_slot = [&](int32_t j) {
     if (j >= 0 && j < H) atomicAdd(counts + (j >> 1), 1u << ((j & 1) * 16));
   };
+  if (!Placement::kLruCopied) {
+    // Four loads in flight before their atomics: the row may be in global memory.
+    for (int32_t base = tid; base < H; base += 4 * kThreads) {
+      int32_t slot[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) slot[x] = base + x * kThreads < H ? ws.lru_copy[base + x * kThreads] : -1;
+#pragma unroll
+      for (int x = 0; x < 4; ++x) count_slot(slot[x]);
+    }
+    return;
+  }
   const int32_t quads = H / 4;
   for (int32_t v = tid; v < quads; v += kThreads) {
     const uint2 four = reinterpret_cast<const uint2*>(ws.lru_copy)[v];
@@ -690,22 +695,25 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 // The phases of one request, in order; the fused gather's hooks are
 // Gather's (resolver_gather.cuh). docs/residency.md maps each phase to the
 // contract's steps.
-template <class Gather>
+template <class Gather, class Placement>
 __global__ void __launch_bounds__(kThreads, 1)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
-                             const ResolverSharedLayout layout) {
+                             const typename Placement::Layout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const ResolverWorkspace ws(smem, layout);
+  const Placement placement(layout);
+  ResolverWorkspace ws = placement.carve(smem);
   Gather gather(c, ws);
   ResolverRequest request;
-  if (!find_request(p, c, ws, gather, request)) return;                      // A  | B1
-  count_slot_occurrences(p, ws);                                             // B
+  if (!find_request(p, c, placement, ws, gather, request)) return;           // A  | B1
+  placement.bind(p, request, ws);                                            // A  | B1b (workspace)
+  count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request, gather);             // B  | B2a, B2b per chunk; B2
   match_slots(p, c, ws, request, gather);                                    // C1 | B3
   const MemberRun run = member_run(u.members);
   gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
   const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
   const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);  // D  | B5, B6
+  gather.note_assigned_total(c, a.assigned_total);
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
   // and G here; one that copies rows in phase E lets it start only at its
@@ -724,7 +732,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather>
+template <class Gather, class Placement>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -733,8 +741,8 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)),
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
 }
@@ -793,6 +801,9 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.stage_hot = params.fused_gather ? params.gather.hot : nullptr;
   constants.stage_hot_block_stride = params.fused_gather ? params.gather.hot_block_stride : 0;
   constants.stage_hot_span_rows = params.fused_gather ? params.gather.hot_span_rows : 0;
+  // The automatic schedule: a request whose misses its stage holds copies them
+  // itself (fewer than K, which the tail gather's row test relies on).
+  constants.auto_local_rows = std::max(0, std::min(chosen.stage.rows, params.top_k - 1));
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request = params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
@@ -805,30 +816,47 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   return constants;
 }
 
-template <class Gather>
+template <class Gather, class Placement>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
-            const ResolverSharedLayout& layout, int device, bool hopper, cudaStream_t stream) {
+            const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather>(device, shared_bytes);
+  ensure_dynamic_shared_memory<Gather, Placement>(device, shared_bytes);
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = hopper ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&config, resolve_residency_kernel<Gather>, params, constants, layout),
+  const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement>, params, constants,
+                                layout),
              "resolve_residency kernel launch");
+}
+
+// The instantiation of the launch's fused gather for arrays placed by
+// Placement; the automatic schedule adds the tail gather after it.
+template <class Placement>
+void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
+                   const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
+  // The held filter needs the bulk stage and room in it.
+  const bool early_stage = hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
+  if (!params.fused_gather) {
+    launch<NoGather, Placement>(params, constants, layout, device, hopper, stream);
+  } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
+    if (early_stage) {
+      launch<FusedGatherEarlyStage, Placement>(params, constants, layout, device, hopper, stream);
+    } else {
+      launch<FusedGather, Placement>(params, constants, layout, device, hopper, stream);
+    }
+  } else {
+    if (early_stage) {
+      launch<AutoGather<FusedGatherEarlyStage>, Placement>(params, constants, layout, device, hopper, stream);
+    } else {
+      launch<AutoGather<FusedGather>, Placement>(params, constants, layout, device, hopper, stream);
+    }
+    launch_resolver_tail_gather(params, constants.auto_local_rows, hopper, stream);
+  }
 }
 
 }  // namespace
@@ -844,19 +872,32 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t limit = shared_memory_limit(device);
-  const ResolverLaunchLayout chosen =
-      resolver_launch_layout(params.hot_size, params.max_union_rows, params.fused_gather ? params.gather.row_bytes : 0,
-                             params.fused_gather ? kMissStageRows : 0, limit, kResolverMaxSlackHalves);
   const bool hopper = compute_capability_major(device) >= 9;
-  const ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
-  if (!params.fused_gather) {
-    launch<NoGather>(params, constants, chosen.layout, device, hopper, stream);
-  } else if (hopper && chosen.stage.rows > 0 && params.max_union_rows > 0) {
-    // The held filter needs the bulk stage and room in it.
-    launch<FusedGatherEarlyStage>(params, constants, chosen.layout, device, hopper, stream);
-  } else {
-    launch<FusedGather>(params, constants, chosen.layout, device, hopper, stream);
+  const int64_t stage_row_bytes = params.fused_gather ? params.gather.row_bytes : 0;
+  const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
+  const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
+  if (split.in_workspace == 0) {
+    const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
+                                                               stage_rows, limit, kResolverMaxSlackHalves);
+    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
+                                   hopper, stream);
+    return;
   }
+  // The checked glue passes a workspace whenever the shape needs one.
+  if (split.workspace_row_bytes > 0 && params.num_state_rows > 0 && params.workspace == nullptr) {
+    invalid_argument("workspace: expected ",
+                     resolver_workspace_bytes(params.num_state_rows, params.hot_size, params.max_union_rows, limit),
+                     " B for device_buffer_size=", params.hot_size, " and max_union_rows=", params.max_union_rows,
+                     ", got none");
+  }
+  ResolverLaunchLayout chosen;
+  chosen.layout = split.offsets;
+  chosen.stage = resolver_miss_stage(split.offsets, stage_row_bytes, stage_rows, limit);
+  ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
+  // SplitPlacement fills from the split layout's runs; these describe the shared part alone.
+  constants.ones_vectors = split.shared_ones_vectors;
+  constants.zero_vectors = split.shared_zero_vectors;
+  launch_placed<SplitPlacement>(params, constants, split, device, hopper, stream);
 }
 
 }  // namespace cuda

@@ -57,6 +57,10 @@ struct ResolverConstants {
   uint8_t* stage_hot;
   int64_t stage_hot_block_stride;
   int64_t stage_hot_span_rows;
+  // The automatic schedule (AutoGather): a request with at most this many
+  // assigned misses copies them itself; the rows of the others are left to
+  // the tail gather launched after the resolve (resolver_tail_gather.cu).
+  int32_t auto_local_rows;
 };
 
 // ---- Encodings of the shared words between phases.
@@ -81,11 +85,13 @@ constexpr uint16_t kCodeResident = 0xFFFE;
 constexpr uint16_t kCodeInvalid = 0xFFFF;
 static_assert(kResolverMaxHashCapacity == kCodeResident, "hash slots must stay below the entry code markers");
 
-// The block's dynamic shared memory carved by ResolverSharedLayout (its
-// comments give each array's lives). Several arrays serve more than one
-// phase; the accessors below name those other lives.
+// The block's arrays: its dynamic shared memory carved by
+// ResolverSharedLayout (its comments give each array's lives), or, for a
+// split layout, shared memory and the state row's workspace slice. Several
+// arrays serve more than one phase; the accessors below name those other
+// lives.
 struct ResolverWorkspace {
-  unsigned char* base;
+  unsigned char* base;  // dynamic shared memory (scratch and the miss stage always live there)
   UnionTableView table;  // hash_keys, hash_values
   int32_t* member_slots;
   uint16_t* slot_info;
@@ -96,6 +102,7 @@ struct ResolverWorkspace {
   int32_t* evictable;
   uint16_t* entry_codes;
   uint8_t* member_held;
+  int32_t* held;  // phases A-C1: the request's device_global_indices row, as held_copy() reads it
 
   __device__ __forceinline__ ResolverWorkspace(unsigned char* smem, const ResolverSharedLayout& layout)
       : base(smem),
@@ -109,11 +116,46 @@ struct ResolverWorkspace {
         lru_copy(reinterpret_cast<int16_t*>(smem + layout.lru_copy)),
         evictable(reinterpret_cast<int32_t*>(smem + layout.evictable)),
         entry_codes(reinterpret_cast<uint16_t*>(smem + layout.entry_codes)),
-        member_held(smem + layout.member_held) {}
+        member_held(smem + layout.member_held),
+        held(evictable) {}
+
+  // A split layout: an array whose bit is set in split.in_workspace lives in
+  // `slice` (the state row's slice of the workspace); the LRU copy is then
+  // the lru_slots row itself, and a moved evictable array leaves the dgi
+  // copy to the device_global_indices row itself (both read before phases D
+  // and F write them). Before the request is known, slice and the rows are
+  // null and only the shared arrays may be used.
+  __device__ __forceinline__ ResolverWorkspace(unsigned char* smem, const ResolverSplitLayout& split,
+                                               unsigned char* slice, int16_t* lru_row, int32_t* dgi_row)
+      : base(smem),
+        table{reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverTable, split.offsets.hash_keys)),
+              reinterpret_cast<uint32_t*>(at(smem, slice, split, kResolverTable, split.offsets.hash_values)),
+              split.offsets.hash_capacity},
+        member_slots(
+            reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberSlots, split.offsets.member_slots))),
+        slot_info(reinterpret_cast<uint16_t*>(at(smem, slice, split, kResolverSlotInfo, split.offsets.slot_info))),
+        scratch(reinterpret_cast<int32_t*>(smem + split.offsets.scratch)),
+        member_keys(reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberKeys, split.offsets.member_keys))),
+        member_first(
+            reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverMemberFirst, split.offsets.member_first))),
+        lru_copy(split.in_workspace & resolver_array_bit(kResolverLruCopy)
+                     ? lru_row
+                     : reinterpret_cast<int16_t*>(smem + split.offsets.lru_copy)),
+        evictable(reinterpret_cast<int32_t*>(at(smem, slice, split, kResolverEvictable, split.offsets.evictable))),
+        entry_codes(
+            reinterpret_cast<uint16_t*>(at(smem, slice, split, kResolverEntryCodes, split.offsets.entry_codes))),
+        member_held(at(smem, slice, split, kResolverMemberHeld, split.offsets.member_held)),
+        held(split.in_workspace & resolver_array_bit(kResolverEvictable) ? dgi_row : evictable) {}
+
+  static __device__ __forceinline__ unsigned char* at(unsigned char* smem, unsigned char* slice,
+                                                      const ResolverSplitLayout& split, ResolverArray array,
+                                                      uint32_t offset) {
+    return ((split.in_workspace & resolver_array_bit(array)) ? slice : smem) + offset;
+  }
 
   // Phases A-C1: the request's device_global_indices row, copied into the
-  // evictable words (free until phase C2).
-  __device__ __forceinline__ int32_t* held_copy() const { return evictable; }
+  // evictable words (free until phase C2), or the row itself (split layout).
+  __device__ __forceinline__ int32_t* held_copy() const { return held; }
   // Phase B: slot occurrence counts, 16-bit halves of the slot_info words.
   __device__ __forceinline__ uint32_t* slot_counts() const { return reinterpret_cast<uint32_t*>(slot_info); }
   // Phase B (early stage): the held filter in the member_slots words, which

@@ -13,6 +13,10 @@
 //                          stage only): while the union is built, the misses
 //                          the filter proves are staged right after the
 //                          union's rank scan, a phase before C1.
+//   AutoGather<Fused>      the automatic schedule: Fused's copies for a
+//                          request with few assigned misses, none for the
+//                          others, whose rows the tail gather launched after
+//                          the resolve copies (resolver_tail_gather.cu).
 //
 // Which rows are copied never depends on the stages; only when their bytes
 // move does. A policy object lives in registers for the whole kernel.
@@ -67,9 +71,11 @@ struct NoGather {
   __device__ __forceinline__ void after_slot_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
                                                   int32_t /*members*/, const MemberRun& /*run*/) {}
 
-  // Phase D: per assigned miss (rank r), then once before B6.
+  // Phase D: per assigned miss (rank r), then once before B6; after it, the
+  // request's assigned misses (block-uniform).
   __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& /*ws*/, int32_t /*r*/) {}
   __device__ __forceinline__ void after_assignment(const ResolverWorkspace& /*ws*/) {}
+  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& /*c*/, int32_t /*assigned_total*/) {}
 
   // After B6: whether phase E copies rows (the next launch may start only
   // after them), and phase E itself, called only when it does.
@@ -382,6 +388,35 @@ class FusedGatherEarlyStage : public FusedGather {
   __device__ __forceinline__ void after_union(const ResolverWorkspace& ws) {
     if (threadIdx.x == 0 && staged_early_ > 0) ws.scratch[kScratchStagedRows] = staged_early_;
   }
+};
+
+// The automatic schedule (docs/residency.md, "Fused gather"): a request with
+// at most c.auto_local_rows assigned misses (what its miss stage holds: a
+// few rows, read from host memory while it resolves) copies them as Fused
+// does; a request with more copies none, and the tail gather launched right
+// after the resolve copies its rows with the whole GPU instead of this one
+// SM. Which requests the tail gather takes follows from the swap counts the
+// resolve writes (resolver_tail_gather.cu), so the two kernels agree
+// without a flag. Staged rows of a request left to the tail are still
+// written by phase G (the same bytes, before the tail gather's: it waits for
+// this grid), so that no bulk copy into shared memory outlives the block.
+template <class Fused>
+class AutoGather : public Fused {
+ public:
+  __device__ __forceinline__ AutoGather(const ResolverConstants& c, const ResolverWorkspace& ws) : Fused(c, ws) {}
+
+  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, int32_t assigned_total) {
+    local_ = assigned_total <= c.auto_local_rows;
+  }
+
+  // A request left to the tail gather copies nothing in phase E, so the
+  // next programmatic launch (the tail gather) may start at once.
+  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {
+    return local_ && Fused::copies_assigned(ws);
+  }
+
+ private:
+  bool local_ = true;
 };
 
 }  // namespace cuda

@@ -175,6 +175,15 @@ void register_core(nb::module_& m) {
         return bytes;
       },
       nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
+  m.def(
+      "resolver_workspace_bytes",
+      [](int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows, int device) {
+        uint64_t bytes = 0;
+        check(hs_resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows, device, &bytes));
+        return bytes;
+      },
+      nb::arg("num_state_rows"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("device"),
+      "Bytes of workspace the CUDA resolver needs on `device` (0: none).");
   m.attr("NUM_STATS") = static_cast<int>(HS_NUM_STATS);
   m.attr("STAT_NAMES") = stat_names();
   m.attr("DTYPES") = dtypes();

@@ -27,7 +27,8 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
                        const OptionalArray& resident_block_table, int64_t resident_block_size,
                        const OptionalArray& num_valid_rows, const OptionalArray& stats,
                        const OptionalArray& gather_host_cache, const OptionalArray& gather_hot_cache,
-                       int64_t gather_hot_block_stride, uintptr_t stream) {
+                       int64_t gather_hot_block_stride, const OptionalArray& workspace, int32_t gather_schedule,
+                       uintptr_t stream) {
   const TensorDesc topk(topk_indices, "topk_indices"), req(req_id_per_token, "req_id_per_token"),
       rsi(request_state_indices, "request_state_indices"), dgi(device_global_indices, "device_global_indices"),
       lru(lru_slots, "lru_slots"), hot(hot_block_table, "hot_block_table"), attn(out_attention, "out_attention"),
@@ -37,7 +38,7 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
   const OptionalTensorDesc source(source_block_table, "source_block_table"),
       resident(resident_block_table, "resident_block_table"), nvr(num_valid_rows, "num_valid_rows"),
       counters(stats, "stats"), gather_host(gather_host_cache, "gather_host_cache"),
-      gather_hot(gather_hot_cache, "gather_hot_cache");
+      gather_hot(gather_hot_cache, "gather_hot_cache"), scratch(workspace, "workspace");
   hs_resolve_residency_args_t args;
   hs_resolve_residency_args_init(&args);
   args.topk_indices = topk.get();
@@ -67,6 +68,8 @@ void resolve_residency(const Array& topk_indices, const Array& req_id_per_token,
   args.gather_host_cache = gather_host.get();
   args.gather_hot_cache = gather_hot.get();
   args.gather_hot_block_stride = gather_hot_block_stride;
+  args.workspace = scratch.get();
+  args.gather_schedule = gather_schedule;
   check(hs_resolve_residency(&args, as_stream(stream)));
 }
 
@@ -87,7 +90,9 @@ void register_ops(nb::module_& m) {
         nb::arg("num_valid_rows").noconvert().none() = nb::none(), nb::arg("stats").noconvert().none() = nb::none(),
         nb::arg("gather_host_cache").noconvert().none() = nb::none(),
         nb::arg("gather_hot_cache").noconvert().none() = nb::none(), nb::arg("gather_hot_block_stride") = 0,
-        nb::arg("stream") = 0);
+        nb::arg("workspace").noconvert().none() = nb::none(), nb::arg("gather_schedule") = 0, nb::arg("stream") = 0);
+  m.attr("RESOLVE_GATHER_AUTO") = static_cast<int>(HS_RESOLVE_GATHER_AUTO);
+  m.attr("RESOLVE_GATHER_FUSED") = static_cast<int>(HS_RESOLVE_GATHER_FUSED);
 }
 
 }  // namespace hisparse_py

@@ -82,9 +82,12 @@ class Config:
         return _C.resolver_shared_memory_bytes(self.device_buffer_size, self.max_union_rows)
 
     def check_device(self, device: Any = None) -> None:
-        """Raise ValueError if the resolver does not fit CUDA device ``device``.
+        """Raise if CUDA device ``device`` cannot run this configuration.
 
-        ``device`` is an index, a torch.device, or None for device 0.
+        Every valid shape runs on a CUDA device: one whose resolver arrays do
+        not fit a block's shared memory there uses a workspace
+        (:func:`hisparse.ops.resolver_workspace_bytes`, allocated by index
+        groups). ``device`` is an index, a torch.device, or None for device 0.
         """
         index = 0 if device is None else getattr(device, "index", device)
         self._validate(_args.require_int("device", 0 if index is None else index))

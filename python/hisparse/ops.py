@@ -14,6 +14,7 @@ from . import _C, _args
 from ._tensors import torch_or_none
 
 __all__ = [
+    "GATHER_SCHEDULES",
     "GATHER_VARIANTS",
     "copy_bytes",
     "gather_compact",
@@ -23,6 +24,7 @@ __all__ = [
     "invalidate_written_slots",
     "mirror_rows",
     "resolve_residency",
+    "resolver_workspace_bytes",
     "swap_blocks_batch",
     "table_pointers",
 ]
@@ -73,6 +75,8 @@ def resolve_residency(
     gather_host_cache: Optional[Any] = None,
     gather_hot_cache: Optional[Any] = None,
     gather_hot_block_stride: int = 0,
+    workspace: Optional[Any] = None,
+    gather_schedule: str = "auto",
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -92,7 +96,21 @@ def resolve_residency(
     one launch per layer instead of two, which pays off when few rows miss
     (steady-state decode; see docs/residency.md). The two tensors follow
     :func:`gather_compact`'s rules for ``host_cache`` and ``hot_cache``; the
-    hot cache is on the device of ``topk_indices``.
+    hot cache is on the device of ``topk_indices``. ``gather_schedule``
+    (CUDA; the bytes are the same either way): "auto" lets each request
+    decide on the device, without a host sync: one with a few misses copies
+    them in the resolve launch, while its host reads overlap the resolve; the
+    rows of requests with more are copied right after by a gather kernel
+    spread over the whole GPU (a second launch, on the same stream).
+    "fused" copies every row in the resolve launch (one SM per request).
+
+    ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
+    block's shared memory (large hot buffers with speculative unions, see
+    docs/residency.md) needs a contiguous uint8 tensor on the device of at
+    least :func:`resolver_workspace_bytes` bytes for the rows of
+    ``device_global_indices``; allocate it once with the state. It is not
+    read otherwise (and never by the CPU backend). Launches sharing one
+    workspace must be stream-ordered.
     """
     _C.resolve_residency(
         _args.tensor("topk_indices", topk_indices),
@@ -122,7 +140,37 @@ def resolve_residency(
         _args.optional_tensor("gather_host_cache", gather_host_cache),
         _args.optional_tensor("gather_hot_cache", gather_hot_cache),
         gather_hot_block_stride,
+        _args.optional_tensor("workspace", workspace),
+        _gather_schedule(gather_schedule, gather_host_cache is not None or gather_hot_cache is not None),
         _args.stream(stream, topk_indices),
+    )
+
+
+GATHER_SCHEDULES = ("auto", "fused")  # hs_resolve_gather_schedule_t, in order
+
+
+def _gather_schedule(schedule: str, fused: bool) -> int:
+    if not isinstance(schedule, str):
+        raise TypeError(f"gather_schedule: expected one of {list(GATHER_SCHEDULES)}, got {type(schedule).__name__}")
+    code = _args.choice("gather_schedule", schedule, GATHER_SCHEDULES)
+    # Without a fused gather there is nothing to schedule (the C ABI wants 0).
+    return code if fused else _C.RESOLVE_GATHER_AUTO
+
+
+def resolver_workspace_bytes(num_state_rows: int, device_buffer_size: int, max_union_rows: int, device: Any) -> int:
+    """Bytes of the ``workspace`` that :func:`resolve_residency` needs on CUDA
+    device ``device`` (an index, "cuda:N" or a torch.device) for
+    ``num_state_rows`` rows of ``device_buffer_size`` hot slots and
+    ``max_union_rows`` union rows; 0 when every array of a request fits one
+    block's shared memory there."""
+    device_type, index = _args.device(device)
+    if device_type != _C.DEVICE_CUDA:
+        raise ValueError(f"device: expected a CUDA device, got {device!r}")
+    return _C.resolver_workspace_bytes(
+        _args.require_int("num_state_rows", num_state_rows, 0, bits=64),
+        _args.require_int("device_buffer_size", device_buffer_size, 1, bits=32),
+        _args.require_int("max_union_rows", max_union_rows, 1, bits=32),
+        max(index, 0),
     )
 
 

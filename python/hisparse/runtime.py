@@ -395,11 +395,12 @@ class Runtime:
 
         ``fused_gather`` (leader only; followers ignore it): the resolve
         launch itself copies the leader's own missed rows into its hot cache
-        instead of a separate gather after it. Bytes, indices, state and
-        counters are the same either way; followers still gather on the
-        leader's swap list. It pays off when few rows miss (steady-state
-        decode) and loses when few requests miss many rows (warm-up, bulk
-        loads): see docs/residency.md, "Fused gather".
+        instead of a separate gather after it (in the resolver's automatic
+        schedule: a request with many misses leaves its rows to a gather
+        kernel spread over the GPU, launched right after the resolve). Bytes,
+        indices, state and counters are the same either way; followers still
+        gather on the leader's swap list. It pays off when few rows miss
+        (steady-state decode): see docs/residency.md, "Fused gather".
 
         ``group_gather`` (leader only; followers ignore it): this prefetch
         batch stages all followers with one ``gather_compact_group`` from

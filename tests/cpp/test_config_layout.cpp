@@ -230,11 +230,11 @@ TEST(Config, DeviceCheckOfTheResolverSharedMemory) {
     return;
   }
   EXPECT_EQ(hs_config_validate(&config, 0), HS_SUCCESS) << hs_last_error();
+  // Every valid shape runs: one that does not fit shared memory takes a workspace.
   config.top_k = 32767;
   config.device_buffer_size = 32767;
   config.max_union_rows = 32767;
-  expect_invalid(hs_config_validate(&config, 0),
-                 {"shared memory", "device_buffer_size=32767", "max_union_rows", "Lower device_buffer_size"});
+  EXPECT_EQ(hs_config_validate(&config, 0), HS_SUCCESS) << hs_last_error();
 }
 
 TEST(ResolverSharedMemory, MatchesTheKernelLayout) {

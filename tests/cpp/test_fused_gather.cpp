@@ -242,6 +242,19 @@ TEST(FusedGather, BadArgumentsNameThemAndChangeNothing) {
          a.gather_host_cache = nullptr;
          a.gather_hot_cache = nullptr;  // gather_hot_block_stride stays 3
        }},
+      {"schedule out of range",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_schedule", "HS_RESOLVE_GATHER_AUTO", "HS_RESOLVE_GATHER_FUSED", "got 7"},
+       [](Call&, hs_resolve_residency_args_t& a, void*, void*) { a.gather_schedule = 7; }},
+      {"schedule without a gather",
+       HS_ERROR_INVALID_ARGUMENT,
+       {"gather_schedule", "expected 0 without"},
+       [](Call&, hs_resolve_residency_args_t& a, void*, void*) {
+         a.gather_host_cache = nullptr;
+         a.gather_hot_cache = nullptr;
+         a.gather_hot_block_stride = 0;
+         a.gather_schedule = HS_RESOLVE_GATHER_FUSED;
+       }},
       {"stride below the block size",
        HS_ERROR_INVALID_ARGUMENT,
        {"gather_hot_block_stride", "at least"},

@@ -58,6 +58,19 @@ def sanitize_subset(values, picked):
     return [param(v) if v in picked else v for v in values]
 
 
+def resolver_workspace(device, num_state_rows: int, hot_size: int, max_union_rows: int):
+    """The workspace a resolve of this shape needs on `device` (None on the
+    CPU and where the CUDA resolver's arrays fit shared memory), filled with
+    garbage: its contents must not matter."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    from hisparse import ops
+
+    size = ops.resolver_workspace_bytes(num_state_rows, hot_size, max_union_rows, device)
+    return torch.randint(0, 256, (size,), dtype=torch.uint8, device=device) if size else None
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)

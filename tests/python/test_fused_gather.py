@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import cuda_available, requires_cuda, sanitize_subset
+from conftest import cuda_available, requires_cuda, resolver_workspace, sanitize_subset
 
 torch = pytest.importorskip("torch")
 hisparse = pytest.importorskip("hisparse")
@@ -138,8 +138,8 @@ class Lane:
     on one device, advanced either with the fused gather or with
     resolve + gather_compact."""
 
-    def __init__(self, world: World, device, fused: bool):
-        s, self.world, self.device, self.fused = world.shape, world, device, fused
+    def __init__(self, world: World, device, fused: bool, schedule: str = "auto"):
+        s, self.world, self.device, self.fused, self.schedule = world.shape, world, device, fused, schedule
         self.dgi = torch.full((S, s.H), -1, dtype=torch.int32, device=device)
         self.lru = torch.arange(s.H, dtype=torch.int16).repeat(S, 1).to(device)
         self.stats = torch.zeros(5, dtype=torch.int64, device=device)
@@ -155,6 +155,7 @@ class Lane:
         self.hot = hot
         # 0 = hot_block_size: the default path of both calls.
         self.stride_arg = 0 if s.hot_block_stride == s.hot_block_size else s.hot_block_stride
+        self.workspace = resolver_workspace(device, S, s.H, s.max_union_rows)
 
     def tensor(self, array):
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
@@ -178,13 +179,14 @@ class Lane:
             resident_block_size=s.hot_block_size,
             num_valid_rows=None if num_valid_rows is None else self.tensor(np.array([num_valid_rows], np.int32)),
             stats=self.stats,
+            workspace=self.workspace,
             **outputs,
         )
         args = (self.tensor(topk), self.tensor(w.req_id_per_token), self.tensor(np.array(STATE_ROWS, np.int32)),
                 self.dgi, self.lru, self.tensor(w.hot_table))
         if self.fused:
             ops.resolve_residency(*args, **kwargs, gather_host_cache=self.host, gather_hot_cache=self.hot,
-                                  gather_hot_block_stride=self.stride_arg)
+                                  gather_hot_block_stride=self.stride_arg, gather_schedule=self.schedule)
         else:
             ops.resolve_residency(*args, **kwargs)
             ops.gather_compact(self.host, self.hot, outputs["out_swap_host_rows"], outputs["out_swap_device_rows"],
@@ -210,17 +212,31 @@ SHAPES = [
     Shape(row_bytes=1152, hot_block_size=8, hot_block_stride=8),
     Shape(row_bytes=1152, hot_block_size=8, hot_block_stride=11),
     Shape(row_bytes=656, hot_block_size=1, hot_block_stride=3, K=33, H=96, max_union_rows=60),
+    # Production sizes whose CUDA resolver arrays do not fit a block's shared
+    # memory (a workspace): hot buffers of 20,480 slots with the speculative
+    # request's union overflowing 4,000 rows, and vLLM's MTP-3 case.
+    Shape(row_bytes=656, hot_block_size=64, hot_block_stride=80, K=2048, H=20480, max_union_rows=4000,
+          block_size=1024, resolver_host_rows=46 * 1024 + 256, gather_cache_rows=44 * 1024 - 256, steps=3),
+    Shape(row_bytes=656, hot_block_size=64, hot_block_stride=64, K=2048, H=10240, max_union_rows=8192,
+          block_size=1024, resolver_host_rows=46 * 1024 + 256, gather_cache_rows=44 * 1024 - 256, steps=3),
 ]
 
 
 def shape_id(shape: Shape) -> str:
-    return f"rb{shape.row_bytes}-hbs{shape.hot_block_size}-stride{shape.hot_block_stride}-k{shape.K}"
+    return f"rb{shape.row_bytes}-hbs{shape.hot_block_size}-stride{shape.hot_block_stride}-k{shape.K}-h{shape.H}"
 
 
+SCHEDULES = ("auto", "fused")
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("shape", sanitize_subset(SHAPES, set(SHAPES[:2])), ids=shape_id)
-def test_fused_gather_matches_resolve_then_gather(device, shape):
+def test_fused_gather_matches_resolve_then_gather(device, shape, schedule):
+    """Both schedules of the fused gather: "auto" (the CUDA resolve copies
+    the rows of requests with few misses, a tail gather the others') and
+    "fused" (every row in the resolve launch)."""
     world = World(shape, seed=shape.row_bytes * 100 + shape.hot_block_stride)
-    fused, separate = Lane(world, device, fused=True), Lane(world, device, fused=False)
+    fused, separate = Lane(world, device, fused=True, schedule=schedule), Lane(world, device, fused=False)
     reference = Lane(world, CPU, fused=True) if device.type == "cuda" else None
     moved = zero_filled = overflowed = 0
     for step in range(shape.steps):
@@ -240,7 +256,8 @@ def test_fused_gather_matches_resolve_then_gather(device, shape):
     assert moved == stats[2] > 0
     assert zero_filled > 0
     assert stats[3] > 0 and stats[4] > 0
-    assert overflowed > 0
+    if shape.max_union_rows < 3 * shape.K:  # the speculative request can overflow
+        assert overflowed > 0
 
 
 def test_fused_gather_copies_the_swap_list_by_hand(device):
@@ -262,7 +279,7 @@ def test_fused_gather_copies_the_swap_list_by_hand(device):
     assert_same({"hot_bytes": got["hot_bytes"]}, {"hot_bytes": expected}, "hand model")
 
 
-def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
+def run_steady_steps(device, new_per_step, K=64, H=128, q=1, schedule="auto"):
     """Fused resolves of len(new_per_step[0]) requests with q token rows
     each (656-byte rows), enqueued back to back with no host sync in between:
     step 0 fills the hot buffers, then step i replaces new_per_step[i - 1][b]
@@ -288,6 +305,7 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
         steps.append(rows)
     req_id = torch.arange(B, dtype=torch.int32).repeat_interleave(q).to(device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
+    workspace = resolver_workspace(device, B, H, H)
     results = []
     for index, rows in enumerate(steps):
         # Row 0 of a request is this step's; the others the previous step's.
@@ -298,7 +316,8 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=host_rows, max_union_rows=H, gather_host_cache=host,
-            gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+            gather_hot_cache=hot, workspace=workspace, gather_schedule=schedule,
+            **{f"out_{n}": t for n, t in out.items()})
         results.append(out)
     return [{n: t.cpu().numpy() for n, t in out.items()} for out in results], hot.cpu(), host.cpu()
 
@@ -309,16 +328,23 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1):
 STEADY_NEW_POSITIONS = [[3, 8, 9], [0, 1, 8], [2, 0, 40], [1, 1, 1]]
 
 
-@pytest.mark.sanitize
-@pytest.mark.parametrize("K,H,q", [(64, 128, 1), (1500, 2048, 2)], ids=["one-chunk", "two-chunks"])
-def test_fused_gather_few_misses_back_to_back(device, K, H, q):
+@pytest.mark.parametrize(
+    "K,H,q",
+    sanitize_subset([(64, 128, 1), (1500, 2048, 2), (2048, 10240, 4), (2048, 16384, 4)],
+                    {(64, 128, 1), (1500, 2048, 2), (2048, 10240, 4)}),
+    ids=["one-chunk", "two-chunks", "workspace", "workspace-atomics"],
+)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_few_misses_back_to_back(device, K, H, q, schedule):
     """Steady-state decode steps with a handful of misses per request, the
     case the CUDA fused gather stages early (its host reads start while the
     request is still being resolved), for a union built in one chunk of
-    entries and in two: after every step each valid entry's hot row holds
-    the entry's host row, and on CUDA every output and every hot byte equal
-    the CPU backend's."""
-    got, hot, host = run_steady_steps(device, STEADY_NEW_POSITIONS, K, H, q)
+    entries and in two, and at speculative shapes (union limit H) whose
+    resolver arrays leave shared memory for a workspace (at H = 16,384 all
+    but the union table, the held filter included): after every step each
+    valid entry's hot row holds the entry's host row, and on CUDA every
+    output and every hot byte equal the CPU backend's."""
+    got, hot, host = run_steady_steps(device, STEADY_NEW_POSITIONS, K, H, q, schedule)
     for step, out in enumerate(got):
         misses = [K] * 3 if step == 0 else STEADY_NEW_POSITIONS[step - 1]
         # Misses go to the request's first token row while they fit in K.
@@ -330,13 +356,13 @@ def test_fused_gather_few_misses_back_to_back(device, K, H, q):
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"][valid]).long()],
                        host[torch.from_numpy(last["resolved"][valid]).long()])
     if device.type == "cuda":
-        want, want_hot, _ = run_steady_steps(CPU, STEADY_NEW_POSITIONS, K, H, q)
+        want, want_hot, _ = run_steady_steps(CPU, STEADY_NEW_POSITIONS, K, H, q, schedule)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(hot, want_hot)
 
 
-def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656):
+def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656, schedule="auto"):
     """Fused resolves of len(misses_per_step[0]) requests whose hot buffers
     start full (H distinct host rows each, in a shuffled LRU order), enqueued
     one after another: at step i request b selects K positions of which
@@ -368,7 +394,8 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=B * span, max_union_rows=max_union_rows,
-            gather_host_cache=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+            gather_host_cache=host, gather_hot_cache=hot, gather_schedule=schedule,
+            **{f"out_{n}": t for n, t in out.items()})
         results.append({n: t.cpu().numpy() for n, t in out.items()})
         held = dgi.cpu()  # what the buffers hold now, for the next step's hits and misses
     return results, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
@@ -380,7 +407,8 @@ FULL_BUFFER_MISSES = [[2, 8, 9, 0], [1, 3, 64, 2], [8, 0, 5, 1]]
 
 
 @pytest.mark.sanitize
-def test_fused_gather_full_buffers(device):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_full_buffers(device, schedule):
     """Requests whose hot buffers are full (2048 rows in a shuffled LRU
     order) and select 64 positions a step, 0 to 64 of them new: each miss
     evicts one of the oldest rows among 2048, and in one CUDA launch some
@@ -389,7 +417,7 @@ def test_fused_gather_full_buffers(device):
     Every miss is counted, every valid entry's hot row holds its host row
     afterwards, and on CUDA all outputs, the state and every hot byte equal
     the CPU backend's."""
-    got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES)
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES, schedule=schedule)
     for step, out in enumerate(got):
         assert out["swap_counts"].tolist() == FULL_BUFFER_MISSES[step], f"step {step}"
         assert (out["hot_rows"] >= 0).all(), f"step {step}"
@@ -397,7 +425,7 @@ def test_fused_gather_full_buffers(device):
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).long().flatten()],
                        host[torch.from_numpy(last["resolved"]).long().flatten()])
     if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, FULL_BUFFER_MISSES)
+        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, FULL_BUFFER_MISSES, schedule=schedule)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
@@ -417,7 +445,7 @@ def held_filter_bit(key: int, max_union_rows: int) -> tuple:
     return bit >> 5, min(bit & 31, 30)
 
 
-def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
+def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, schedule="auto"):
     """One fused resolve of three requests with full buffers whose misses take
     every way the CUDA resolver stages host rows: request 0 has a miss its
     held filter proves absent (staged right after the union's rank scan), a
@@ -466,18 +494,20 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656):
         topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
         torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
         attention_block_stride=block, host_rows=host_rows, max_union_rows=max_union_rows,
-        gather_host_cache=host, gather_hot_cache=hot, **{f"out_{n}": t for n, t in out.items()})
+        gather_host_cache=host, gather_hot_cache=hot, gather_schedule=schedule,
+        **{f"out_{n}": t for n, t in out.items()})
     return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
 
 @pytest.mark.sanitize
-def test_fused_gather_every_staging_path(device):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_every_staging_path(device, schedule):
     """Misses staged early, staged after C1, copied after phase D, past the
     union and zero-filled, in one launch (run_crafted_misses): every valid
     entry's hot row holds its host row (zeros past the gather's host rows),
     entries past the union are -1, and on CUDA every output, the state and
     every hot byte equal the CPU backend's."""
-    got, dgi, lru, hot, host = run_crafted_misses(device)
+    got, dgi, lru, hot, host = run_crafted_misses(device, schedule=schedule)
     assert got["swap_counts"].tolist() == [2, 4, 2]
     assert (got["hot_rows"][0, 12:] == -1).all() and (got["hot_rows"][0, :12] >= 0).all()
     assert (got["hot_rows"][1:] >= 0).all()
@@ -488,9 +518,65 @@ def test_fused_gather_every_staging_path(device):
     assert (~inside).sum() == 1 and not hot[rows[~inside]].any()
     assert torch.equal(hot[rows[inside]], host[sources[inside]])
     if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_crafted_misses(CPU)
+        want, want_dgi, want_lru, want_hot, _ = run_crafted_misses(CPU, schedule=schedule)
         assert_same(got, want, "cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
+# Misses per request of one cold-start step (K = 16, two token rows each):
+# within the CUDA resolver's stage (8 rows), one more, a first row that
+# fills up with one miss in the second, and two full rows; the automatic
+# schedule copies the first two in the resolve launch and leaves the others
+# (the second row's single entry included) to the tail gather.
+AUTO_SPLIT_MISSES = [3, 8, 9, 17, 32]
+
+
+def run_auto_split(device, schedule, K=16, H=64, row_bytes=656):
+    """One fused resolve of len(AUTO_SPLIT_MISSES) two-row requests on cold
+    buffers, request b selecting AUTO_SPLIT_MISSES[b] distinct positions
+    (repeated and -1 entries fill the rest). Returns the outputs, the hot
+    cache and the host rows."""
+    block, span, B, q = 16, 256, len(AUTO_SPLIT_MISSES), 2
+    gen = torch.Generator().manual_seed(59)
+    host = host_copy(torch.randint(-128, 127, (B * span, row_bytes), generator=gen, dtype=torch.int8), device)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
+    topk = torch.full((B * q, K), -1, dtype=torch.int32)
+    for b, misses in enumerate(AUTO_SPLIT_MISSES):
+        distinct = b * span + torch.randperm(span, generator=gen)[:misses].to(torch.int32)
+        entries = torch.cat([distinct, distinct[torch.randint(0, misses, (q * K - misses,), generator=gen)]])
+        entries[torch.rand(q * K, generator=gen) < 0.1] = -1
+        entries[:misses] = distinct  # every distinct position occurs
+        topk[b * q:(b + 1) * q] = entries.reshape(q, K)
+    dgi = torch.full((B, H), -1, dtype=torch.int32, device=device)
+    lru = torch.arange(H, dtype=torch.int16).repeat(B, 1).to(device)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    out = {n: torch.full((B * q, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+    out.update({n: torch.full((B * q,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    ops.resolve_residency(
+        topk.to(device), torch.arange(B, dtype=torch.int32).repeat_interleave(q).to(device),
+        torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
+        attention_block_stride=block, host_rows=B * span, max_union_rows=H, gather_host_cache=host,
+        gather_hot_cache=hot, gather_schedule=schedule, **{f"out_{n}": t for n, t in out.items()})
+    return {n: t.cpu().numpy() for n, t in out.items()}, hot.cpu(), host.cpu()
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_splits_requests_by_their_misses(device, schedule):
+    """Requests whose misses fit the resolver's stage and requests with more,
+    one whose misses spill into its second token row, in one launch: every
+    swap entry's hot row holds its host row, and on CUDA the outputs and
+    every hot byte equal the CPU backend's, in both schedules."""
+    got, hot, host = run_auto_split(device, schedule)
+    counts = got["swap_counts"].reshape(-1, 2)
+    assert counts.tolist() == [[3, 0], [8, 0], [9, 0], [16, 1], [16, 16]]
+    valid = got["hot_rows"] >= 0
+    assert torch.equal(hot[torch.from_numpy(got["hot_rows"][valid]).long()],
+                       host[torch.from_numpy(got["resolved"][valid]).long()])
+    if device.type == "cuda":
+        want, want_hot, _ = run_auto_split(CPU, schedule)
+        assert_same(got, want, "cuda vs cpu")
         assert torch.equal(hot, want_hot)
 
 
@@ -537,6 +623,8 @@ def test_fused_gather_bad_inputs(device):
     fail(ValueError, r"gather_hot_cache: expected a tensor, got NULL \(a fused gather needs", gather_host_cache=host)
     fail(ValueError, r"gather_host_cache: expected a tensor, got NULL \(a fused gather needs", gather_hot_cache=hot)
     fail(ValueError, "gather_hot_block_stride: expected 0 without a fused gather", gather_hot_block_stride=8)
+    fail(ValueError, r"gather_schedule: expected one of \['auto', 'fused'\], got 'split'",
+         gather_host_cache=host, gather_hot_cache=hot, gather_schedule="split")
     fail(ValueError, r"gather_hot_block_stride: expected 0 \(= hot_block_size\) or at least hot_block_size \(4\)",
          gather_host_cache=host, gather_hot_cache=hot, gather_hot_block_stride=3)
     fail(TypeError, r"gather_hot_cache: expected dtype uint8 \(the dtype of gather_host_cache\), got int16",
@@ -576,7 +664,8 @@ def test_fused_gather_bad_inputs_cuda():
 @requires_cuda
 @pytest.mark.sanitize
 @pytest.mark.parametrize("stage_rows", [0, 1])
-def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows):
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows, schedule):
     """Rows so long that the CUDA resolver's miss stage holds one row, or none
     (the shared memory the union leaves has room for no more): with none, the
     sm_90 launch takes the fused gather without the early stage and copies
@@ -594,7 +683,7 @@ def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows):
     monkeypatch.setitem(ROW_DTYPES, row_bytes, torch.uint8)
     shape = Shape(row_bytes=row_bytes, hot_block_size=16, hot_block_stride=16, steps=3)
     world = World(shape, seed=41 + stage_rows)
-    fused, separate = Lane(world, device, fused=True), Lane(world, device, fused=False)
+    fused, separate = Lane(world, device, fused=True, schedule=schedule), Lane(world, device, fused=False)
     reference = Lane(world, CPU, fused=True)
     moved = 0
     for step in range(shape.steps):

@@ -118,6 +118,5 @@ def test_config_device_check():
     config = hisparse.Config(row_bytes=656)
     config.check_device(torch.device("cuda", 0))
     config.check_device(0)
-    too_big = hisparse.Config(top_k=32767, device_buffer_size=32767, row_bytes=656)
-    with pytest.raises(ValueError, match="shared memory.*Lower device_buffer_size"):
-        too_big.check_device(0)
+    # Every valid shape runs (a resolver workspace where shared memory is short).
+    hisparse.Config(top_k=32767, device_buffer_size=32767, row_bytes=656).check_device(0)

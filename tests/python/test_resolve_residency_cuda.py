@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-from conftest import requires_cuda, sanitize_subset
+from conftest import requires_cuda, resolver_workspace, sanitize_subset
 
 torch = pytest.importorskip("torch")
 hisparse = pytest.importorskip("hisparse")
@@ -219,7 +219,8 @@ def on(array: np.ndarray, device, pad: int = 0) -> torch.Tensor:
 
 
 class Backend:
-    """One backend's run of a scenario: its own state and counters."""
+    """One backend's run of a scenario: its own state, counters and (CUDA,
+    large shapes) resolver workspace."""
 
     def __init__(self, device, cfg: Config, dgi: np.ndarray, lru: np.ndarray, stats: np.ndarray):
         self.device = torch.device(device)
@@ -227,6 +228,7 @@ class Backend:
         self.dgi = on(dgi, self.device)
         self.lru = on(lru, self.device)
         self.stats = on(stats, self.device)
+        self.workspace = resolver_workspace(self.device, cfg.S, cfg.H, cfg.union_limit)
 
     def outputs(self, T: int) -> dict:
         cfg = self.cfg
@@ -254,6 +256,8 @@ class Backend:
             stats=self.stats,
             **{f"out_{name}": tensor for name, tensor in out.items()},
         )
+        if self.workspace is not None:
+            args["workspace"] = self.workspace
         if "source" in inputs:
             args.update(source_block_table=on(inputs["source"], device, cfg.pad), block_size=cfg.block_size)
         if "resident" in inputs:
@@ -429,6 +433,101 @@ def test_production_shapes(B, H, union_limit, q_max, drift):
     assert seen["hits"] > 0 and seen["misses"] > 0
 
 
+# Speculative decoding (2-4 token rows of k = 2048, unions up to 8,192) on hot
+# buffers of 6-32K slots. On an H200 (227 KiB of shared memory per block) the
+# resolver keeps these in shared memory only in part: the comment names what
+# moves to the workspace (resolver_shared_memory.hpp, kResolverSpillOrder).
+LARGE_SHAPES = [
+    (6144, 6144, 3),  # the LRU copy alone (read in place: no workspace bytes)
+    (10240, 8192, 4),  # vLLM's MTP-3 case: + entry codes, evictable positions, member first entries
+    (32767, 8192, 4),  # + member keys
+    (16384, 16384, 4),  # everything but the union table (global atomics on slot and member words)
+    (32767, 32767, 4),  # everything
+]
+
+
+def large_config(H: int, union_limit: int, q_max: int, **overrides) -> Config:
+    fields = dict(B=3, S=5, H=H, K=2048, q_max=q_max, max_union_rows=union_limit, hot_block_size=64,
+                  attention_extra=64, block_size=64, resident=True, drift=0.2, corrupt_rate=0.3)
+    fields.update(overrides)
+    return Config(**fields)
+
+
+def check_workspace_matches_the_layout(cfg: Config) -> None:
+    """The scenario runs the split placement where the all-shared layout is
+    larger than the device allows (and only then needs workspace bytes)."""
+    limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    need = hisparse._C.resolver_shared_memory_bytes(cfg.H, cfg.union_limit)
+    size = ops.resolver_workspace_bytes(cfg.S, cfg.H, cfg.union_limit, 0)
+    if need <= limit:
+        assert size == 0
+    elif (cfg.H, cfg.union_limit) != (6144, 6144):
+        assert size > 0
+
+
+@pytest.mark.parametrize(
+    "H, union_limit, q_max",
+    sanitize_subset(LARGE_SHAPES, {(10240, 8192, 4), (16384, 16384, 4)}),
+)
+@pytest.mark.parametrize("working_factor", [1.25, 4.0], ids=["narrow", "wide"])
+def test_large_shapes_match_cpu(H, union_limit, q_max, working_factor):
+    """Cold start, then warm steps with speculative rows, resident pages,
+    padding, rejected and orphan rows, corrupt LRU and dgi rows and broken
+    table entries (the tripwires), bit for bit; "wide" draws the rows of a
+    request from 4 x k positions, so its union grows towards q x k."""
+    cfg = large_config(H, union_limit, q_max, working_factor=working_factor)
+    check_workspace_matches_the_layout(cfg)
+    seen = run_scenario(cfg, seed=H + union_limit + int(working_factor), steps=3)
+    assert seen["hits"] > 0 and seen["misses"] > 0 and seen["resident"] > 0 and seen["invalid"] > 0
+
+
+@pytest.mark.parametrize("H, union_limit, q_max", [(10240, 8192, 4), (32767, 32767, 4)])
+def test_large_shapes_warm_replay(H, union_limit, q_max):
+    """Warm, shuffled hot buffers and the same positions resolved again
+    (drift 0): the second step of each request is mostly hits."""
+    cfg = large_config(H, union_limit, q_max, drift=0.0, corrupt_rate=0.0, padding_rate=0.0, reject_rate=0.0)
+    seen = run_scenario(cfg, seed=H, steps=3, warm=True)
+    assert seen["hits"] > seen["misses"] > 0
+
+
+def test_large_shapes_union_overflow():
+    """A union limit below the request's candidates at a split layout: the
+    entries past it overflow (invalid), as on the CPU."""
+    cfg = large_config(16384, 5000, 4, working_factor=4.0, drift=0.5)
+    seen = run_scenario(cfg, seed=3, steps=3)
+    assert seen["invalid"] > 0
+
+
+@pytest.mark.parametrize("H, union_limit", [(10240, 8192), (32767, 32767)])
+def test_index_group_brings_its_workspace(H, union_limit):
+    """Through an index group (the Runtime's path) a shape that needs a
+    workspace needs nothing of the caller: CUDA and CPU groups agree."""
+    cfg = large_config(H, union_limit, 4, B=2, S=3, padding_rate=0.0, reject_rate=0.0, orphan_rate=0.0,
+                       corrupt_rate=0.0, resident=False)
+    rng = np.random.default_rng(H)
+    world = World(rng, cfg)
+    R = cfg.B * cfg.q_max + 8
+    groups = {d: hisparse.IndexGroup(max_num_reqs=cfg.S, device=d, max_swap_rows=R, top_k=cfg.K,
+                                     device_buffer_size=H, max_union_rows=union_limit) for d in ("cpu", "cuda")}
+    for step in range(3):
+        inputs = world.step(rng)
+        T = inputs["topk"].shape[0]
+        results = {}
+        for d, group in groups.items():
+            device = torch.device(d)
+            got = group.resolve(on(inputs["topk"], device), on(inputs["req"], device), on(inputs["state"], device),
+                                on(inputs["hot"], device), host_rows=world.host_rows, hot_block_size=cfg.hot_block_size,
+                                attention_block_stride=cfg.attention_block_stride,
+                                source_block_table=on(inputs["source"], device), block_size=cfg.block_size)
+            results[d] = [t.cpu().numpy() for t in got] + [group.device_global_indices.cpu().numpy(),
+                                                           group.lru_slots.cpu().numpy()]
+        torch.cuda.synchronize()
+        for index, (a, b) in enumerate(zip(results["cuda"], results["cpu"])):
+            np.testing.assert_array_equal(a, b, err_msg=f"step {step} (T={T}): field {index}")
+        world.drift(rng)
+    assert groups["cuda"].device_bytes > groups["cpu"].device_bytes
+
+
 def test_empty_shapes():
     cfg = Config(B=3, S=3, H=8, K=4)
     rng = np.random.default_rng(0)
@@ -454,12 +553,19 @@ def test_empty_shapes():
 # ----------------------------------------------------------------- CUDA graphs
 
 
-@pytest.mark.sanitize
-def test_cuda_graph_replay_matches_eager():
+GRAPH_CONFIGS = [
+    Config(B=8, S=10, H=600, K=256, q_max=3, hot_block_size=16, block_size=16, resident=True, drift=0.2, pad=2,
+           orphan_rate=0.2),
+    # A split layout with a workspace (vLLM's MTP-3 case).
+    Config(B=3, S=4, H=10240, K=2048, q_max=4, max_union_rows=8192, hot_block_size=64, block_size=64,
+           resident=True, drift=0.2, orphan_rate=0.2),
+]
+
+
+@pytest.mark.parametrize("cfg", sanitize_subset(GRAPH_CONFIGS, {GRAPH_CONFIGS[0]}), ids=["small", "mtp3"])
+def test_cuda_graph_replay_matches_eager(cfg):
     """One captured resolve replayed over new inputs copied into static tensors."""
-    cfg = Config(B=8, S=10, H=600, K=256, q_max=3, hot_block_size=16, block_size=16, resident=True,
-                 drift=0.2, pad=2, orphan_rate=0.2)
-    T = 20
+    T = 2 * cfg.B + 4
     rng = np.random.default_rng(7)
     world = World(rng, cfg)
     dgi, lru = world.initial_state(rng, warm=True)
@@ -507,11 +613,11 @@ def test_cuda_graph_replay_matches_eager():
 # ----------------------------------------------------------------- configuration
 
 
-def test_shared_memory_beyond_the_device_limit_raises():
-    H = 32767
+def small_call_at(H: int, union_limit: int) -> dict:
+    """One request's arguments at hot size H: a few positions, cold state."""
     device = torch.device("cuda")
-    kwargs = dict(
-        topk_indices=torch.zeros((1, 4), dtype=torch.int32, device=device),
+    return dict(
+        topk_indices=torch.arange(4, dtype=torch.int32, device=device)[None].clone(),
         req_id_per_token=torch.zeros(1, dtype=torch.int32, device=device),
         request_state_indices=torch.zeros(1, dtype=torch.int32, device=device),
         device_global_indices=torch.full((1, H), -1, dtype=torch.int32, device=device),
@@ -520,20 +626,44 @@ def test_shared_memory_beyond_the_device_limit_raises():
         hot_block_size=1,
         attention_block_stride=1,
         host_rows=100,
-        max_union_rows=H,
+        max_union_rows=union_limit,
         **{f"out_{name}": torch.full((1, 4), SENTINEL, dtype=torch.int32, device=device) for name in MATRICES},
         **{f"out_{name}": torch.full((1,), SENTINEL, dtype=torch.int32, device=device) for name in VECTORS},
     )
+
+
+def test_workspace_is_required_beyond_the_shared_memory_limit():
+    """H = 32767 with a union of 32767 fits no block's shared memory: without
+    a workspace, or with a short one, the call fails naming it and runs
+    nothing; with one it resolves like the CPU backend."""
+    H = 32767
+    kwargs = small_call_at(H, H)
     limit = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
     assert hisparse._C.resolver_shared_memory_bytes(H, H) > limit
-    with pytest.raises(ValueError, match="device_buffer_size"):
-        ops.resolve_residency(**kwargs)
-    # Nothing ran: outputs and state are as they were.
-    assert (kwargs["out_attention"] == SENTINEL).all()
-    assert (kwargs["device_global_indices"] == -1).all()
+    size = ops.resolver_workspace_bytes(1, H, H, 0)
+    assert size > 0
+    for workspace, match in [
+        (None, rf"workspace: .* needs a workspace of {size} B .* got NULL"),
+        (torch.empty(size - 16, dtype=torch.uint8, device="cuda"), rf"workspace: expected at least {size} B"),
+        (torch.empty(size // 4, dtype=torch.int32, device="cuda"), "workspace: expected dtype uint8"),
+        (torch.empty(size, dtype=torch.uint8), "workspace: expected a tensor on cuda"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            ops.resolve_residency(**kwargs, workspace=workspace)
+        # Nothing ran: outputs and state are as they were.
+        assert (kwargs["out_attention"] == SENTINEL).all()
+        assert (kwargs["device_global_indices"] == -1).all()
+    ops.resolve_residency(**kwargs, workspace=torch.empty(size, dtype=torch.uint8, device="cuda"))
+    cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in small_call_at(H, H).items()}
+    ops.resolve_residency(**cpu)
+    for name in ("out_attention", "out_hot_rows", "out_valid_counts", "out_swap_counts", "device_global_indices",
+                 "lru_slots"):
+        assert torch.equal(kwargs[name].cpu(), cpu[name]), name
+    assert kwargs["out_valid_counts"].item() == 4
 
 
 @pytest.mark.parametrize("H, union_limit", [(4096, 2048), (4096, 4096), (5120, 4096), (5120, 5120)])
 def test_production_shared_memory_fits(H, union_limit):
     need = hisparse._C.resolver_shared_memory_bytes(H, union_limit)
     assert need <= torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    assert ops.resolver_workspace_bytes(256, H, union_limit, 0) == 0

@@ -296,8 +296,10 @@ static inline void hs_config_init(hs_config_t* config) {
 }
 
 /* Validate a configuration up front (its max_union_rows default filled in).
- * `device` >= 0 also checks that the residency resolver's shared memory fits
- * CUDA device `device`; -1 skips the device check. */
+ * `device` >= 0 also checks that CUDA device `device` exists (every valid
+ * shape runs there: one whose resolver arrays do not fit a block's shared
+ * memory uses a workspace, see hs_resolver_workspace_bytes); -1 skips the
+ * device check. */
 HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device);
 
 /* The defaults of max_union_rows and max_swap_rows wherever they appear
@@ -311,8 +313,19 @@ HS_API hs_status_t hs_default_max_swap_rows(int32_t max_num_reqs, int32_t num_sp
                                             int32_t* max_swap_rows);
 
 /* Dynamic shared memory, in bytes, that the CUDA residency resolver needs per
- * block for `device_buffer_size` hot slots and `max_union_rows` union rows. */
+ * block to keep every array of a request of `device_buffer_size` hot slots
+ * and `max_union_rows` union rows in shared memory. */
 HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, int32_t max_union_rows, uint64_t* bytes);
+
+/* Bytes of the global workspace (hs_resolve_residency_args_t.workspace) that
+ * the CUDA residency resolver needs on CUDA device `device` for
+ * `num_state_rows` state rows (rows of device_global_indices) of
+ * `device_buffer_size` hot slots and `max_union_rows` union rows: 0 when a
+ * request's arrays fit one block's shared memory there
+ * (hs_resolver_shared_memory_bytes <= the device's opt-in shared memory per
+ * block), else one slice per state row for the arrays that do not. */
+HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t device_buffer_size,
+                                               int32_t max_union_rows, int device, uint64_t* bytes);
 
 /* ------------------------------------------------------------------ kernels */
 
@@ -321,6 +334,21 @@ HS_API hs_status_t hs_resolver_shared_memory_bytes(int32_t device_buffer_size, i
  * with the same byte size; `dst` on the device whose backend runs the copy.
  * Stream-ordered, capturable. */
 HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src, hs_stream_t stream);
+
+/* How a fused gather's rows move on CUDA (hs_resolve_residency_args_t
+ * gather_schedule); the bytes, outputs, state and counters are the
+ * same for both, and the CPU backend copies every row itself.
+ *   HS_RESOLVE_GATHER_AUTO   chosen per request on the device, without a host
+ *                            sync: a request whose few misses the resolve
+ *                            launch stages copies them itself; the rows of
+ *                            the others are copied right after, in the same
+ *                            stream, by a gather kernel spread over the GPU.
+ *   HS_RESOLVE_GATHER_FUSED  every row copied by the resolve launch itself
+ *                            (one launch; one SM per request). */
+typedef enum hs_resolve_gather_schedule {
+  HS_RESOLVE_GATHER_AUTO = 0,
+  HS_RESOLVE_GATHER_FUSED = 1
+} hs_resolve_gather_schedule_t;
 
 /* Residency resolution: see docs/residency.md for the exact contract. The
  * backend is chosen by the device of `topk_indices` (every tensor must be on
@@ -372,6 +400,17 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
+  /* Optional: the CUDA resolver's workspace, a contiguous uint8
+   * tensor on the device of topk_indices, 16-byte aligned, of at least
+   * hs_resolver_workspace_bytes(S, H, max_union_rows, device) bytes (S, H:
+   * the shape of device_global_indices). Required when that size is not 0,
+   * ignored otherwise and by the CPU backend. Its contents need no
+   * initialisation and are scratch of one launch at a time: launches that
+   * share a workspace must be ordered (one stream, or events). */
+  const hs_tensor_t* workspace;
+  /* An hs_resolve_gather_schedule_t for a fused gather (0, AUTO, by
+   * default); must be 0 without one. */
+  int32_t gather_schedule;
 } hs_resolve_residency_args_t;
 #define HS_RESOLVE_RESIDENCY_ARGS_VERSION 1
 

@@ -184,6 +184,9 @@ typedef struct hs_index_group_resolve_args {
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W, on the group's device */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
+  /* an hs_resolve_gather_schedule_t (0, AUTO, by default); the
+   * resolver's workspace, where the group's shape needs one, is the group's own */
+  int32_t gather_schedule;
 } hs_index_group_resolve_args_t;
 #define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 1
 

@@ -323,14 +323,15 @@ typedef struct hs_runtime_swap_in_result {
  *
  * fused_gather = 1 on the leader: the resolve launch itself copies the
  * leader's own missed rows into its hot cache (hs_resolve_residency's fused
- * gather with the bound host cache, hot view and attention_block_stride), so
+ * gather with the bound host cache, hot view and attention_block_stride, in
+ * its automatic schedule: a request with many misses leaves its rows to a
+ * gather kernel launched right after the resolve on the copy stream), so
  * the leader enqueues no gather of its own; its ready event is recorded on
  * the copy stream right after the resolve. Bytes, outputs, state and
  * counters are those of fused_gather = 0; followers (prefetched or not) still
  * gather on the leader's swap list. It pays off when few rows miss
- * (steady-state decode: one launch and one dependent wait fewer per step)
- * and loses when few requests miss many rows (warm-up, bulk loads): see
- * docs/residency.md, "Fused gather". Followers ignore the flag (they never
+ * (steady-state decode: one launch and one dependent wait fewer per step):
+ * see docs/residency.md, "Fused gather". Followers ignore the flag (they never
  * resolve), but it must still be 0 or 1.
  *
  * group_gather = 1 on the leader: the prefetch batch stages all followers
