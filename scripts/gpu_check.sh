@@ -1,53 +1,65 @@
 #!/usr/bin/env bash
 # One full GPU check: build, every test (C++ and Python), compute-sanitizer
-# on the CUDA tests, and the benchmarks, with logs under $OUT (or ./gpu-out).
-# Made for the lent H200 (no network): builds with the preinstalled
-# scikit-build-core/nanobind, sm_90 only to save compile time.
+# on the CUDA tests, and the benchmarks. Made for a lent H200 (no network):
+# builds with the preinstalled scikit-build-core/nanobind, sm_90 only, once
+# (the wheel's build tree also holds the GoogleTest suite). Logs go under
+# $LOGS (/tmp/hs-logs) and, as one archive plus the results JSON, under $OUT
+# (./gpu-out): a machine that returns only a few files gets everything.
 #
 #   bash scripts/gpu_check.sh [build] [tests] [sanitize] [bench]   (default: all)
 #
-# The benchmarks write bench/results/-style JSON under $OUT, each carrying the
-# commit of the tree: from git when the tree is a checkout, else from
-# HISPARSE_COMMIT (a working tree copied without .git: set it to the commit the
-# copy was made from), else "unknown".
+# Wheels under .whl/ (for example transformers >= 5.24 for the integration
+# tests) are installed into /tmp/hs-site first and put on PYTHONPATH.
+#
+# The benchmarks write bench/results/-style JSON, each carrying the commit of
+# the tree: from git when the tree is a checkout, else from HISPARSE_COMMIT
+# (a working tree copied without .git: set it to the commit the copy was made
+# from), else "unknown".
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+LOGS=${LOGS:-/tmp/hs-logs}
+BUILD=${BUILD:-/tmp/hs-wheel}
+mkdir -p "$OUT" "$LOGS"
 if [ -z "${HISPARSE_COMMIT:-}" ] && git rev-parse HEAD > /dev/null 2>&1; then
   HISPARSE_COMMIT=$(git rev-parse HEAD)
   git diff --quiet HEAD -- . ':(exclude)bench/results' || HISPARSE_COMMIT="$HISPARSE_COMMIT-dirty"
 fi
-export HISPARSE_COMMIT=${HISPARSE_COMMIT:-unknown}
+export HISPARSE_COMMIT=${HISPARSE_COMMIT:-unknown} PYTHONUNBUFFERED=1
+# NVLink multicast stays off (it can take a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 echo "commit: $HISPARSE_COMMIT"
 STEPS=${*:-build tests sanitize bench}
 JOBS=$(nproc)
 status=0
 step() { echo "=== $1 ($(date +%T))"; }
 has() { [[ " $STEPS " == *" $1 "* ]]; }
+archive() { tar czf "$OUT/logs.tgz" -C "$LOGS" . 2> /dev/null; }
+trap archive EXIT
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$LOGS/gpu.txt" 2>&1
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hs-site .whl/*.whl \
+    > "$LOGS/wheels.log" 2>&1 || { echo "wheel install FAILED"; tail -20 "$LOGS/wheels.log"; exit 1; }
+  export PYTHONPATH=/tmp/hs-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 if has build; then
-  step "build wheel (sm_90)"
+  step "build (sm_90): the wheel, with the GoogleTest suite in its build tree"
   export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
-  python3 -m pip install --no-build-isolation --no-deps -q \
-      -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -C build-dir=/tmp/hs-wheel . > "$OUT/build.log" 2>&1 \
-    || { echo "wheel build FAILED"; tail -50 "$OUT/build.log"; exit 1; }
-  step "build C++ tests"
-  cmake -S . -B /tmp/hs-cmake -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DHISPARSE_CUDA=ON >> "$OUT/build.log" 2>&1 \
-    && cmake --build /tmp/hs-cmake -j "$JOBS" >> "$OUT/build.log" 2>&1 \
-    || { echo "C++ build FAILED"; tail -50 "$OUT/build.log"; exit 1; }
-  python3 -m hisparse info | tee "$OUT/info.txt"
+  python3 -m pip install --no-build-isolation --no-deps -q -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
+    -C cmake.define.HISPARSE_BUILD_TESTS=ON -C cmake.define.HISPARSE_CUDA=ON -C build-dir="$BUILD" . \
+    > "$LOGS/build.log" 2>&1 || { echo "build FAILED"; tail -50 "$LOGS/build.log"; exit 1; }
+  python3 -m hisparse info | tee "$LOGS/info.txt"
 fi
 
 if has tests; then
   step "ctest"
-  (cd /tmp/hs-cmake && ctest -j 8 --output-on-failure > "$OUT/ctest.log" 2>&1) || { status=1; echo "ctest FAILED"; }
-  tail -3 "$OUT/ctest.log"
+  (cd "$BUILD" && ctest -j 8 --output-on-failure > "$LOGS/ctest.log" 2>&1) || { status=1; echo "ctest FAILED"; }
+  tail -3 "$LOGS/ctest.log"
   step "pytest"
-  python3 -m pytest tests/python -q --maxfail=25 -p no:cacheprovider --junitxml="$OUT/pytest.xml" > "$OUT/pytest.log" 2>&1 \
-    || { status=1; echo "pytest FAILED"; }
-  tail -15 "$OUT/pytest.log"
+  python3 -m pytest tests/python -q --maxfail=25 -p no:cacheprovider -rfs --junitxml="$LOGS/pytest.xml" \
+    > "$LOGS/pytest.log" 2>&1 || { status=1; echo "pytest FAILED"; }
+  tail -15 "$LOGS/pytest.log"
 fi
 
 if has sanitize; then
@@ -57,10 +69,11 @@ if has sanitize; then
   for tool in memcheck racecheck; do
     step "compute-sanitizer $tool"
     compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
-        python3 -m pytest -q -x -p no:cacheprovider -m "sanitize" tests/python > "$OUT/sanitize_$tool.log" 2>&1 \
+      python3 -m pytest -q -x -p no:cacheprovider -m "sanitize" tests/python > "$LOGS/sanitize_$tool.log" 2>&1 \
       || { status=1; echo "$tool FAILED"; }
-    grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitize_$tool.log" | tail -3
+    grep -E "ERROR SUMMARY|passed|failed" "$LOGS/sanitize_$tool.log" | tail -3
   done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING HISPARSE_SANITIZER_RUN
 fi
 
 if has bench; then
@@ -69,13 +82,17 @@ if has bench; then
   bench_run() {
     local name=$1 script=$2
     shift 2
-    timeout 300 python3 "$script" "$@" --out "$OUT/${name}_h200.json" > "$OUT/$name.log" 2>&1 \
+    timeout 300 python3 "$script" "$@" --out "$OUT/${name}.json" > "$LOGS/$name.log" 2>&1 \
       || { status=1; echo "$name FAILED"; }
-    tail -25 "$OUT/$name.log"
+    tail -25 "$LOGS/$name.log"
   }
-  bench_run resolver_grid bench/bench_resolver.py
-  bench_run gather_schedules bench/bench_gather.py --row-bytes 656,1152 --counts "" --pool-gib 8 --iters 5
-  bench_run decode_step bench/bench_decode_step.py
+  bench_run resolver_grid_h200 bench/bench_resolver.py
+  bench_run resolver_speculative_shapes_h200 bench/bench_resolver.py --sections speculative --baseline-steps 0 \
+    --replays 5 --steps 16 --spec-batches 1,64,256
+  bench_run gather_schedules_h200 bench/bench_gather.py --row-bytes 656,1152 --counts "" --pool-gib 8 --iters 5
+  bench_run decode_step_h200 bench/bench_decode_step.py
+  bench_run shared_pool_h200 bench/bench_shared_pool.py
+  bench_run shared_pool_tp_1xh200 bench/bench_shared_pool_tp.py --ranks 2 --same-device --pool-gib 8
 fi
 step "done (status $status)"
 exit $status
