@@ -84,6 +84,8 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
     v.attention_block_stride = r.attention_block_stride();
     v.next_row = r.next_row();
     v.group_row_bytes = r.group().row_bytes();
+    v.is_writer = r.is_writer() ? 1 : 0;
+    v.host_role = r.host_role();
     write_struct<HS_RUNTIME_INFO_VERSION>(info, v);
   });
 }

@@ -32,10 +32,18 @@ RuntimeGroup::Streams::~Streams() {
   if (owns_copy) backend.destroy_stream(copy, device);
 }
 
+RuntimeGroup::Buffer::Buffer(Backend& backend, int device, size_t bytes)
+    : backend_(backend), device_(device), data_(backend.allocate(bytes, device)) {}
+
+RuntimeGroup::Buffer::~Buffer() { backend_.deallocate(data_, device_); }
+
 RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
     : backend_(backend),
       index_group_(options.index_group, backend),
       streams_(backend, options.index_group.device.index, options.copy_stream),
+      padded_topk_(
+          backend, index_group_.options().device.index,
+          static_cast<size_t>(index_group_.options().max_swap_rows) * index_group_.options().top_k * sizeof(int32_t)),
       topk_ready_(options.topk_ready) {}
 
 RuntimeGroup::~RuntimeGroup() = default;

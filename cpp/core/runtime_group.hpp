@@ -36,6 +36,9 @@ class RuntimeGroup {
   IndexGroup& index_group() { return index_group_; }
   const IndexGroup& index_group() const { return index_group_; }
   hs_stream_t copy_stream() const { return streams_.copy; }
+  // int32 [max_swap_rows, top_k] on the group's device: a narrow or
+  // length-limited top-k padded to the group's width before a resolve.
+  int32_t* padded_topk() const { return padded_topk_.data(); }
 
   // Cross-stream ordering through the group's events: enqueued, never
   // blocking the host, capturable (each wait follows its record).
@@ -76,9 +79,25 @@ class RuntimeGroup {
     Event join = nullptr;  // recorded on the copy stream, waited by a caller's stream
   };
 
+  // Device memory freed with the backend that made it.
+  class Buffer {
+   public:
+    Buffer(Backend& backend, int device, size_t bytes);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    int32_t* data() const { return static_cast<int32_t*>(data_); }
+
+   private:
+    Backend& backend_;
+    int device_;
+    void* data_;
+  };
+
   Backend& backend_;
   IndexGroup index_group_;
   Streams streams_;
+  Buffer padded_topk_;
   Event topk_ready_ = nullptr;
   Runtime* leader_ = nullptr;
   std::vector<Runtime*> followers_;
