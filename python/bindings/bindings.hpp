@@ -83,6 +83,7 @@ void register_runtime(nb::module_& m);
 void register_staging(nb::module_& m);
 void register_shared_host_pool(nb::module_& m);
 void register_ipc_event(nb::module_& m);
+void register_kv_cache(nb::module_& m);
 
 // The options of a shared host pool that HostPool.shared takes.
 struct SharedPoolArgs {
