@@ -43,11 +43,11 @@ class KvCache {
           const std::vector<int32_t>& layer_groups, int32_t max_requests, int64_t max_seq_len, int32_t resident_pages,
           int64_t resident_page_size, int device_type, int device_index, int32_t kv_dtype, int32_t max_swap_rows,
           uintptr_t host_pool, uintptr_t host_event) {
-    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
-                                           row_bytes, block_size, hot_block_size, false);
-    hs_kv_cache_options_t o = options(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages,
-                                      resident_page_size, device_type, device_index, kv_dtype, max_swap_rows,
-                                      host_pool, host_event);
+    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
+                                           block_size, hot_block_size, false);
+    hs_kv_cache_options_t o =
+        options(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages, resident_page_size,
+                device_type, device_index, kv_dtype, max_swap_rows, host_pool, host_event);
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // allocates, populates and registers a private pool
@@ -64,11 +64,10 @@ class KvCache {
                              int32_t hot_block_size, int32_t num_layers, const std::vector<int32_t>& layer_groups,
                              int32_t max_requests, int64_t max_seq_len, int32_t resident_pages,
                              int64_t resident_page_size, int device_type, int device_index, int32_t kv_dtype) {
-    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
-                                           row_bytes, block_size, hot_block_size, false);
-    const hs_kv_cache_options_t o =
-        options(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages, resident_page_size,
-                device_type, device_index, kv_dtype, 0, 0, 0);
+    const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
+                                           block_size, hot_block_size, false);
+    const hs_kv_cache_options_t o = options(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages,
+                                            resident_page_size, device_type, device_index, kv_dtype, 0, 0, 0);
     uint64_t bytes = 0;
     check(hs_kv_cache_host_bytes(&o, &bytes));
     return bytes;
@@ -104,9 +103,9 @@ class KvCache {
   // Tensor `which` of the cache; row tensors (host cache, slab) as bytes.
   View tensor(nb::handle self, int which) const {
     if (which < 0 || which >= HS_KV_CACHE_NUM_TENSORS) {
-      throw nb::value_error(("which: expected 0 <= which < " + std::to_string(HS_KV_CACHE_NUM_TENSORS) + ", got " +
-                             std::to_string(which))
-                                .c_str());
+      throw nb::value_error(
+          ("which: expected 0 <= which < " + std::to_string(HS_KV_CACHE_NUM_TENSORS) + ", got " + std::to_string(which))
+              .c_str());
     }
     hs_tensor_t t{};
     check(hs_kv_cache_get_tensor(handle_, static_cast<hs_kv_cache_tensor_t>(which), &t));
@@ -155,9 +154,9 @@ class KvCache {
   }
 
   std::tuple<int64_t, int64_t, bool> swap_in(int32_t layer, const OptionalArray& topk_indices,
-                                             const OptionalArray& req_id_per_token,
-                                             const OptionalArray& num_valid_rows, int64_t num_tokens,
-                                             int32_t prefetch, int32_t fused_gather, uintptr_t stream) {
+                                             const OptionalArray& req_id_per_token, const OptionalArray& num_valid_rows,
+                                             int64_t num_tokens, int32_t prefetch, int32_t fused_gather,
+                                             uintptr_t stream) {
     const OptionalTensorDesc topk(topk_indices, "topk_indices"), req(req_id_per_token, "req_id_per_token"),
         nvr(num_valid_rows, "num_valid_rows");
     hs_kv_cache_swap_in_args_t a;
@@ -301,9 +300,8 @@ bool host_is_registered(uintptr_t data, uint64_t bytes) {
 
 void register_kv_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache", "A model-level KV cache (hs_kv_cache_t). Use hisparse.KVCache.")
-      .def(nb::init<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t,
-                    const std::vector<int32_t>&, int32_t, int64_t, int32_t, int64_t, int, int, int32_t, int32_t,
-                    uintptr_t, uintptr_t>(),
+      .def(nb::init<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, const std::vector<int32_t>&,
+                    int32_t, int64_t, int32_t, int64_t, int, int, int32_t, int32_t, uintptr_t, uintptr_t>(),
            nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
            nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
            nb::arg("num_layers"), nb::arg("layer_groups"), nb::arg("max_requests"), nb::arg("max_seq_len"),
@@ -313,13 +311,13 @@ void register_kv_cache(nb::module_& m) {
                   nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"), nb::arg("row_bytes"),
                   nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("num_layers"), nb::arg("layer_groups"),
                   nb::arg("max_requests"), nb::arg("max_seq_len"), nb::arg("resident_pages"),
-                  nb::arg("resident_page_size"), nb::arg("device_type"), nb::arg("device_index"),
-                  nb::arg("kv_dtype"))
+                  nb::arg("resident_page_size"), nb::arg("device_type"), nb::arg("device_index"), nb::arg("kv_dtype"))
       .def("info", &KvCache::info)
       .def("layer_group", &KvCache::layer_group, nb::arg("layer"))
       .def(
           "tensor", [](nb::handle self, int which) { return nb::cast<KvCache&>(self).tensor(self, which); },
-          nb::arg("which"), "Zero-copy DLPack array of tensor `which` (row tensors as bytes); it keeps the cache alive.")
+          nb::arg("which"),
+          "Zero-copy DLPack array of tensor `which` (row tensors as bytes); it keeps the cache alive.")
       .def(
           "group_tensor",
           [](nb::handle self, int32_t layer, int which) {
@@ -360,10 +358,9 @@ void register_kv_cache(nb::module_& m) {
         nb::arg("stream") = 0);
   m.def("read_rows", &read_rows, nb::arg("cache").noconvert(), nb::arg("indices").noconvert(),
         nb::arg("out").noconvert(), nb::arg("stream") = 0);
-  m.def("update_residency", &update_residency, nb::arg("resident_block_table").noconvert(),
-        nb::arg("table_block_size"), nb::arg("blocks_per_page"), nb::arg("num_pages"),
-        nb::arg("request_state_indices").noconvert(), nb::arg("seq_lens").noconvert(),
-        nb::arg("resident_blocks").noconvert(), nb::arg("stream") = 0);
+  m.def("update_residency", &update_residency, nb::arg("resident_block_table").noconvert(), nb::arg("table_block_size"),
+        nb::arg("blocks_per_page"), nb::arg("num_pages"), nb::arg("request_state_indices").noconvert(),
+        nb::arg("seq_lens").noconvert(), nb::arg("resident_blocks").noconvert(), nb::arg("stream") = 0);
   m.def("host_register", &host_register, nb::arg("data"), nb::arg("bytes"), nb::arg("device_type"),
         nb::arg("device_index") = -1);
   m.def("host_unregister", &host_unregister, nb::arg("data"));

@@ -107,13 +107,7 @@ class KVCache:
             L, self._info["num_blocks"], config.hot_block_size, W
         )
         self._groups = [self._kv.layer_group(layer) for layer in range(L)]
-        self._attention = {}
-        for layer in range(L):
-            group, leader = self._groups[layer]
-            if leader == layer:
-                self._attention[group] = torch.from_dlpack(
-                    self._kv.group_tensor(layer, _GROUP_TENSORS["attention_indices"])
-                )
+        self._group_views: dict = {}
 
     @staticmethod
     def _resolve_dtype(config: Config, dtype: Any) -> Any:
@@ -230,6 +224,16 @@ class KVCache:
         row ``a`` (``view.flatten(0, 1)[a]``), the paged KV view a sparse attention kernel reads."""
         return self._slab[_args.require_int("layer", layer)]
 
+    def group_tensor(self, layer: int, name: str) -> Any:
+        """A tensor of layer ``layer``'s index group (``hisparse._C.INDEX_GROUP_TENSORS`` names, e.g.
+        device_global_indices, lru_slots, attention_indices, counters): the library's own memory."""
+        if name not in _GROUP_TENSORS:
+            raise ValueError(f"name: expected one of {sorted(_GROUP_TENSORS)}, got {name!r}")
+        key = (self._groups[_args.require_int("layer", layer)][0], name)
+        if key not in self._group_views:
+            self._group_views[key] = _torch().from_dlpack(self._kv.group_tensor(layer, _GROUP_TENSORS[name]))
+        return self._group_views[key]
+
     def table(self, name: str) -> Any:
         """One of the cache's int32 tables by name (request_state_indices, source_block_table,
         hot_block_table, resident_blocks, resident_block_table, seq_lens): read them, do not write them."""
@@ -303,9 +307,8 @@ class KVCache:
             _args.flag("fused_gather", fused_gather),
             self._stream(stream, topk_indices),
         )
-        group, leader = self._groups[layer]
         width = topk_indices.shape[1] if topk_indices is not None else self._config.top_k
-        return self._attention[group][first : first + count, :width]
+        return self.group_tensor(layer, "attention_indices")[first : first + count, :width]
 
     def read(self, layer: int, indices: Any, out: Any = None, *, stream: Any = None) -> Any:
         """The rows attention ``indices`` (int32 [T, k]) name in layer ``layer``'s view, zeros for -1:
