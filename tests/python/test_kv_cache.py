@@ -97,20 +97,23 @@ def test_write_rows_matches_the_model(device, seed):
     req[3], req[7] = -1, B  # orphan token rows
     positions = torch.randperm(40, generator=gen)[:T].to(I32) - 2  # distinct, a few negative
     states = torch.tensor([3, -1, 0, 4], dtype=I32)
-    source = torch.randint(-1, 9, (B, 10), generator=gen, dtype=I32)
-    host = torch.randn((36, W), generator=gen)
-    resident = torch.randn((6, rbs, W), generator=gen)
-    resident_table = torch.randint(-1, 6, (B, 20), generator=gen, dtype=I32)
-    hot = torch.randn((5, hbs, W), generator=gen)
-    hot_table = torch.randint(0, 6, (B, 3), generator=gen, dtype=I32)
+    # Distinct blocks per (batch row, column), some of them "none", so that no
+    # two tokens write one destination (the spec leaves such a race unordered);
+    # a few host blocks lie past the host cache.
+    source = torch.randperm(42, generator=gen)[:40].view(B, 10).to(I32) - 1
+    host = torch.randn((40 * bs, W), generator=gen)
+    resident = torch.randn((B * 20, rbs, W), generator=gen)
+    resident_table = torch.randperm(B * 20 + 4, generator=gen)[: B * 20].view(B, 20).to(I32) - 3
+    hot = torch.randn((B * 3 + 1, hbs, W), generator=gen)
+    hot_table = torch.randperm(B * 3, generator=gen).view(B, 3).to(I32)
     hot_table[0, 1] = -1  # an unusable hot block: its slots are never written
-    dgi = torch.randint(-1, 36, (S, H), generator=gen, dtype=I32)
+    dgi = torch.randint(-1, 160, (S, H), generator=gen, dtype=I32)
     # Plant copies of the slots the rows write, twice for one of them.
     for t in range(T):
         b, p = int(req[t]), int(positions[t])
         if 0 <= b < B and int(states[b]) >= 0 and p >= 0 and p // bs < 10 and int(source[b, p // bs]) > 0:
             slot = int(source[b, p // bs]) * bs + p % bs
-            if slot < 36:
+            if slot < host.shape[0]:
                 dgi[int(states[b]), t % H] = slot
                 dgi[int(states[b]), (t + 5) % H] = slot
     want = model_write_rows(rows, req, positions, states, host, source, bs, resident, resident_table, hot,

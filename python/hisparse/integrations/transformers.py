@@ -17,12 +17,13 @@ Prefill attends over the prompt's own rows as the model does; every decode
 step, the layer's new row goes through :meth:`hisparse.KVCache.write`, the
 indexer's top-k goes through :meth:`hisparse.KVCache.swap_in` (positions the
 attention mask excludes are dropped first), and the attention reads only the
-rows hisparse resolved (:meth:`hisparse.KVCache.read`): a reference MLA sparse
-attention in torch over those latent rows. docs/integration.md says how a
-FlashMLA-style sparse kernel takes the attention indices and the paged view
-instead. With another cache (or none) the prepared model computes what it
-computed before: the attention implementation it had, with the indexer's
-mask.
+rows hisparse resolved (:meth:`hisparse.KVCache.read`): by default the
+model's own attention over those rows at their positions (its result bit for
+bit), or (``attention="sparse"``) a reference MLA sparse attention in torch
+over the k latent rows alone. docs/integration.md says how a FlashMLA-style
+sparse kernel takes the attention indices and the paged view instead.
+With another cache (or none) the prepared model computes what it computed
+before: the attention implementation it had, with the indexer's mask.
 
 Only what hisparse exports is used here: the integration is an example of
 its public API as much as a feature.
@@ -165,7 +166,12 @@ class HiSparseCache(Cache):
     tensor-parallel ranks and the writer's interprocess event).
     ``prefetch``: the leader of a GLM group stages its followers' rows
     while the followers run. ``fused_gather``: the resolve copies the
-    leader's own rows.
+    leader's own rows. ``attention``: how a decode step attends over the
+    rows hisparse resolved (both read those rows and nothing else):
+    ``"exact"`` places them at their positions and runs the model's own
+    attention and mask over them, so the result is the model's bit for bit;
+    ``"sparse"`` expands the k rows and attends over them alone
+    (:func:`mla_sparse_attention`), the computation a sparse kernel makes.
 
     One batch at a time: a forward with no past starts a new batch (its
     prompts, left-padded as ``generate`` pads them); later forwards add one
@@ -189,8 +195,12 @@ class HiSparseCache(Cache):
         host_event: Any = None,
         prefetch: bool = True,
         fused_gather: bool = False,
+        attention: str = "exact",
     ) -> None:
         modules = _attention_modules(model)
+        if attention not in ("exact", "sparse"):
+            raise ValueError(f"attention: expected 'exact' or 'sparse', got {attention!r}")
+        self.attention = attention
         config = _text_config(model)
         for name in ("kv_lora_rank", "qk_rope_head_dim", "index_topk"):
             if not isinstance(getattr(config, name, None), int):
@@ -349,7 +359,10 @@ class HiSparseCache(Cache):
         else:
             attention = self.kv.swap_in(layer, num_tokens=tokens)[:, : indices.shape[-1]]
         rows = self.kv.read(layer, attention)
-        return mla_sparse_attention(module, query, rows, attention >= 0, scaling, self.latent_width)
+        if self.attention == "sparse":
+            return mla_sparse_attention(module, query, rows, attention >= 0, scaling, self.latent_width)
+        return positioned_attention(module, query, rows, attention, indices, attention_mask, scaling,
+                                    self.latent_width)
 
     # ------------------------------------------------------------------ counters
     def stats(self, *, reset: bool = False) -> dict:
@@ -394,6 +407,41 @@ def mla_sparse_attention(module: nn.Module, query: torch.Tensor, rows: torch.Ten
         q, key.transpose(1, 2), value.transpose(1, 2), attn_mask=valid[:, None, None, :], scale=scaling
     )
     return out.reshape(batch, num_tokens, heads, v_dim)
+
+
+def positioned_attention(module: nn.Module, query: torch.Tensor, rows: torch.Tensor, attention: torch.Tensor,
+                         indices: torch.Tensor, attention_mask: Any, scaling: float, latent_width: int) -> torch.Tensor:
+    """The model's own attention over the rows hisparse resolved, each at its position.
+
+    ``rows`` [B*S, k, W] are the rows ``attention`` (the indices swap_in
+    returned for the top-k ``indices`` [B, S, k]) names. They go to their
+    positions of an otherwise zero latent sequence of the mask's length,
+    which the layer expands (``expand_kv``) and attends with the original
+    implementation, the mask admitting exactly the positions that resolved:
+    the model's computation on the same inputs, so its result bit for bit
+    (the zero rows are masked, and masked positions weigh exactly 0).
+    """
+    batch, _, num_tokens, _ = query.shape
+    if num_tokens != 1:
+        raise NotImplementedError("positioned_attention: one query token per request")
+    length = attention_mask.shape[-1]
+    resolved = attention >= 0
+    positions = indices.reshape(batch, -1).long()
+    latent = rows.new_zeros((batch, length, rows.shape[-1]))
+    b, k = resolved.nonzero(as_tuple=True)
+    latent[b, positions[b, k]] = rows[b, k]
+    # Contiguous, as the model's own cache hands them over, so that the expansion runs the same GEMM.
+    k_pass = latent[..., :latent_width].unsqueeze(1).contiguous()
+    k_rot = latent[..., latent_width:].unsqueeze(1).contiguous()
+    key, value = module.expand_kv(k_pass, k_rot)
+    selected = torch.zeros((batch, 1, 1, length), dtype=torch.bool, device=query.device)
+    selected[b, 0, 0, positions[b, k]] = True
+    if attention_mask.dtype == torch.bool:
+        mask = attention_mask & selected
+    else:
+        mask = attention_mask.masked_fill(~selected, torch.finfo(query.dtype).min)
+    out, _ = _original_attention(module, query, key, value, mask, None, scaling=scaling, dropout=0.0)
+    return out
 
 
 def _original_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
