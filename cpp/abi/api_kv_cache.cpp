@@ -7,6 +7,7 @@
 #include "abi/api_guard.hpp"
 #include "abi/handles.hpp"
 #include "abi/host_pool_handle.hpp"
+#include "abi/runtime_stats.hpp"
 #include "core/backend.hpp"
 #include "core/ipc_event.hpp"
 #include "core/kv_cache.hpp"
@@ -40,20 +41,6 @@ KvCacheOptions core_options(const hs_kv_cache_options_t* options) {
   core.host_pool = o.host_pool != nullptr ? &o.host_pool->pool : nullptr;
   core.host_event = reinterpret_cast<IpcEvent*>(o.host_event);
   return core;
-}
-
-void write_stats(const RuntimeStats& s, hs_runtime_stats_t* stats) {
-  hs_runtime_stats_t v{};
-  v.num_layers = s.num_layers;
-  v.lookups = s.counters[HS_STAT_LOOKUPS];
-  v.hits = s.counters[HS_STAT_HITS];
-  v.misses = s.counters[HS_STAT_MISSES];
-  v.resident = s.counters[HS_STAT_RESIDENT];
-  v.invalid = s.counters[HS_STAT_INVALID];
-  v.hit_rate = s.hit_rate;
-  v.group_row_bytes = s.group_row_bytes;
-  v.bytes_moved = s.bytes_moved;
-  write_struct<HS_RUNTIME_STATS_VERSION>(stats, v);
 }
 
 }  // namespace
@@ -203,7 +190,7 @@ HS_API hs_status_t hs_kv_cache_get_stats(hs_kv_cache_t cache, int32_t group, hs_
   return api_guard([&] {
     const KvCache& c = require_cache(cache);
     require_struct_size(stats, "stats");
-    write_stats(c.stats(group), stats);
+    write_runtime_stats(c.stats(group), stats);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/checked_math.hpp"
 #include "core/config.hpp"
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/host_memory.hpp"
 #include "core/kv_ops.hpp"
@@ -24,22 +25,6 @@ int32_t checked_int32(int64_t value, const char* name, const char* why) {
   if (value > kInt32Max) invalid_argument(name, ": ", why, " must fit in int32, got ", value);
   return static_cast<int32_t>(value);
 }
-
-// Runs the cache's initialisation on a stream of its own and waits for it.
-class PrivateStream {
- public:
-  PrivateStream(Backend& backend, int device)
-      : backend_(backend), device_(device), stream_(backend.create_stream(device)) {}
-  ~PrivateStream() { backend_.destroy_stream(stream_, device_); }
-  PrivateStream(const PrivateStream&) = delete;
-  PrivateStream& operator=(const PrivateStream&) = delete;
-  hs_stream_t get() const { return stream_; }
-
- private:
-  Backend& backend_;
-  int device_;
-  hs_stream_t stream_;
-};
 
 }  // namespace
 
@@ -124,14 +109,6 @@ KvCacheLayout kv_cache_layout(const KvCacheOptions& o) {
   return l;
 }
 
-// ------------------------------------------------------------------ memory
-
-KvCache::Memory::Memory(Backend& backend, int device, uint64_t bytes) : backend_(backend), device_(device) {
-  base_ = static_cast<char*>(backend.allocate(bytes, device));
-}
-
-KvCache::Memory::~Memory() { backend_.deallocate(base_, device_); }
-
 // ------------------------------------------------------------------ creation
 
 KvCache::KvCache(const KvCacheOptions& options)
@@ -179,10 +156,10 @@ KvCache::KvCache(const KvCacheOptions& options)
     offset = align_up(offset + sizes[i], kTensorAlignment);
   }
   device_bytes_ = offset;
-  memory_ = std::make_unique<Memory>(backend_, options_.device.index, device_bytes_);
+  memory_ = std::make_unique<DeviceBuffer>(backend_, options_.device.index, device_bytes_);
 
   const int32_t device_type = options_.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU;
-  auto at = [&](hs_kv_cache_tensor_t which) { return memory_->base() + offsets_[which]; };
+  auto at = [&](hs_kv_cache_tensor_t which) { return memory_->data() + offsets_[which]; };
   describe(HS_KV_CACHE_HOST_CACHE, pool_->data(), options_.kv_dtype, HS_DEVICE_CPU,
            {l.host_rows, l.num_layers, l.row_width});
   describe(HS_KV_CACHE_SLAB, at(HS_KV_CACHE_SLAB), options_.kv_dtype, device_type,
@@ -254,7 +231,7 @@ void KvCache::initialise_tables() {
   auto upload = [&](hs_kv_cache_tensor_t which, const std::vector<int32_t>& values) {
     backend_.copy_async(tensors_[which].data, values.data(), values.size() * sizeof(int32_t), stream.get());
   };
-  backend_.fill_async(memory_->base(), 0, device_bytes_, stream.get());
+  backend_.fill_async(memory_->data(), 0, device_bytes_, stream.get());
   upload(HS_KV_CACHE_REQUEST_STATE_INDICES, states);
   upload(HS_KV_CACHE_SOURCE_BLOCK_TABLE, source);
   upload(HS_KV_CACHE_HOT_BLOCK_TABLE, hot);
@@ -266,7 +243,7 @@ hs_tensor_t KvCache::layer_view(int32_t layer, std::array<int64_t, 3>* shape) co
   const KvCacheLayout& l = layout_;
   *shape = {l.num_blocks, l.hot_block_size, l.row_width};
   hs_tensor_t view = tensors_[HS_KV_CACHE_SLAB];
-  view.data = memory_->base() + offsets_[HS_KV_CACHE_SLAB] + static_cast<uint64_t>(layer) * l.layer_bytes;
+  view.data = memory_->data() + offsets_[HS_KV_CACHE_SLAB] + static_cast<uint64_t>(layer) * l.layer_bytes;
   view.ndim = 3;
   view.shape = shape->data();
   view.strides = nullptr;

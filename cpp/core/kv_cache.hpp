@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/device_memory.hpp"
 #include "core/host_pool.hpp"
 #include "core/ipc_event.hpp"
 #include "core/runtime.hpp"
@@ -89,21 +90,6 @@ class KvCache {
   RuntimeStats stats(int32_t group) const;
 
  private:
-  // The device slab and tables, freed with the backend that made them.
-  class Memory {
-   public:
-    Memory(Backend& backend, int device, uint64_t bytes);
-    ~Memory();
-    Memory(const Memory&) = delete;
-    Memory& operator=(const Memory&) = delete;
-    char* base() const { return base_; }
-
-   private:
-    Backend& backend_;
-    int device_;
-    char* base_ = nullptr;
-  };
-
   void describe(hs_kv_cache_tensor_t which, void* data, hs_dtype_t dtype, int32_t device_type,
                 std::initializer_list<int64_t> shape);
   void initialise_tables();
@@ -121,7 +107,7 @@ class KvCache {
   HostPool* pool_ = nullptr;
   uint64_t device_bytes_ = 0;
   std::array<uint64_t, HS_KV_CACHE_NUM_TENSORS> offsets_{};
-  std::unique_ptr<Memory> memory_;
+  std::unique_ptr<DeviceBuffer> memory_;  // the slab and the tables
   std::array<hs_tensor_t, HS_KV_CACHE_NUM_TENSORS> tensors_{};
   std::array<std::array<int64_t, 4>, HS_KV_CACHE_NUM_TENSORS> shapes_{};
   std::vector<std::unique_ptr<Runtime>> runtimes_;

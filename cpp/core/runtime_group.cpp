@@ -32,11 +32,6 @@ RuntimeGroup::Streams::~Streams() {
   if (owns_copy) backend.destroy_stream(copy, device);
 }
 
-RuntimeGroup::Buffer::Buffer(Backend& backend, int device, size_t bytes)
-    : backend_(backend), device_(device), data_(backend.allocate(bytes, device)) {}
-
-RuntimeGroup::Buffer::~Buffer() { backend_.deallocate(data_, device_); }
-
 RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
     : backend_(backend),
       index_group_(options.index_group, backend),

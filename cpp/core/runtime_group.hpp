@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/device_memory.hpp"
 #include "core/index_group.hpp"
 #include "core/tensor.hpp"
 #include "hisparse/hisparse.h"
@@ -38,7 +39,7 @@ class RuntimeGroup {
   hs_stream_t copy_stream() const { return streams_.copy; }
   // int32 [max_swap_rows, top_k] on the group's device: a narrow or
   // length-limited top-k padded to the group's width before a resolve.
-  int32_t* padded_topk() const { return padded_topk_.data(); }
+  int32_t* padded_topk() const { return padded_topk_.data<int32_t>(); }
 
   // Cross-stream ordering through the group's events: enqueued, never
   // blocking the host, capturable (each wait follows its record).
@@ -79,25 +80,10 @@ class RuntimeGroup {
     Event join = nullptr;  // recorded on the copy stream, waited by a caller's stream
   };
 
-  // Device memory freed with the backend that made it.
-  class Buffer {
-   public:
-    Buffer(Backend& backend, int device, size_t bytes);
-    ~Buffer();
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    int32_t* data() const { return static_cast<int32_t*>(data_); }
-
-   private:
-    Backend& backend_;
-    int device_;
-    void* data_;
-  };
-
   Backend& backend_;
   IndexGroup index_group_;
   Streams streams_;
-  Buffer padded_topk_;
+  DeviceBuffer padded_topk_;
   Event topk_ready_ = nullptr;
   Runtime* leader_ = nullptr;
   std::vector<Runtime*> followers_;

@@ -22,7 +22,9 @@ using Array = nb::ndarray<>;
 using OptionalArray = std::optional<nb::ndarray<>>;
 using View = nb::ndarray<nb::array_api>;
 
-nb::dict stats_dict(const hs_runtime_stats_t& s) {
+}  // namespace
+
+nb::dict runtime_stats_dict(const hs_runtime_stats_t& s) {
   nb::dict out;
   out["lookups"] = s.lookups;
   out["hits"] = s.hits;
@@ -35,6 +37,8 @@ nb::dict stats_dict(const hs_runtime_stats_t& s) {
   out["num_layers"] = s.num_layers;
   return out;
 }
+
+namespace {
 
 class KvCache {
  public:
@@ -184,7 +188,7 @@ class KvCache {
     hs_runtime_stats_t s{};
     s.struct_size = sizeof(s);
     check(hs_kv_cache_get_stats(handle_, group, &s));
-    return stats_dict(s);
+    return runtime_stats_dict(s);
   }
 
  private:

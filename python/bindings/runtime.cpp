@@ -238,17 +238,7 @@ class Runtime {
     hs_runtime_stats_t s{};
     s.struct_size = sizeof(s);
     check(hs_runtime_get_stats(handle_, &s));
-    nb::dict out;
-    out["lookups"] = s.lookups;
-    out["hits"] = s.hits;
-    out["misses"] = s.misses;
-    out["resident"] = s.resident;
-    out["invalid"] = s.invalid;
-    out["hit_rate"] = s.hit_rate;
-    out["bytes_moved"] = s.bytes_moved;
-    out["group_row_bytes"] = s.group_row_bytes;
-    out["num_layers"] = s.num_layers;
-    return out;
+    return runtime_stats_dict(s);
   }
 
  private:

@@ -23,11 +23,18 @@ from typing import Any, List, Optional, Sequence
 from . import _C, _args
 from ._tensors import torch_or_none
 from .config import Config
+from .runtime import row_dtype
 
 __all__ = ["KVCache"]
 
 _TENSORS = _C.KV_CACHE_TENSORS
 _GROUP_TENSORS = _C.INDEX_GROUP_TENSORS
+
+
+def _check_config(config: Any) -> Config:
+    if not isinstance(config, Config):
+        raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
+    return config
 
 
 def _torch():
@@ -74,13 +81,11 @@ class KVCache:
         from .host_pool import HostPool  # noqa: PLC0415
         from .ipc_event import IpcEvent  # noqa: PLC0415
 
-        if not isinstance(config, Config):
-            raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
         if host_pool is not None and not isinstance(host_pool, HostPool):
             raise TypeError(f"host_pool: expected a hisparse.HostPool or None, got {type(host_pool).__name__}")
         if host_event is not None and not isinstance(host_event, IpcEvent):
             raise TypeError(f"host_event: expected a hisparse.IpcEvent or None, got {type(host_event).__name__}")
-        self._dtype = self._resolve_dtype(config, dtype)
+        self._dtype = row_dtype(_check_config(config), dtype)
         args = self._sizes(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages,
                            resident_page_size, device, self._dtype)
         if max_swap_rows is not None:
@@ -108,14 +113,6 @@ class KVCache:
         )
         self._groups = [self._kv.layer_group(layer) for layer in range(L)]
         self._group_views: dict = {}
-
-    @staticmethod
-    def _resolve_dtype(config: Config, dtype: Any) -> Any:
-        if dtype is None:
-            return config.dtype if config.dtype is not None else "uint8"
-        if config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
-            raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
-        return dtype
 
     @staticmethod
     def _sizes(config, num_layers, layer_groups, max_requests, max_seq_len, resident_pages, resident_page_size,
@@ -161,11 +158,9 @@ class KVCache:
         dtype: Any = None,
     ) -> int:
         """Bytes of host memory the cache of these arguments needs (the size of a shared pool for it)."""
-        if not isinstance(config, Config):
-            raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
         return _C.KvCache.host_bytes(*cls._sizes(config, num_layers, layer_groups, max_requests, max_seq_len,
                                                  resident_pages, resident_page_size, device,
-                                                 cls._resolve_dtype(config, dtype)))
+                                                 row_dtype(_check_config(config), dtype)))
 
     # ------------------------------------------------------------------ description
     @property

@@ -91,6 +91,15 @@ def paged_cache_view(
     return _strided_view(raw_tensor, geometry, element)
 
 
+def row_dtype(config: Config, dtype: Any) -> Any:
+    """The element type of the KV rows: ``dtype``, else ``config.dtype``, else uint8 (the two must agree)."""
+    if dtype is None:
+        return config.dtype if config.dtype is not None else "uint8"
+    if config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
+        raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
+    return dtype
+
+
 class Runtime:
     """One attention layer's host/hot data plane and its share of an index group.
 
@@ -130,10 +139,7 @@ class Runtime:
         if leader is not None and not isinstance(leader, Runtime):
             raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
         _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
-        if dtype is None:
-            dtype = config.dtype if config.dtype is not None else "uint8"
-        elif config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
-            raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
+        dtype = row_dtype(config, dtype)
         kv_code = _args.dtype_code("dtype", dtype)
         if max_swap_rows is not None:
             _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
