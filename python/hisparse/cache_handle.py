@@ -93,6 +93,12 @@ class CacheHandle:
         self.host_mirror_required = False
         self._num_written_rows = 0
 
+    @property
+    def is_writer(self) -> bool:
+        """Whether this layer stores rows in the host pool (False on a reader of a shared pool, whose
+        :meth:`finish_kv_update` updates only its own device copies)."""
+        return self.runtime.is_writer
+
     def add_follower(self, handle: "CacheHandle") -> None:
         """Add the handle of a follower layer of this handle's index group."""
         if not isinstance(handle, CacheHandle):

@@ -446,7 +446,7 @@ def test_a_reader_refuses_mirrors_and_skips_the_host_store(device):
     assert leader.is_writer and leader.info()["host_role"] == 0
     event = hisparse.IpcEvent(device.type)
     leader.set_host_sharing("reader", event)
-    assert not leader.is_writer
+    assert not leader.is_writer and not hisparse.CacheHandle(leader).is_writer
     rows = torch.full((2, 64), 9, dtype=torch.uint8, device=device)
     slots = torch.tensor([3, 4], dtype=I32, device=device)
     with pytest.raises(RuntimeError, match="mirror_rows: this process reads the shared host pool"):

@@ -21,6 +21,11 @@
  *   - every layer's compute stream then waits for its own ready event, so
  *     the attention kernel that follows on the compute stream reads rows that
  *     are in place.
+ * A prefetch never serves a row the forward writes after it: a layer's
+ * hs_runtime_write waits for the rows its leader prefetched for it and then
+ * rewrites every hot copy of the slots it writes (docs/kv_cache.md, "The
+ * prefetch invariant"). Host rows written any other way need their hot
+ * copies dropped (the slot invalidator) before the next resolve.
  *
  * Token-major host layout: an SM reads host memory in 128-byte lines, so a
  * lone row of a few hundred bytes wastes part of a line at each end. When
@@ -295,7 +300,8 @@ typedef struct hs_runtime_swap_in_args {
   int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
   /* read by the leader */
   const hs_tensor_t* seq_lens;              /* int32 [>= B], optional: positions at or past seq_lens[b] of batch
-                                               row b are dropped (-1) before the resolve */
+                                               row b are dropped (-1) before the resolve; ready when the top-k is
+                                               (it is read on the copy stream after the top-k-ready wait) */
 } hs_runtime_swap_in_args_t;
 #define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
 
