@@ -6,6 +6,7 @@
 
 #include "abi/api_guard.hpp"
 #include "abi/handles.hpp"
+#include "abi/runtime_stats.hpp"
 #include "core/backend.hpp"
 #include "core/paged_view.hpp"
 #include "core/runtime.hpp"
@@ -84,6 +85,8 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
     v.attention_block_stride = r.attention_block_stride();
     v.next_row = r.next_row();
     v.group_row_bytes = r.group().row_bytes();
+    v.is_writer = r.is_writer() ? 1 : 0;
+    v.host_role = r.host_role();
     write_struct<HS_RUNTIME_INFO_VERSION>(info, v);
   });
 }
@@ -179,18 +182,7 @@ HS_API hs_status_t hs_runtime_get_stats(hs_runtime_t runtime, hs_runtime_stats_t
   return api_guard([&] {
     const Runtime& r = from_handle(runtime, "runtime");
     require_struct_size(stats, "stats");
-    const RuntimeStats s = r.stats();
-    hs_runtime_stats_t v{};
-    v.num_layers = s.num_layers;
-    v.lookups = s.counters[HS_STAT_LOOKUPS];
-    v.hits = s.counters[HS_STAT_HITS];
-    v.misses = s.counters[HS_STAT_MISSES];
-    v.resident = s.counters[HS_STAT_RESIDENT];
-    v.invalid = s.counters[HS_STAT_INVALID];
-    v.hit_rate = s.hit_rate;
-    v.group_row_bytes = s.group_row_bytes;
-    v.bytes_moved = s.bytes_moved;
-    write_struct<HS_RUNTIME_STATS_VERSION>(stats, v);
+    write_runtime_stats(r.stats(), stats);
   });
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/data_movement_params.hpp"
 #include "core/index_group_params.hpp"
+#include "core/kv_params.hpp"
 #include "core/resolve_residency_params.hpp"
 #include "core/staging_params.hpp"
 #include "core/tensor.hpp"
@@ -128,6 +129,24 @@ class Backend {
   }
   virtual void gather_resident_rows(const GatherResidentRowsParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement gather_resident_rows");
+  }
+
+  // KV-cache kernels (kv_params.hpp). Not pure, for the same reason; the
+  // CPU and CUDA backends override all of them.
+  virtual void reset_request(const ResetRequestParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement reset_request");
+  }
+  virtual void prepare_topk(const PrepareTopkParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement prepare_topk");
+  }
+  virtual void write_rows(const WriteRowsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement write_rows");
+  }
+  virtual void read_rows(const ReadRowsParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement read_rows");
+  }
+  virtual void update_residency(const ResidencyParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement update_residency");
   }
 
   // Shared host pools and interprocess events (the seed's

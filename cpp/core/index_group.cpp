@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/device_memory.hpp"
 #include "core/error.hpp"
 #include "core/resolve_residency_args.hpp"
 
@@ -32,24 +33,6 @@ bool is_matrix(hs_index_group_tensor_t which) {
     default: return false;
   }
 }
-
-// Runs the group's initialisation on a stream of its own, so that it is
-// ordered on the group's device whatever the caller's current device and
-// streams are, and frees that stream on every path.
-class PrivateStream {
- public:
-  PrivateStream(Backend& backend, int device)
-      : backend_(backend), device_(device), stream_(backend.create_stream(device)) {}
-  ~PrivateStream() { backend_.destroy_stream(stream_, device_); }
-  PrivateStream(const PrivateStream&) = delete;
-  PrivateStream& operator=(const PrivateStream&) = delete;
-  hs_stream_t get() const { return stream_; }
-
- private:
-  Backend& backend_;
-  int device_;
-  hs_stream_t stream_;
-};
 
 }  // namespace
 

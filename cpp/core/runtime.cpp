@@ -8,8 +8,10 @@
 #include "core/config.hpp"
 #include "core/data_movement.hpp"
 #include "core/error.hpp"
+#include "core/kv_ops.hpp"
 #include "core/paged_view.hpp"
 #include "core/resolve_residency_args.hpp"
+#include "core/shared_host_pool.hpp"
 
 namespace hisparse {
 namespace {
@@ -229,6 +231,8 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   }
   // A kernel reading unregistered pageable memory would kill the context.
   backend_->check_accessible(cache.data<void>(), static_cast<size_t>(extent), options_.device.index, "host_cache");
+  // A cache inside a shared pool takes this process's role in that pool.
+  const std::optional<SharedPoolRole> role = shared_host_pool_role(cache.data<void>(), static_cast<uint64_t>(extent));
 
   SourceBinding source;
   source.cache.assign(*host_cache);
@@ -239,6 +243,7 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   if (hot_bound_) gather_ = gather_template(source, hot_);
   source_ = source;
   source_bound_ = true;
+  pool_reader_ = role.has_value() && !role->is_writer();
 }
 
 void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
@@ -327,6 +332,10 @@ int64_t Runtime::token_rows(const hs_runtime_swap_in_args_t& a) const {
   if (a.num_tokens < 0) {
     invalid_argument("num_tokens: expected 0 (the rows of topk_indices) or more, got ", a.num_tokens);
   }
+  if (a.topk_indices != nullptr && !is_leader()) {
+    invalid_argument("topk_indices: a follower reuses its group leader's resolution of the step and reads no top-k; "
+                     "pass num_tokens (the step's token rows) and no topk_indices");
+  }
   if (a.topk_indices != nullptr) {
     const TensorArg topk(a.topk_indices, "topk_indices");
     topk.ndim_is(2);
@@ -342,13 +351,55 @@ int64_t Runtime::token_rows(const hs_runtime_swap_in_args_t& a) const {
   return a.num_tokens;
 }
 
-ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& a, int64_t first_row) const {
+ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& a, int64_t first_row,
+                                               PrepareTopkParams* prepare, bool* padded) const {
   IndexGroup& group = group_->index_group();
+  const int64_t K = group.options().top_k;
   ResolveResidencyParams p;
-  const Device device = group.resolve_topk(TensorArg(a.topk_indices, "topk_indices"), &p);
+  const TensorArg topk(a.topk_indices, "topk_indices");
+  const TensorArg lengths(a.seq_lens, "seq_lens", true);
+  topk.on(options_.device, "the index group").dtype_is(HS_DTYPE_INT32).row_major_2d();
+  *padded = topk.size(1) != K || lengths.present();
+  Device device;
+  // The group's padded copy of rows [first_row, first_row + T): K columns.
+  std::array<int64_t, 2> padded_shape{topk.size(0), K};
+  const hs_tensor_t padded_topk{group_->padded_topk() + first_row * K,
+                                HS_DTYPE_INT32,
+                                options_.device.is_cuda() ? HS_DEVICE_CUDA : HS_DEVICE_CPU,
+                                options_.device.index,
+                                2,
+                                padded_shape.data(),
+                                nullptr};
+  if (*padded) {
+    if (topk.size(1) < 1 || topk.size(1) > K) {
+      invalid_argument("topk_indices: expected 1 to top_k = ", K, " columns (narrower ones are padded), got shape ",
+                       topk.shape_string());
+    }
+    device = group.resolve_topk(TensorArg(&padded_topk, "topk_indices"), &p);
+  } else {
+    device = group.resolve_topk(topk, &p);
+  }
   group.fill_resolve_params(first_row, &p);
   resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
                        TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
+  if (*padded) {
+    PrepareTopkParams& q = *prepare;
+    q.device = device.index;
+    q.topk = topk.data<int32_t>();
+    q.topk_row_stride = topk.stride(0);
+    q.width = static_cast<int32_t>(topk.size(1));
+    q.out = const_cast<int32_t*>(p.topk_indices);
+    q.out_row_stride = K;
+    q.top_k = static_cast<int32_t>(K);
+    q.num_tokens = p.num_tokens;
+    q.req_id_per_token = p.req_id_per_token;
+    q.num_batch_rows = p.num_batch_rows;
+    if (lengths.present()) {
+      lengths.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(device, "topk_indices");
+      lengths.size_at_least(0, p.num_batch_rows, "one length per batch row of request_state_indices");
+      q.seq_lens = lengths.data<int32_t>();
+    }
+  }
   // The bound hot view and host cache, checked at bind.
   p.hot_block_size = static_cast<int32_t>(hot_.block_size);
   p.attention_block_stride = hot_.attention_block_stride;
@@ -448,8 +499,16 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
                          "); bind follower l to host[:, l] of one [slots, layers, W] view, or pass group_gather = 0");
       }
     }
-    const ResolveResidencyParams resolution = resolve_params(a, first_row);
+    PrepareTopkParams prepare;
+    bool padded = false;
+    const ResolveResidencyParams resolution = resolve_params(a, first_row, &prepare, &padded);
     group_->copy_waits_for_topk(stream, a.ignore_topk_ready != 0);
+    // A reader gathers rows the writer stores: the gathers below (the fused
+    // one in the resolve, the leader's, the prefetched followers') wait for
+    // the writer's most recent host write.
+    copy_waits_for_host_writes();
+    for (size_t i = 0; prefetch && i < followers.size(); ++i) followers[i]->copy_waits_for_host_writes();
+    if (padded && resolution.num_tokens > 0) backend_->prepare_topk(prepare, group_->copy_stream());
     group_->index_group().resolve(resolution, group_->copy_stream());
     group_->set_resolved_rows(stop);
     if (a.fused_gather != 0) {
@@ -485,6 +544,7 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
     prefetched = !is_leader();
   } else {
     group_->copy_waits_for(stream);
+    copy_waits_for_host_writes();
     stage(first_row, num_rows);
   }
   backend_->stream_wait_event(stream, ready_event_);
@@ -512,6 +572,11 @@ void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_m
     fail(HS_ERROR_INVALID_STATE, "mirror_rows: the runtime has no bound source cache to mirror into "
                                  "(call bind_source_cache first)");
   }
+  if (!is_writer()) {
+    fail(HS_ERROR_INVALID_STATE, "mirror_rows: this process reads the shared host pool and never writes it (its "
+                                 "writer rank stores the rows); use write, which updates only this rank's device "
+                                 "copies on a reader");
+  }
   const TensorArg src(src_rows, "src_rows");
   src.on(options_.device, "the runtime");
   MirrorRowsParams p;
@@ -524,6 +589,7 @@ void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_m
   p.host_pitch = source_.pitch * itemsize;
   if (p.count == 0) return;
   backend_->mirror_rows(p, stream);
+  record_host_write(stream);
 }
 
 void Runtime::copy_stats_async(hs_stream_t stream) { group_->index_group().copy_stats_async(stream); }
@@ -538,6 +604,110 @@ RuntimeStats Runtime::stats() const {
   s.group_row_bytes = group_->row_bytes();
   s.bytes_moved = static_cast<uint64_t>(std::max<int64_t>(misses, 0)) * s.group_row_bytes;
   return s;
+}
+
+void Runtime::reset_stats(hs_stream_t stream) {
+  // On the copy stream, where resolves count, between both streams' earlier
+  // and later work (as reset_hot_state).
+  const hs_tensor_t& stats = group_->index_group().tensor(HS_INDEX_GROUP_STATS);
+  group_->copy_waits_for(stream);
+  backend_->fill_async(stats.data, 0, HS_NUM_STATS * sizeof(int64_t), group_->copy_stream());
+  group_->stream_waits_for_copy(stream);
+}
+
+void Runtime::reset_request(int32_t state_row, hs_stream_t stream) {
+  const IndexGroup& group = group_->index_group();
+  const int32_t rows = group.options().max_num_reqs;
+  if (state_row < 0 || state_row >= rows) {
+    invalid_argument("state_row: expected 0 <= state_row < max_num_reqs = ", rows, ", got ", state_row);
+  }
+  ResetRequestParams p;
+  p.device = options_.device.index;
+  p.device_global_indices = group.data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.lru_slots = group.data<int16_t>(HS_INDEX_GROUP_LRU_SLOTS);
+  p.num_state_rows = rows;
+  p.hot_size = group.options().device_buffer_size;
+  p.state_row = state_row;
+  group_->copy_waits_for(stream);
+  backend_->reset_request(p, group_->copy_stream());
+  group_->stream_waits_for_copy(stream);
+}
+
+void Runtime::write(const hs_runtime_write_args_t& a, hs_stream_t stream) {
+  if (!source_bound_ || !hot_bound_) {
+    fail(HS_ERROR_INVALID_STATE,
+         "write: the runtime is not bound (write needs bind_source_cache and bind_hot_cache "
+         "first; source cache ",
+         source_bound_ ? "bound" : "unbound", ", hot cache ", hot_bound_ ? "bound" : "unbound", ")");
+  }
+  if (a.skip_host_store != 0 && a.skip_host_store != 1) {
+    invalid_argument("skip_host_store: expected 0 or 1, got ", a.skip_host_store);
+  }
+  if (a.block_size < 0)
+    invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
+  WriteRowsParams p;
+  const TensorArg states(a.request_state_indices, "request_state_indices");
+  write_rows_tokens(TensorArg(a.rows, "rows"), TensorArg(a.req_id_per_token, "req_id_per_token"),
+                    TensorArg(a.positions, "positions"), states, options_.kv_dtype, row_bytes(), options_.device, &p);
+  write_rows_source(TensorArg(a.source_block_table, "source_block_table", true),
+                    a.block_size == 0 ? options_.config.block_size : a.block_size, source_.rows, options_.device, &p);
+  if (source_.rows == 0) p.host_rows = 0;
+  write_rows_resident(TensorArg(a.resident_cache, "resident_cache", true),
+                      TensorArg(a.resident_block_table, "resident_block_table", true), options_.kv_dtype,
+                      options_.device, &p);
+  // The bound caches and the group's state, checked at bind and creation.
+  const bool store_host = a.skip_host_store == 0 && is_writer();
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
+  if (store_host) {
+    p.host = static_cast<uint8_t*>(source_.cache.raw().data);
+    p.host_pitch = source_.pitch * itemsize;
+  }
+  const IndexGroup& group = group_->index_group();
+  p.device_global_indices = group.data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.num_state_rows = group.options().max_num_reqs;
+  p.hot_size = group.options().device_buffer_size;
+  const TensorArg table(hot_.block_table.get(), "hot_block_table");
+  table.size_at_least(0, p.num_batch_rows, "one row per batch row of request_state_indices");
+  p.hot_block_table = table.data<int32_t>();
+  p.hot_row_stride = table.stride(0);
+  p.hot_width = static_cast<int32_t>(table.size(1));
+  p.hot = static_cast<uint8_t*>(hot_.view.raw().data);
+  p.hot_block_size = hot_.block_size;
+  p.hot_block_stride = hot_.attention_block_stride;
+  p.hot_span_rows = (hot_.num_blocks - 1) * hot_.attention_block_stride + hot_.block_size;
+  if (p.num_tokens == 0) return;
+  // The rows the leader prefetched for this layer in this forward land
+  // before the write, which then rewrites any stale copy among them.
+  if (staged_.active) backend_->stream_wait_event(stream, ready_event_);
+  backend_->write_rows(p, stream);
+  if (store_host) record_host_write(stream);
+}
+
+void Runtime::set_host_sharing(int32_t role, IpcEvent* event) {
+  if (role != HS_HOST_ROLE_AUTO && role != HS_HOST_ROLE_WRITER && role != HS_HOST_ROLE_READER) {
+    invalid_argument("role: expected HS_HOST_ROLE_AUTO (0), HS_HOST_ROLE_WRITER (1) or HS_HOST_ROLE_READER (2), got ",
+                     role);
+  }
+  if (event != nullptr && event->device() != options_.device) {
+    invalid_argument("event: expected an interprocess event on the runtime's device ", options_.device.describe(),
+                     ", got one on ", event->device().describe());
+  }
+  host_role_ = role;
+  host_event_ = event;
+}
+
+bool Runtime::is_writer() const {
+  if (host_role_ == HS_HOST_ROLE_WRITER) return true;
+  if (host_role_ == HS_HOST_ROLE_READER) return false;
+  return !pool_reader_;
+}
+
+void Runtime::copy_waits_for_host_writes() const {
+  if (host_event_ != nullptr && !is_writer()) host_event_->wait(group_->copy_stream());
+}
+
+void Runtime::record_host_write(hs_stream_t stream) const {
+  if (host_event_ != nullptr && is_writer()) host_event_->record(stream);
 }
 
 }  // namespace hisparse

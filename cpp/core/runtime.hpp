@@ -19,6 +19,8 @@
 
 #include "core/backend.hpp"
 #include "core/data_movement_params.hpp"
+#include "core/ipc_event.hpp"
+#include "core/kv_params.hpp"
 #include "core/resolve_residency_params.hpp"
 #include "core/runtime_group.hpp"
 #include "core/tensor.hpp"
@@ -114,6 +116,19 @@ class Runtime {
   void mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream);
   void copy_stats_async(hs_stream_t stream);
   RuntimeStats stats() const;
+  // Counters back to 0, hot state untouched (ordered like reset_hot_state).
+  void reset_stats(hs_stream_t stream);
+  // One state row's hot state back to its initial value (ordered like reset_hot_state).
+  void reset_request(int32_t state_row, hs_stream_t stream);
+  // The write op (hs_runtime_write): host store, resident copy, hot copies.
+  void write(const hs_runtime_write_args_t& args, hs_stream_t stream);
+
+  // Who writes the host cache (hs_runtime_set_host_sharing): the role as
+  // set, and whether this runtime writes (AUTO: learned from the pool at
+  // bind_source_cache).
+  void set_host_sharing(int32_t role, IpcEvent* event);
+  int32_t host_role() const { return host_role_; }
+  bool is_writer() const;
 
  private:
   // The bound host cache: rows at one pitch, host slot g = row g.
@@ -150,7 +165,14 @@ class Runtime {
   // The leader's resolution of the step into shared rows [first_row, ...),
   // checked: the caller's tensors here, the bound caches at bind. With
   // args.fused_gather the launch also copies this layer's missed rows.
-  ResolveResidencyParams resolve_params(const hs_runtime_swap_in_args_t& args, int64_t first_row) const;
+  // A narrow top-k or per-request lengths set *prepare (and *padded): the
+  // resolve then reads the group's padded copy, which `prepare` writes.
+  ResolveResidencyParams resolve_params(const hs_runtime_swap_in_args_t& args, int64_t first_row,
+                                        PrepareTopkParams* prepare, bool* padded) const;
+  // The copy stream waits for the host writer's event (a reader with one).
+  void copy_waits_for_host_writes() const;
+  // The writer records its host event on `stream` after a host write.
+  void record_host_write(hs_stream_t stream) const;
   // This layer's gather of the swap list of shared rows [first_row,
   // first_row + num_rows): the bound gather with the group's swap list.
   GatherCompactParams gather_params(int64_t first_row, int64_t num_rows) const;
@@ -195,6 +217,10 @@ class Runtime {
 
   int64_t next_row_ = 0;
   Staged staged_;
+
+  int32_t host_role_ = HS_HOST_ROLE_AUTO;
+  bool pool_reader_ = false;  // the bound host cache lies in a shared pool this process reads
+  IpcEvent* host_event_ = nullptr;
 };
 
 }  // namespace hisparse

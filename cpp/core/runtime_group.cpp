@@ -36,6 +36,9 @@ RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
     : backend_(backend),
       index_group_(options.index_group, backend),
       streams_(backend, options.index_group.device.index, options.copy_stream),
+      padded_topk_(
+          backend, index_group_.options().device.index,
+          static_cast<size_t>(index_group_.options().max_swap_rows) * index_group_.options().top_k * sizeof(int32_t)),
       topk_ready_(options.topk_ready) {}
 
 RuntimeGroup::~RuntimeGroup() = default;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/device_memory.hpp"
 #include "core/index_group.hpp"
 #include "core/tensor.hpp"
 #include "hisparse/hisparse.h"
@@ -36,6 +37,9 @@ class RuntimeGroup {
   IndexGroup& index_group() { return index_group_; }
   const IndexGroup& index_group() const { return index_group_; }
   hs_stream_t copy_stream() const { return streams_.copy; }
+  // int32 [max_swap_rows, top_k] on the group's device: a narrow or
+  // length-limited top-k padded to the group's width before a resolve.
+  int32_t* padded_topk() const { return padded_topk_.data<int32_t>(); }
 
   // Cross-stream ordering through the group's events: enqueued, never
   // blocking the host, capturable (each wait follows its record).
@@ -79,6 +83,7 @@ class RuntimeGroup {
   Backend& backend_;
   IndexGroup index_group_;
   Streams streams_;
+  DeviceBuffer padded_topk_;
   Event topk_ready_ = nullptr;
   Runtime* leader_ = nullptr;
   std::vector<Runtime*> followers_;

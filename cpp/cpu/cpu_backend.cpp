@@ -7,6 +7,7 @@
 #include "core/backend.hpp"
 #include "cpu/data_movement_reference.hpp"
 #include "cpu/index_group_reference.hpp"
+#include "cpu/kv_reference.hpp"
 #include "cpu/resolve_residency_reference.hpp"
 #include "cpu/staging_reference.hpp"
 
@@ -95,6 +96,12 @@ class CpuBackend final : public Backend {
   }
   void mirror_rows(const MirrorRowsParams& params, hs_stream_t) override { mirror_rows_reference(params); }
   void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override { swap_blocks_batch_reference(params); }
+
+  void reset_request(const ResetRequestParams& params, hs_stream_t) override { reset_request_reference(params); }
+  void prepare_topk(const PrepareTopkParams& params, hs_stream_t) override { prepare_topk_reference(params); }
+  void write_rows(const WriteRowsParams& params, hs_stream_t) override { write_rows_reference(params); }
+  void read_rows(const ReadRowsParams& params, hs_stream_t) override { read_rows_reference(params); }
+  void update_residency(const ResidencyParams& params, hs_stream_t) override { update_residency_reference(params); }
 
   size_t staging_remap_workspace_bytes(int64_t count, int) const override {
     return staging_remap_reference_workspace_bytes(count);

@@ -97,7 +97,8 @@ class CudaBackend final : public Backend {
         case cudaMemoryTypeManaged: break;
         default:
           invalid_argument(name, ": host memory that is not pinned or registered with CUDA cannot be read by "
-                                 "a kernel; allocate it pinned (hisparse.HostPool, torch pin_memory) or register it");
+                                 "a kernel; allocate it pinned (hisparse.HostPool, torch pin_memory) or register it "
+                                 "(hisparse.pin_tensor, hs_host_register)");
       }
     }
   }
@@ -237,6 +238,26 @@ class CudaBackend final : public Backend {
   void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t stream) override {
     CudaDeviceGuard guard(params.device);
     cuda::launch_swap_blocks_batch(params, as_cuda(stream));
+  }
+  void reset_request(const ResetRequestParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_reset_request(params, as_cuda(stream));
+  }
+  void prepare_topk(const PrepareTopkParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_prepare_topk(params, as_cuda(stream));
+  }
+  void write_rows(const WriteRowsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_write_rows(params, as_cuda(stream));
+  }
+  void read_rows(const ReadRowsParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_read_rows(params, as_cuda(stream));
+  }
+  void update_residency(const ResidencyParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_update_residency(params, as_cuda(stream));
   }
   size_t staging_remap_workspace_bytes(int64_t count, int device) const override {
     CudaDeviceGuard guard(device);

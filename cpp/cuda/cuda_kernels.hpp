@@ -8,6 +8,7 @@
 
 #include "core/data_movement_params.hpp"
 #include "core/index_group_params.hpp"
+#include "core/kv_params.hpp"
 #include "core/resolve_residency_params.hpp"
 #include "core/staging_params.hpp"
 
@@ -23,6 +24,12 @@ void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream);
 void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaStream_t stream);
 void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream);
 void launch_swap_blocks_batch(const SwapBlocksParams& params, cudaStream_t stream);
+// KV cache (reset_request.cu, prepare_topk.cu, write_rows.cu, read_rows.cu, update_residency.cu).
+void launch_reset_request(const ResetRequestParams& params, cudaStream_t stream);
+void launch_prepare_topk(const PrepareTopkParams& params, cudaStream_t stream);
+void launch_write_rows(const WriteRowsParams& params, cudaStream_t stream);
+void launch_read_rows(const ReadRowsParams& params, cudaStream_t stream);
+void launch_update_residency(const ResidencyParams& params, cudaStream_t stream);
 // Prefill staging (staging.cu). The workspace size asks the current device.
 size_t staging_remap_workspace_bytes(int64_t count);
 void launch_staging_remap(const StagingRemapParams& params, cudaStream_t stream);

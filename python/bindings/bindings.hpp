@@ -74,6 +74,9 @@ hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_u
                         int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
                         bool eager_host_mirror);
 
+// A runtime's (or a KV cache's) counters as hisparse's stats dict.
+nb::dict runtime_stats_dict(const hs_runtime_stats_t& stats);
+
 void register_core(nb::module_& m);
 void register_host_pool(nb::module_& m);
 void register_ops(nb::module_& m);
@@ -83,6 +86,7 @@ void register_runtime(nb::module_& m);
 void register_staging(nb::module_& m);
 void register_shared_host_pool(nb::module_& m);
 void register_ipc_event(nb::module_& m);
+void register_kv_cache(nb::module_& m);
 
 // The options of a shared host pool that HostPool.shared takes.
 struct SharedPoolArgs {

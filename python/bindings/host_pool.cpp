@@ -131,6 +131,8 @@ class HostPool {
   }
 
   int live_views() const { return state_->live_views; }
+  // The hs_host_pool_t, for C calls that borrow the pool (the KV cache).
+  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(state_->handle); }
 
  private:
   explicit HostPool(hs_host_pool_t handle) : state_(std::make_shared<PoolState>()) { state_->handle = handle; }
@@ -151,6 +153,7 @@ void register_host_pool(nb::module_& m) {
       .def("segments", &HostPool::segments)
       .def("view_bytes", &HostPool::view_bytes, nb::arg("offset"), nb::arg("nbytes"))
       .def_prop_ro("live_views", &HostPool::live_views)
+      .def_prop_ro("handle", &HostPool::handle)
       .def_static(
           "shared",
           [](const nb::bytes& id, int rank, int nranks, uint64_t size_bytes, int writer_rank, int populate_threads,

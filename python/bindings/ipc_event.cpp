@@ -47,6 +47,8 @@ class IpcEvent {
     }
     check(status);
   }
+  // The hs_ipc_event_t, for C calls that borrow the event (host sharing).
+  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(handle_); }
   nb::dict info() const {
     hs_ipc_event_info_t info{};
     info.struct_size = sizeof(info);
@@ -74,7 +76,8 @@ void register_ipc_event(nb::module_& m) {
       .def("record", &IpcEvent::record, nb::arg("stream") = 0)
       .def("wait", &IpcEvent::wait, nb::arg("stream") = 0)
       .def("synchronize", &IpcEvent::synchronize)
-      .def("info", &IpcEvent::info);
+      .def("info", &IpcEvent::info)
+      .def_prop_ro("handle", &IpcEvent::handle);
   m.attr("IPC_EVENT_HANDLE_BYTES") = HS_IPC_EVENT_HANDLE_BYTES;
 }
 

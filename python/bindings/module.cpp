@@ -13,4 +13,5 @@ NB_MODULE(_C, m) {
   hisparse_py::register_staging(m);
   hisparse_py::register_shared_host_pool(m);
   hisparse_py::register_ipc_event(m);
+  hisparse_py::register_kv_cache(m);
 }

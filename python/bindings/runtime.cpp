@@ -101,6 +101,8 @@ class Runtime {
     out["next_row"] = i.next_row;
     out["group_row_bytes"] = i.group_row_bytes;
     out["followers_staged_together"] = i.followers_staged_together != 0;
+    out["is_writer"] = i.is_writer != 0;
+    out["host_role"] = i.host_role;
     return out;
   }
 
@@ -154,11 +156,12 @@ class Runtime {
                                              const OptionalArray& num_valid_rows, const OptionalArray& out_attention,
                                              const OptionalArray& out_valid_counts, bool prefetch,
                                              bool ignore_topk_ready, int64_t num_tokens, int32_t fused_gather,
-                                             int32_t group_gather, uintptr_t stream) {
+                                             int32_t group_gather, uintptr_t stream, const OptionalArray& seq_lens) {
     const OptionalTensorDesc topk(topk_indices, "topk_indices"), req(req_id_per_token, "req_id_per_token"),
         rsi(request_state_indices, "request_state_indices"), source(source_block_table, "source_block_table"),
         resident(resident_block_table, "resident_block_table"), nvr(num_valid_rows, "num_valid_rows"),
-        attention(out_attention, "out_attention"), valid(out_valid_counts, "out_valid_counts");
+        attention(out_attention, "out_attention"), valid(out_valid_counts, "out_valid_counts"),
+        lengths(seq_lens, "seq_lens");
     hs_runtime_swap_in_args_t a;
     hs_runtime_swap_in_args_init(&a);
     a.topk_indices = topk.get();
@@ -176,6 +179,7 @@ class Runtime {
     a.num_tokens = num_tokens;
     a.fused_gather = fused_gather;  // the core refuses anything but 0 or 1, naming them
     a.group_gather = group_gather;
+    a.seq_lens = lengths.get();
     hs_runtime_swap_in_result_t r{};
     r.struct_size = sizeof(r);
     check(hs_runtime_swap_in(handle_, &a, &r, as_stream(stream)));
@@ -195,22 +199,46 @@ class Runtime {
   }
 
   void copy_stats_async(uintptr_t stream) { check(hs_runtime_copy_stats_async(handle_, as_stream(stream))); }
+  void reset_stats(uintptr_t stream) { check(hs_runtime_reset_stats(handle_, as_stream(stream))); }
+  void reset_request(int32_t state_row, uintptr_t stream) {
+    check(hs_runtime_reset_request(handle_, state_row, as_stream(stream)));
+  }
+
+  void write(const Array& rows, const Array& req_id_per_token, const Array& positions,
+             const Array& request_state_indices, const OptionalArray& source_block_table, int64_t block_size,
+             const OptionalArray& resident_cache, const OptionalArray& resident_block_table, int32_t skip_host_store,
+             uintptr_t stream) {
+    const TensorDesc r(rows, "rows"), req(req_id_per_token, "req_id_per_token"), pos(positions, "positions"),
+        rsi(request_state_indices, "request_state_indices");
+    const OptionalTensorDesc source(source_block_table, "source_block_table"),
+        resident(resident_cache, "resident_cache"), rtable(resident_block_table, "resident_block_table");
+    hs_runtime_write_args_t a;
+    hs_runtime_write_args_init(&a);
+    a.rows = r.get();
+    a.req_id_per_token = req.get();
+    a.positions = pos.get();
+    a.request_state_indices = rsi.get();
+    a.source_block_table = source.get();
+    a.block_size = block_size;
+    a.resident_cache = resident.get();
+    a.resident_block_table = rtable.get();
+    a.skip_host_store = skip_host_store;
+    check(hs_runtime_write(handle_, &a, as_stream(stream)));
+  }
+
+  void set_host_sharing(int32_t role, uintptr_t event) {
+    hs_runtime_host_sharing_t sharing;
+    hs_runtime_host_sharing_init(&sharing);
+    sharing.role = role;
+    sharing.event = reinterpret_cast<hs_ipc_event_t>(event);
+    check(hs_runtime_set_host_sharing(handle_, &sharing));
+  }
 
   nb::dict stats() const {
     hs_runtime_stats_t s{};
     s.struct_size = sizeof(s);
     check(hs_runtime_get_stats(handle_, &s));
-    nb::dict out;
-    out["lookups"] = s.lookups;
-    out["hits"] = s.hits;
-    out["misses"] = s.misses;
-    out["resident"] = s.resident;
-    out["invalid"] = s.invalid;
-    out["hit_rate"] = s.hit_rate;
-    out["bytes_moved"] = s.bytes_moved;
-    out["group_row_bytes"] = s.group_row_bytes;
-    out["num_layers"] = s.num_layers;
-    return out;
+    return runtime_stats_dict(s);
   }
 
  private:
@@ -273,14 +301,23 @@ void register_runtime(nb::module_& m) {
            nb::arg("resident_block_table").noconvert().none(), nb::arg("resident_block_size"),
            nb::arg("num_valid_rows").noconvert().none(), nb::arg("out_attention").noconvert().none(),
            nb::arg("out_valid_counts").noconvert().none(), nb::arg("prefetch"), nb::arg("ignore_topk_ready"),
-           nb::arg("num_tokens"), nb::arg("fused_gather"), nb::arg("group_gather"), nb::arg("stream"))
+           nb::arg("num_tokens"), nb::arg("fused_gather"), nb::arg("group_gather"), nb::arg("stream"),
+           nb::arg("seq_lens").noconvert().none() = nb::none())
       .def("reset_hot_state", &Runtime::reset_hot_state, nb::arg("stream") = 0)
       .def("invalidate_sorted_slots", &Runtime::invalidate_sorted_slots, nb::arg("sorted_slots").noconvert(),
            nb::arg("state_indices").noconvert(), nb::arg("stream") = 0)
       .def("mirror_rows", &Runtime::mirror_rows, nb::arg("src_rows").noconvert(), nb::arg("slot_mapping").noconvert(),
            nb::arg("stream") = 0)
       .def("copy_stats_async", &Runtime::copy_stats_async, nb::arg("stream") = 0)
-      .def("stats", &Runtime::stats);
+      .def("stats", &Runtime::stats)
+      .def("reset_stats", &Runtime::reset_stats, nb::arg("stream") = 0)
+      .def("reset_request", &Runtime::reset_request, nb::arg("state_row"), nb::arg("stream") = 0)
+      .def("write", &Runtime::write, nb::arg("rows").noconvert(), nb::arg("req_id_per_token").noconvert(),
+           nb::arg("positions").noconvert(), nb::arg("request_state_indices").noconvert(),
+           nb::arg("source_block_table").noconvert().none(), nb::arg("block_size"),
+           nb::arg("resident_cache").noconvert().none(), nb::arg("resident_block_table").noconvert().none(),
+           nb::arg("skip_host_store"), nb::arg("stream"))
+      .def("set_host_sharing", &Runtime::set_host_sharing, nb::arg("role"), nb::arg("event") = 0);
 
   nb::class_<SlotInvalidator>(m, "SlotInvalidator",
                               "Invalidates rewritten host slots in many index groups (hs_slot_invalidator_t).")

@@ -13,8 +13,10 @@ from . import _C, ops
 from .cache_handle import BatchInfo, CacheHandle
 from .config import Config
 from .host_pool import HostPool
+from .host_registration import is_pinned, pin_tensor, unpin_tensor
 from .index_group import IndexGroup
 from .ipc_event import IpcEvent
+from .kv_cache import KVCache
 from .layout import HostLayout, check_host_memory, plan_host_layout
 from .runtime import Runtime, SlotInvalidator
 from .shared_pool import shared_pool_id, use_shared_host_pool
@@ -33,6 +35,7 @@ __all__ = [
     "HostPool",
     "IndexGroup",
     "IpcEvent",
+    "KVCache",
     "Runtime",
     "STAT_NAMES",
     "SlotInvalidator",
@@ -40,8 +43,11 @@ __all__ = [
     "__version__",
     "build_staging_plan",
     "check_host_memory",
+    "is_pinned",
     "ops",
+    "pin_tensor",
     "plan_host_layout",
     "shared_pool_id",
+    "unpin_tensor",
     "use_shared_host_pool",
 ]

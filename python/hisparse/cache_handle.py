@@ -3,9 +3,12 @@
 Modelled on the seed's ``HiSparseCacheHandle``, without any engine: a batch
 is described by a small :class:`BatchInfo` (or None for a dummy batch), the
 handle classifies it (decode batch, group prefetch batch, host mirror
-needed), hands out the write target of the layer's resident KV cache, mirrors
-written rows to the host pool when the KV update is finished, and calls the
-runtime's ``swap_in`` with its resident view and the group's prefetch policy.
+needed), hands out the write target of the layer's resident KV cache, stores
+written rows when the KV update is finished (``Runtime.write``: the host pool
+when the batch needs it, and every hot copy of the written slots, so a row a
+follower's leader prefetched before the follower wrote it is rewritten before
+the follower reads it), and calls the runtime's ``swap_in`` with its resident
+view and the group's prefetch policy.
 """
 
 from __future__ import annotations
@@ -89,6 +92,12 @@ class CacheHandle:
         self.req_id_per_token: Any = None
         self.host_mirror_required = False
         self._num_written_rows = 0
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this layer stores rows in the host pool (False on a reader of a shared pool, whose
+        :meth:`finish_kv_update` updates only its own device copies)."""
+        return self.runtime.is_writer
 
     def add_follower(self, handle: "CacheHandle") -> None:
         """Add the handle of a follower layer of this handle's index group."""
@@ -174,22 +183,39 @@ class CacheHandle:
         return self.view, self.slot_mapping[:num_rows], num_rows
 
     def finish_kv_update(
-        self, written_rows: Any = None, *, host_slot_mapping: Any = None, stream: Any = None
+        self,
+        written_rows: Any = None,
+        *,
+        host_slot_mapping: Any = None,
+        req_id_per_token: Any = None,
+        request_state_indices: Any = None,
+        stream: Any = None,
     ) -> None:
-        """Mirror this step's written rows to the host pool when the batch needs it.
+        """Store this step's written rows: in the host pool when the batch needs
+        it, and over every hot copy of their host slots (``Runtime.write``).
 
-        Nothing happens for a dummy batch, or for a decode batch unless the
-        config asks for an eager host mirror. ``written_rows`` are the rows as
-        stored in the cache (default: gathered from the resident view at the
-        write target's slots, which allocates, so pass them inside a CUDA
-        graph); ``host_slot_mapping`` defaults to the bound
-        ``mirror_slot_mapping``. The rows of the last :meth:`write_target`
-        (or ``num_actual_tokens``) are mirrored.
+        Nothing happens for a dummy batch. The host store follows the seed's
+        policy (not for a decode batch unless the config asks for an eager
+        host mirror, and never on a reader of a shared pool): with
+        ``eager_host_mirror=False`` the rows of decode batches reach the host
+        only through the engine, so keep them on resident pages until it
+        copies them. The hot copies are rewritten for every batch, so that a
+        copy made before the write (a follower's rows its leader prefetched
+        before the follower wrote them, or a rewritten slot) is never served.
+        ``written_rows`` are the rows as stored in the cache (default:
+        gathered from the resident view at the write target's slots, which
+        allocates, so pass them inside a CUDA graph); ``host_slot_mapping``
+        (the rows' host slots) defaults to the bound ``mirror_slot_mapping``;
+        ``req_id_per_token`` (the rows' batch rows) to the batch's; the state
+        rows to the runtime's ``request_state_indices``. The rows of the last
+        :meth:`write_target` (or ``num_actual_tokens``) are stored.
         """
-        if self.dummy_batch or not self.host_mirror_required:
+        if self.dummy_batch:
             return
         slots = host_slot_mapping if host_slot_mapping is not None else self.mirror_slot_mapping
         if slots is None:
+            if not self.host_mirror_required:
+                return
             raise ValueError("host_slot_mapping: required when no mirror_slot_mapping was bound")
         num_rows = self._num_written_rows or self.num_actual_tokens
         if written_rows is None:
@@ -201,33 +227,57 @@ class CacheHandle:
         num_rows = min(num_rows, written_rows.shape[0])
         if num_rows == 0:
             return
-        self.runtime.mirror_rows(written_rows[:num_rows], slots[:num_rows], stream=stream)
+        req_ids = req_id_per_token if req_id_per_token is not None else self.req_id_per_token
+        if req_ids is None:
+            raise ValueError("req_id_per_token: required when the batch gave none (BatchInfo.req_id_per_token)")
+        self.runtime.write(
+            written_rows[:num_rows],
+            req_ids[:num_rows],
+            slots[:num_rows],
+            request_state_indices=request_state_indices,
+            skip_host_store=not self.host_mirror_required,
+            stream=stream,
+        )
 
     def swap_in(
         self,
-        req_id_per_token: Any,
-        block_table: Any,
-        logical_topk_indices: Any,
+        topk_indices: Any = None,
+        req_id_per_token: Any = None,
         *,
+        block_table: Any = None,
         block_size: Optional[int] = None,
         num_valid_rows: Any = None,
         request_state_indices: Any = None,
         return_valid_counts: bool = False,
         attention_indices_out: Any = None,
         valid_counts_out: Any = None,
+        num_tokens: Optional[int] = None,
         fused_gather: bool = False,
         group_gather: bool = False,
+        seq_lens: Any = None,
         stream: Any = None,
     ) -> Any:
         """The runtime's ``swap_in`` with this handle's resident view and the group's prefetch policy.
 
-        ``fused_gather`` and ``group_gather`` are passed through (see
-        :meth:`hisparse.Runtime.swap_in`); ``group_gather`` needs a prefetch
-        batch on the leader.
+        The arguments are :meth:`hisparse.Runtime.swap_in`'s, in its order:
+        the leader's handle takes ``topk_indices`` and ``req_id_per_token``
+        (positionally) and the source ``block_table``; a follower's handle
+        takes ``num_tokens`` only, and refuses a top-k (the follower reuses
+        its leader's resolution). ``group_gather`` needs a prefetch batch on
+        the leader.
         """
+        if not self.runtime.is_group_leader and topk_indices is not None:
+            raise ValueError(
+                "topk_indices: a follower's handle reuses its group leader's resolution and reads no top-k; "
+                "pass num_tokens (the step's token rows) instead"
+            )
+        if req_id_per_token is not None and topk_indices is not None:
+            req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         return self.runtime.swap_in(
-            logical_topk_indices,
-            req_id_per_token[: logical_topk_indices.shape[0]],
+            topk_indices,
+            req_id_per_token,
+            num_tokens=num_tokens,
+            seq_lens=seq_lens,
             request_state_indices=request_state_indices,
             block_table=block_table,
             block_size=block_size,

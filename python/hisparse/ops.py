@@ -23,10 +23,13 @@ __all__ = [
     "gather_plan",
     "invalidate_written_slots",
     "mirror_rows",
+    "read_rows",
     "resolve_residency",
     "resolver_workspace_bytes",
     "swap_blocks_batch",
     "table_pointers",
+    "update_residency",
+    "write_rows",
 ]
 
 # Schedules of the CUDA gather (hs_gather_variant_t), all byte-identical;
@@ -356,4 +359,96 @@ def swap_blocks_batch(src: Any, dst: Any, sizes: Any, *, stream: Any = None) -> 
         _args.tensor("dst", dst),
         _args.tensor("sizes", sizes),
         _args.stream(stream, src, dst, sizes),
+    )
+
+
+def write_rows(
+    rows: Any,
+    req_id_per_token: Any,
+    positions: Any,
+    request_state_indices: Any,
+    *,
+    host_cache: Any = None,
+    source_block_table: Any = None,
+    block_size: int = 0,
+    host_rows: int = 0,
+    resident_cache: Any = None,
+    resident_block_table: Any = None,
+    hot_cache: Any = None,
+    hot_block_table: Any = None,
+    device_global_indices: Any = None,
+    stream: Any = None,
+) -> None:
+    """Store new rows so that no stale copy of them can be served (docs/kv_cache.md, "write_rows").
+
+    Row ``t`` (batch row ``req_id_per_token[t]``, position ``positions[t]``)
+    goes to its host slot in ``host_cache`` (through ``source_block_table``
+    with ``block_size``, or the position is the slot), to its resident copy
+    (``resident_cache`` paged view with ``resident_block_table``, > 0 =
+    resident) and over every hot copy of its slot that
+    ``device_global_indices`` holds for its state row (``hot_cache`` paged
+    view with ``hot_block_table``, >= 0 = usable). Padding rows, positions
+    without a slot and destinations outside their tensors are skipped.
+    """
+    _C.write_rows(
+        _args.tensor("rows", rows),
+        _args.tensor("req_id_per_token", req_id_per_token),
+        _args.tensor("positions", positions),
+        _args.tensor("request_state_indices", request_state_indices),
+        _args.optional_tensor("host_cache", host_cache),
+        _args.optional_tensor("source_block_table", source_block_table),
+        _args.require_int("block_size", block_size, bits=64),
+        _args.require_int("host_rows", host_rows, bits=64),
+        _args.optional_tensor("resident_cache", resident_cache),
+        _args.optional_tensor("resident_block_table", resident_block_table),
+        _args.optional_tensor("hot_cache", hot_cache),
+        _args.optional_tensor("hot_block_table", hot_block_table),
+        _args.optional_tensor("device_global_indices", device_global_indices),
+        _args.stream(stream, rows),
+    )
+
+
+def read_rows(cache: Any, indices: Any, out: Any, *, stream: Any = None) -> None:
+    """``out[t, k]`` = the row of ``cache`` at row offset ``indices[t, k]`` (the attention addressing), zeros
+    for an index < 0 or past the cache.
+
+    ``cache``: a paged view ``[blocks, block_size, W]`` (rows contiguous
+    within a block) or rows ``[N, W]``; ``indices`` int32 ``[T, k]``; ``out``
+    ``[T, k, W]`` contiguous, cache's dtype, on its device. The read of
+    exactly the rows hisparse resolved.
+    """
+    _C.read_rows(
+        _args.tensor("cache", cache), _args.tensor("indices", indices), _args.tensor("out", out),
+        _args.stream(stream, cache, indices),
+    )
+
+
+def update_residency(
+    resident_block_table: Any,
+    request_state_indices: Any,
+    seq_lens: Any,
+    resident_blocks: Any,
+    *,
+    table_block_size: int,
+    num_pages: int,
+    blocks_per_page: int = 1,
+    stream: Any = None,
+) -> None:
+    """The newest ``num_pages`` pages of every request resident (the seed's ``update_hisparse_residency``).
+
+    For batch row b with state row s and length ``seq_lens[b] > 0``, the
+    table entries of its newest pages (``blocks_per_page`` entries of
+    ``table_block_size`` positions each) get the state row's blocks
+    ``resident_blocks[s]`` (page g in ring slot ``g % num_pages``); every
+    other entry is 0 (not resident).
+    """
+    _C.update_residency(
+        _args.tensor("resident_block_table", resident_block_table),
+        _args.require_int("table_block_size", table_block_size, bits=64),
+        _args.require_int("blocks_per_page", blocks_per_page, bits=32),
+        _args.require_int("num_pages", num_pages, bits=32),
+        _args.tensor("request_state_indices", request_state_indices),
+        _args.tensor("seq_lens", seq_lens),
+        _args.tensor("resident_blocks", resident_blocks),
+        _args.stream(stream, resident_block_table),
     )

@@ -22,6 +22,8 @@ from .config import Config
 __all__ = ["Runtime", "SlotInvalidator", "paged_cache_view"]
 
 _TENSORS = _C.INDEX_GROUP_TENSORS
+# hs_host_role_t by name, in code order.
+_HOST_ROLES = ("auto", "writer", "reader")
 
 
 def _torch():
@@ -89,6 +91,15 @@ def paged_cache_view(
     return _strided_view(raw_tensor, geometry, element)
 
 
+def row_dtype(config: Config, dtype: Any) -> Any:
+    """The element type of the KV rows: ``dtype``, else ``config.dtype``, else uint8 (the two must agree)."""
+    if dtype is None:
+        return config.dtype if config.dtype is not None else "uint8"
+    if config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
+        raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
+    return dtype
+
+
 class Runtime:
     """One attention layer's host/hot data plane and its share of an index group.
 
@@ -128,10 +139,7 @@ class Runtime:
         if leader is not None and not isinstance(leader, Runtime):
             raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
         _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
-        if dtype is None:
-            dtype = config.dtype if config.dtype is not None else "uint8"
-        elif config.dtype is not None and _args.dtype_name(dtype) != _args.dtype_name(config.dtype):
-            raise ValueError(f"dtype: {dtype} disagrees with config.dtype = {config.dtype}; give one of them")
+        dtype = row_dtype(config, dtype)
         kv_code = _args.dtype_code("dtype", dtype)
         if max_swap_rows is not None:
             _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
@@ -378,6 +386,7 @@ class Runtime:
         ignore_topk_ready: bool = False,
         fused_gather: bool = False,
         group_gather: bool = False,
+        seq_lens: Any = None,
         stream: Any = None,
     ) -> Any:
         """Resolve once per group and make this layer's rows available.
@@ -388,10 +397,16 @@ class Runtime:
         -> host slots; None: positions are host slots) with ``block_size``
         (default config.block_size), the optional ``resident_block_table``,
         ``num_valid_rows``, ``prefetch`` (stage every follower now) and the
-        optional outputs. A follower needs only T (``topk_indices`` or
-        ``num_tokens``). Returns the attention indices of this call's rows
-        (``attention_indices_out`` when given), with the valid counts when
-        ``return_valid_counts``.
+        optional outputs. A follower needs only T (``num_tokens``) and
+        refuses a top-k (it reuses its leader's resolution). Returns the
+        attention indices of this call's rows (``attention_indices_out`` when
+        given), with the valid counts when ``return_valid_counts``.
+
+        A top-k narrower than ``config.top_k`` (k columns) and per-request
+        lengths ``seq_lens`` (int32 [>= B]: positions at or past
+        ``seq_lens[b]`` are dropped) are applied before the resolve, on a
+        copy padded to ``top_k`` columns; the returned indices are then the
+        first k columns of the shared rows.
 
         ``fused_gather`` (leader only; followers ignore it): the resolve
         launch itself copies the leader's own missed rows into its hot cache
@@ -415,6 +430,11 @@ class Runtime:
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
+        if not self.is_group_leader and topk_indices is not None:
+            raise ValueError(
+                "topk_indices: a follower reuses its group leader's resolution of the step and reads no top-k; "
+                "pass num_tokens (the step's token rows) instead"
+            )
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         first, count, _ = self._rt.swap_in(
@@ -434,9 +454,12 @@ class Runtime:
             _args.flag("fused_gather", fused_gather),
             _args.flag("group_gather", group_gather),
             self._stream(stream, topk_indices),
+            _args.optional_tensor("seq_lens", seq_lens),
         )
         rows = slice(first, first + count)
         attention = self._views["attention_indices"][rows] if attention_indices_out is None else attention_indices_out
+        if topk_indices is not None and attention_indices_out is None:
+            attention = attention[:, : topk_indices.shape[1]]
         if return_valid_counts:
             counts = self._views["valid_counts"][rows] if valid_counts_out is None else valid_counts_out
             return attention, counts
@@ -445,6 +468,79 @@ class Runtime:
     def reset_hot_state(self, *, stream: Any = None) -> None:
         """Drop all hot-buffer bookkeeping of the group (hits become misses), stream-ordered."""
         self._rt.reset_hot_state(self._stream(stream))
+
+    def reset_request(self, state_row: int, *, stream: Any = None) -> None:
+        """Drop the hot state of one request (state row ``state_row``) in the group, stream-ordered.
+
+        Call it when a state row changes hands, so a new request is never
+        served the previous one's rows; other rows and the counters stay.
+        """
+        self._rt.reset_request(_args.require_int("state_row", state_row, bits=32), self._stream(stream))
+
+    def reset_stats(self, *, stream: Any = None) -> None:
+        """Zero the group's counters (the hot state stays), stream-ordered."""
+        self._rt.reset_stats(self._stream(stream))
+
+    def write(
+        self,
+        rows: Any,
+        req_id_per_token: Any,
+        positions: Any,
+        *,
+        request_state_indices: Any = None,
+        block_table: Any = None,
+        block_size: Optional[int] = None,
+        resident_cache: Any = None,
+        resident_block_table: Any = None,
+        skip_host_store: bool = False,
+        stream: Any = None,
+    ) -> None:
+        """The write op: this forward's new rows of the layer, so that no stale copy can be served.
+
+        ``rows`` [T, row_width] (the runtime's dtype, on its device) go to
+        their host slots (``positions`` through the source ``block_table``
+        with ``block_size``, or positions are host slots without one), to
+        their resident copy (``resident_cache``, a paged view, with
+        ``resident_block_table``) and over every hot copy of their slot in the
+        group's hot state (write-through, after this layer's prefetched rows
+        landed). A reader of a shared pool (and ``skip_host_store=True``)
+        leaves the host cache alone. Stream-ordered, capturable.
+        """
+        if request_state_indices is None:
+            request_state_indices = self.request_state_indices
+        self._rt.write(
+            _args.tensor("rows", rows),
+            _args.tensor("req_id_per_token", req_id_per_token),
+            _args.tensor("positions", positions),
+            _args.tensor("request_state_indices", request_state_indices),
+            _args.optional_tensor("block_table", block_table),
+            _args.optional_int("block_size", block_size, 0),
+            _args.optional_tensor("resident_cache", resident_cache),
+            _args.optional_tensor("resident_block_table", resident_block_table),
+            _args.flag("skip_host_store", skip_host_store),
+            self._stream(stream, rows),
+        )
+
+    def set_host_sharing(self, role: str = "auto", event: Any = None) -> None:
+        """Who writes the host cache: ``role`` "auto" (learned from the pool at
+        ``bind_source_cache``), "writer" or "reader", and an optional
+        :class:`hisparse.IpcEvent` the writer records after its host writes and
+        a reader waits on before its gathers. The runtime keeps a reference to
+        the event.
+        """
+        from .ipc_event import IpcEvent  # noqa: PLC0415
+
+        if event is not None and not isinstance(event, IpcEvent):
+            raise TypeError(f"event: expected a hisparse.IpcEvent or None, got {type(event).__name__}")
+        self._rt.set_host_sharing(
+            _args.choice("role", role, _HOST_ROLES), 0 if event is None else event._event.handle
+        )
+        self._host_event = event
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this runtime writes its host cache (False on a reader of a shared pool)."""
+        return bool(self._rt.info()["is_writer"])
 
     def invalidate_sorted_slots(self, sorted_slots: Any, state_indices: Any, *, stream: Any = None) -> None:
         """Drop hot copies of the host slots in ``sorted_slots`` (ascending) for ``state_indices``."""

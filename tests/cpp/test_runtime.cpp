@@ -124,6 +124,13 @@ struct Step {
     a.prefetch = prefetch ? 1 : 0;
     return a;
   }
+  // A follower's arguments: the step's token rows, no top-k (it reuses its leader's).
+  hs_runtime_swap_in_args_t follower_args() const {
+    hs_runtime_swap_in_args_t a;
+    hs_runtime_swap_in_args_init(&a);
+    a.num_tokens = kReqs;
+    return a;
+  }
 };
 
 // Every attention-visible entry of rows [first, first + count) shows, in
@@ -387,28 +394,33 @@ TEST(Runtime, MisuseIsRefusedWithAStatus) {
   hs::Runtime follower = hs::Runtime::follower(leader, f.options());
   Step s({1, 2, 3, 4, 5, 6, 7, 8});
   hs_runtime_swap_in_args_t a = s.args(false);
+  const hs_runtime_swap_in_args_t fa = s.follower_args();
 
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
                {"not prefetched", "not bound"});
   f.bind(leader, 0);
   f.bind(follower, 1);
 
-  // A follower before its leader in a forward.
+  // A follower refuses a top-k: it reuses its leader's resolution.
   leader.begin_forward();
   follower.begin_forward();
-  expect_error(hs_runtime_swap_in(follower.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
+  expect_error(hs_runtime_swap_in(follower.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"topk_indices", "follower", "num_tokens"});
+
+  // A follower before its leader in a forward.
+  expect_error(hs_runtime_swap_in(follower.get(), &fa, nullptr, nullptr), HS_ERROR_INVALID_STATE,
                {"not prefetched", "leader first"});
   EXPECT_EQ(follower.info().next_row, 0) << "a failed call takes no rows";
 
   // Step rows: two steps of 2 rows fit R = 4, a third does not.
   leader.swap_in(a);
-  follower.swap_in(a);
+  follower.swap_in(fa);
   leader.swap_in(a);
   expect_error(hs_runtime_swap_in(leader.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
                {"speculative decode capacity", "stop=6", "capacity=4"});
   EXPECT_EQ(leader.info().next_row, 4);
   // The follower's second step is resolved; a new forward starts over.
-  follower.swap_in(a);
+  follower.swap_in(fa);
   leader.begin_forward();
   follower.begin_forward();
   EXPECT_EQ(leader.swap_in(a).first_row, 0);
@@ -448,7 +460,7 @@ TEST(Runtime, FollowerOutlivesItsLeader) {
   EXPECT_EQ(follower.index_group(), group) << "the group lives while a member does";
   follower.reset_hot_state();
   Step s({1, 2, 3, 4, 5, 6, 7, 8});
-  const hs_runtime_swap_in_args_t a = s.args(false);
+  const hs_runtime_swap_in_args_t a = s.follower_args();
   expect_error(hs_runtime_swap_in(follower.get(), &a, nullptr, nullptr), HS_ERROR_INVALID_STATE,
                {"leader was destroyed"});
 }

@@ -130,7 +130,8 @@ def test_package_ships_stub_and_marker():
     assert stub.is_file()
     text = stub.read_text()
     for name in ("class HostPool", "def plan_host_layout", "def validate_config", "def copy_bytes",
-                 "def gather_compact_group"):
+                 "def gather_compact_group", "class KvCache", "def write_rows", "def read_rows",
+                 "def update_residency", "def host_register"):
         assert name in text, f"{name} missing from the generated stub"
 
 

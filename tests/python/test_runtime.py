@@ -531,7 +531,9 @@ def test_cache_handle_flow(device, eager_host_mirror):
                           slot_mapping=slot_mapping, mirror_slot_mapping=mirror_slots)
 
     # Prefill-like batch: not a decode batch, rows are mirrored to the host.
-    prefill = hisparse.BatchInfo(num_actual_tokens=3, num_decode_tokens=0, num_reqs=1, max_query_len=3)
+    prefill = hisparse.BatchInfo(num_actual_tokens=3, num_decode_tokens=0, num_reqs=1, max_query_len=3,
+                                 req_id_per_token=torch.zeros(3, **i32))
+    setup.set_batch([0, 1])
     handles[0].prepare_group_for_batch(prefill)
     assert all(h.host_mirror_required and not h.prefetch_decode_group and not h.decode_batch for h in handles)
     resident_row = setup.resident_block(0) * 4
@@ -547,7 +549,8 @@ def test_cache_handle_flow(device, eager_host_mirror):
         assert (setup.hosts[i][17:20] == 100 + i).all()
 
     # Decode batch: prefetch for the whole group; mirrored only when eager.
-    decode = hisparse.BatchInfo(num_actual_tokens=2, num_decode_tokens=2, num_reqs=2, max_query_len=1)
+    decode = hisparse.BatchInfo(num_actual_tokens=2, num_decode_tokens=2, num_reqs=2, max_query_len=1,
+                                req_id_per_token=torch.arange(2, **i32))
     handles[0].prepare_group_for_batch(decode)
     assert all(h.decode_batch and h.prefetch_decode_group for h in handles)
     assert all(h.host_mirror_required == eager_host_mirror for h in handles)
@@ -561,17 +564,21 @@ def test_cache_handle_flow(device, eager_host_mirror):
 
     step = make_step(setup, state_rows=[0, 1])
     resident_table[:2] = 0
-    results = [handle.swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8)
-               for handle in handles[:1]]
+    results = [handles[0].swap_in(step["topk"], step["req_ids"], block_table=step["block_table"], block_size=8)]
     assert [r.info()["staged"] for r in setup.runtimes] == [False, True, True]
+    # A follower's handle refuses a top-k: it reuses its leader's resolution.
+    with pytest.raises(ValueError, match="topk_indices.*follower"):
+        handles[1].swap_in(step["topk"], step["req_ids"])
     for handle in handles[1:]:
-        results.append(handle.swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8))
+        handle.swap_in(num_tokens=2)
+        results.append(setup.leader.attention_indices[:2])
     assert all(torch.equal(results[0], r) for r in results[1:])
     assert setup.visible_rows_match(0, 2)
     # The handle passes the runtime's per-call options through: these
     # layer-major host caches cannot be grouped, and the runtime says so.
     with pytest.raises(ValueError, match="group_gather"):
-        handles[0].swap_in(step["req_ids"], step["block_table"], step["topk"], block_size=8, group_gather=True)
+        handles[0].swap_in(step["topk"], step["req_ids"], block_table=step["block_table"], block_size=8,
+                           group_gather=True)
 
     # A dummy batch writes nothing anywhere.
     handles[0].prepare_group_for_batch(None)
@@ -579,6 +586,56 @@ def test_cache_handle_flow(device, eager_host_mirror):
     handles[0].finish_kv_update()
     handles[0].unbind_cache()
     assert handles[0].view is None and not setup.leader.info()["source_bound"]
+
+
+def test_follower_prefetch_never_serves_a_row_written_after_it(device):
+    """Decode steps in which every layer of a group writes its row of the
+    newest position (host slot 17 of request 0, 18 of request 1, not on a
+    resident page) through its handle before its attention, and the indexer
+    selects that position: the leader resolves and, as the handle's policy
+    asks for a decode batch, prefetches the followers' rows before the
+    followers wrote theirs, yet every layer reads the row it wrote (the
+    follower's write rewrites the prefetched copy), and so does every later
+    step."""
+    setup = GroupSetup(device, num_layers=3, max_num_reqs=2, top_k=4, hot_size=8, row_bytes=32, block_size=4,
+                       hot_block_size=4, host_rows=64, eager_host_mirror=True)
+    handles = [hisparse.CacheHandle(runtime) for runtime in setup.runtimes]
+    for handle in handles[1:]:
+        handles[0].add_follower(handle)
+    i32 = dict(dtype=torch.int32, device=device)
+    mirror_slots = torch.tensor([17, 18], **i32)
+    resident_table = torch.zeros((2, 4), **i32)  # nothing resident: the newest rows go through the hot buffer
+    slot_mapping = torch.zeros(2, **i32)
+    for i, handle in enumerate(handles):
+        handle.bind_cache(setup.slab, byte_offset=i * setup.block_bytes, block_stride=setup.block_stride,
+                          num_blocks=setup.num_blocks, block_size=4, block_table=resident_table,
+                          slot_mapping=slot_mapping, mirror_slot_mapping=mirror_slots)
+    setup.set_batch([0, 1])
+    decode = hisparse.BatchInfo(num_actual_tokens=2, num_decode_tokens=2, num_reqs=2, max_query_len=1,
+                                req_id_per_token=torch.arange(2, **i32))
+    # Positions are host slots (no source table): each request selects its
+    # newest slot and three older ones.
+    topk = torch.tensor([[17, 3, 5, 9], [18, 4, 6, 10]], **i32)
+    for step in range(2):
+        handles[0].prepare_group_for_batch(decode)
+        assert all(h.prefetch_decode_group for h in handles)
+        new_rows = [torch.full((2, setup.row_bytes), 10 * step + 100 + i, dtype=torch.uint8, device=device)
+                    for i in range(3)]
+        for i, handle in enumerate(handles):
+            handle.write_target(2, 2)
+            handle.finish_kv_update(new_rows[i])
+            if i == 0:
+                attention = handle.runtime.swap_in(topk, decode.req_id_per_token,
+                                                   prefetch=handle.prefetch_decode_group)
+                # The followers' rows are staged now, before they wrote theirs.
+                assert [r.info()["staged"] for r in setup.runtimes[1:]] == [True, True]
+            else:
+                handle.runtime.swap_in(num_tokens=2)
+            sync(device)
+            rows = setup.layer_rows(i)[attention[:, 0].long()].cpu()
+            assert torch.equal(rows, new_rows[i].cpu()), f"step {step}: layer {i} read a stale row of its newest slot"
+            assert (attention >= 0).all()
+        assert setup.visible_rows_match(0, 2), "every visible row equals its host row"
 
 
 # ---------------------------------------------------------------- CUDA graphs

@@ -436,7 +436,9 @@ typedef enum hs_stat {
 #endif
 
 #include "hisparse/data_movement.h"
+#include "hisparse/host_registration.h"
 #include "hisparse/index_group.h"
+#include "hisparse/kv_cache.h"
 #include "hisparse/runtime.h"
 #include "hisparse/shared_host_pool.h"
 #include "hisparse/staging.h"

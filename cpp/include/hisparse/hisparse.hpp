@@ -280,6 +280,20 @@ class Runtime {
     check(hs_runtime_mirror_rows(handle_, src_rows, slot_mapping, stream));
   }
   void copy_stats_async(hs_stream_t stream = nullptr) { check(hs_runtime_copy_stats_async(handle_, stream)); }
+  void reset_stats(hs_stream_t stream = nullptr) { check(hs_runtime_reset_stats(handle_, stream)); }
+  void reset_request(int32_t state_row, hs_stream_t stream = nullptr) {
+    check(hs_runtime_reset_request(handle_, state_row, stream));
+  }
+  void write(const hs_runtime_write_args_t& args, hs_stream_t stream = nullptr) {
+    check(hs_runtime_write(handle_, &args, stream));
+  }
+  void set_host_sharing(hs_host_role_t role, hs_ipc_event_t event = nullptr) {
+    hs_runtime_host_sharing_t sharing;
+    hs_runtime_host_sharing_init(&sharing);
+    sharing.role = role;
+    sharing.event = event;
+    check(hs_runtime_set_host_sharing(handle_, &sharing));
+  }
   // The counters as the last completed copy_stats_async left them.
   hs_runtime_stats_t stats() const {
     hs_runtime_stats_t stats{};
@@ -334,6 +348,7 @@ class SlotInvalidator {
 
 }  // namespace hs
 
+#include "hisparse/kv_cache.hpp"  // the model-level KV cache (RAII), its kernels and host registration
 #include "hisparse/shared_host_pool.hpp"
 #include "hisparse/staging.hpp"  // the prefill staging plan (RAII) and staging calls
 

@@ -21,6 +21,11 @@
  *   - every layer's compute stream then waits for its own ready event, so
  *     the attention kernel that follows on the compute stream reads rows that
  *     are in place.
+ * A prefetch never serves a row the forward writes after it: a layer's
+ * hs_runtime_write waits for the rows its leader prefetched for it and then
+ * rewrites every hot copy of the slots it writes (docs/kv_cache.md, "The
+ * prefetch invariant"). Host rows written any other way need their hot
+ * copies dropped (the slot invalidator) before the next resolve.
  *
  * Token-major host layout: an SM reads host memory in 128-byte lines, so a
  * lone row of a few hundred bytes wastes part of a line at each end. When
@@ -83,6 +88,7 @@
 
 #include "hisparse/hisparse.h"
 #include "hisparse/index_group.h"
+#include "hisparse/shared_host_pool.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -178,6 +184,8 @@ typedef struct hs_runtime_info {
   int64_t attention_block_stride; /* rows between hot blocks (block_stride / row_bytes; 0 unbound) */
   int64_t next_row;               /* first shared row the next swap_in takes */
   uint64_t group_row_bytes;       /* row_bytes summed over the group's live runtimes */
+  int32_t is_writer;              /* 1 when this runtime writes its host cache (see hs_runtime_set_host_sharing) */
+  int32_t host_role;              /* hs_host_role_t as set (HS_HOST_ROLE_AUTO unless set) */
 } hs_runtime_info_t;
 #define HS_RUNTIME_INFO_VERSION 1
 
@@ -271,7 +279,8 @@ typedef struct hs_runtime_swap_in_args {
   size_t struct_size;
   uint32_t struct_version;
   /* read by the leader (followers may leave them NULL) */
-  const hs_tensor_t* topk_indices;          /* int32 [T, K]: request-relative positions, -1 = none */
+  const hs_tensor_t* topk_indices;          /* int32 [T, k], k <= K: request-relative positions, -1 = none;
+                                               a follower refuses one (it reuses its leader's resolution) */
   const hs_tensor_t* req_id_per_token;      /* int32 [>= T] */
   const hs_tensor_t* request_state_indices; /* int32 [B], -1 = padding */
   const hs_tensor_t* source_block_table;    /* int32 [B, W], optional: NULL = positions are host slots */
@@ -289,6 +298,10 @@ typedef struct hs_runtime_swap_in_args {
                                                the followers of this prefetch batch with one group gather */
   /* read by every runtime */
   int64_t num_tokens;                       /* T; 0 = rows of topk_indices (required then) */
+  /* read by the leader */
+  const hs_tensor_t* seq_lens;              /* int32 [>= B], optional: positions at or past seq_lens[b] of batch
+                                               row b are dropped (-1) before the resolve; ready when the top-k is
+                                               (it is read on the copy stream after the top-k-ready wait) */
 } hs_runtime_swap_in_args_t;
 #define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
 
@@ -310,7 +323,13 @@ typedef struct hs_runtime_swap_in_result {
 
 /* Resolve once per group and make this layer's rows available before the
  * next work on `stream` (the compute stream), as described at the top of
- * this file. The leader resolves with its bound hot block table, its host
+ * this file. A top-k narrower than the config's top_k (k < K columns) and
+ * per-request lengths (seq_lens) are applied before the resolve: the
+ * positions, padded with -1 to K columns and with those at or past their
+ * request's length set to -1, are copied into a buffer the group owns and
+ * resolved from there; the attention indices of the call are then columns
+ * [0, k) of the shared rows (columns k .. K-1 are -1), and the padded and
+ * dropped entries count as lookups and invalid entries. The leader resolves with its bound hot block table, its host
  * cache's row count and attention_block_stride; followers move their own
  * bytes with the leader's swap list. `result` may be NULL.
  * Errors: HS_ERROR_INVALID_STATE ("layer swap was not prefetched") for an
@@ -361,15 +380,101 @@ HS_API hs_status_t hs_runtime_invalidate_sorted_slots(hs_runtime_t runtime, cons
 /* Keep the host pool authoritative for KV written on the GPU:
  * host_cache[slot_mapping[i]] = src_rows[i] (hs_mirror_rows into the bound
  * host cache; src_rows on the runtime's device, same dtype and row width).
- * HS_ERROR_INVALID_STATE without a bound source cache. Capturable. */
+ * It leaves hot copies of the slots as they are: use hs_runtime_write, which
+ * also rewrites them, for rows a hot buffer may hold. A writer records its
+ * host event after the mirror. HS_ERROR_INVALID_STATE without a bound source
+ * cache, and on a reader of a shared pool (readers never write the pool).
+ * Capturable. */
 HS_API hs_status_t hs_runtime_mirror_rows(hs_runtime_t runtime, const hs_tensor_t* src_rows,
                                           const hs_tensor_t* slot_mapping, hs_stream_t stream);
+
+/* Drop the hot-region state of one request (state row `state_row`, 0 <=
+ * state_row < max_num_reqs) in the runtime's group: nothing held, LRU order
+ * 0 .. H-1; other rows and the counters are untouched. Ordered like
+ * hs_runtime_reset_hot_state (on the copy stream, between earlier and later
+ * work of `stream`). Call it when a state row changes hands (admit or
+ * release), so that a new request is never served the previous one's rows.
+ * Capturable. */
+HS_API hs_status_t hs_runtime_reset_request(hs_runtime_t runtime, int32_t state_row, hs_stream_t stream);
+
+/* The write op: store this forward's new rows of the layer so that no stale
+ * copy of them can be served (hs_write_rows on the runtime's bindings):
+ * rows[t] goes to its host slot in the bound host cache (positions through
+ * source_block_table, or positions are host slots without one), to its
+ * resident copy when resident_cache and resident_block_table are given, and
+ * over every hot copy of that slot that the group's device_global_indices
+ * holds for its state row, in the bound hot view (write-through). The call
+ * first makes `stream` wait for this layer's rows its leader prefetched in
+ * this forward, so a prefetched copy never lands after the write: follower
+ * prefetch is correct whatever the group's order of writes and resolves.
+ * The host store is skipped when skip_host_store = 1 and on a reader of a
+ * shared pool (the writer stores the rows; the reader, which computed the
+ * same rows, updates only its own device copies); a writer records its host
+ * event (hs_runtime_set_host_sharing) after the store. HS_ERROR_INVALID_STATE
+ * for an unbound runtime. Stream-ordered, capturable. */
+typedef struct hs_runtime_write_args {
+  size_t struct_size;
+  uint32_t struct_version;
+  const hs_tensor_t* rows;                  /* [T, row_width] of kv_dtype on the runtime's device */
+  const hs_tensor_t* req_id_per_token;      /* int32 [>= T]: batch row of each row */
+  const hs_tensor_t* positions;             /* int32 or int64 [>= T]: request-relative positions (host slots
+                                               without a source table) */
+  const hs_tensor_t* request_state_indices; /* int32 [B] */
+  const hs_tensor_t* source_block_table;    /* int32 [B, W], optional */
+  int64_t block_size;                       /* tokens per source block; 0 = config block_size */
+  const hs_tensor_t* resident_cache;        /* paged view [blocks, block size, row_width], optional */
+  const hs_tensor_t* resident_block_table;  /* int32 [B, Wr], optional (with resident_cache) */
+  int32_t skip_host_store;                  /* 1 = leave the host cache alone (rows reach it otherwise) */
+  int32_t reserved0;
+} hs_runtime_write_args_t;
+#define HS_RUNTIME_WRITE_ARGS_VERSION 1
+
+static inline void hs_runtime_write_args_init(hs_runtime_write_args_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->struct_version = HS_RUNTIME_WRITE_ARGS_VERSION;
+}
+
+HS_API hs_status_t hs_runtime_write(hs_runtime_t runtime, const hs_runtime_write_args_t* args, hs_stream_t stream);
+
+/* Which process writes the host cache. One rank of a shared pool writes rows
+ * (the pool's writer_rank); the others only read it. HS_HOST_ROLE_AUTO (the
+ * default) learns the role from the pool at bind_source_cache: a host cache
+ * inside a live shared pool of this process takes that pool's role, any
+ * other memory is written by its owner. A reader refuses hs_runtime_mirror_rows
+ * and skips the host store of hs_runtime_write. */
+typedef enum hs_host_role { HS_HOST_ROLE_AUTO = 0, HS_HOST_ROLE_WRITER = 1, HS_HOST_ROLE_READER = 2 } hs_host_role_t;
+
+typedef struct hs_runtime_host_sharing {
+  size_t struct_size;
+  uint32_t struct_version;
+  int32_t role;         /* hs_host_role_t */
+  hs_ipc_event_t event; /* borrowed, optional (NULL = none): the writer records it on its stream after each host
+                           write (mirror_rows, write); a reader makes the copy stream wait on it before every gather
+                           from the host cache (a resolve with fused gather, a stage, a prefetch). It must live on
+                           the runtime's device and outlive the runtime's use of it */
+} hs_runtime_host_sharing_t;
+#define HS_RUNTIME_HOST_SHARING_VERSION 1
+
+static inline void hs_runtime_host_sharing_init(hs_runtime_host_sharing_t* sharing) {
+  memset(sharing, 0, sizeof(*sharing));
+  sharing->struct_size = sizeof(*sharing);
+  sharing->struct_version = HS_RUNTIME_HOST_SHARING_VERSION;
+}
+
+/* Set the runtime's host role and event (replacing earlier ones). Host-only. */
+HS_API hs_status_t hs_runtime_set_host_sharing(hs_runtime_t runtime, const hs_runtime_host_sharing_t* sharing);
 
 /* ------------------------------------------------------------------ counters */
 
 /* Enqueue a copy of the group's device counters into their host mirror on
  * `stream`. Capturable. */
 HS_API hs_status_t hs_runtime_copy_stats_async(hs_runtime_t runtime, hs_stream_t stream);
+
+/* Zero the group's device counters without touching the hot state: ordered
+ * like hs_runtime_reset_hot_state (on the copy stream, between earlier and
+ * later work of `stream`). Capturable. */
+HS_API hs_status_t hs_runtime_reset_stats(hs_runtime_t runtime, hs_stream_t stream);
 
 typedef struct hs_runtime_stats {
   size_t struct_size;

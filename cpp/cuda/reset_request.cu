@@ -1,0 +1,31 @@
+// reset_request: one state row of an index group back to its initial hot
+// state. One block strides over the row's hot slots; capturable.
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/cuda_kernels.hpp"
+
+namespace hisparse {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void reset_request_kernel(ResetRequestParams p) {
+  const int64_t base = static_cast<int64_t>(p.state_row) * p.hot_size;
+  for (int32_t j = threadIdx.x; j < p.hot_size; j += blockDim.x) {
+    p.device_global_indices[base + j] = -1;
+    p.lru_slots[base + j] = static_cast<int16_t>(j);
+  }
+}
+
+}  // namespace
+
+void launch_reset_request(const ResetRequestParams& params, cudaStream_t stream) {
+  if (params.hot_size <= 0) return;
+  reset_request_kernel<<<1, kThreads, 0, stream>>>(params);
+  cuda_check(cudaGetLastError(), "reset_request kernel launch");
+}
+
+}  // namespace cuda
+}  // namespace hisparse

@@ -1,0 +1,171 @@
+"""hisparse.integrations.transformers.HiSparseCache with transformers' tiny
+random DeepseekV32ForCausalLM and GlmMoeDsaForCausalLM (examples/
+transformers_generate.py builds them): greedy generation with the cache
+gives the model's own tokens (float32 logits within float tolerance, bfloat16
+identical) for one prompt and for a left-padded batch of three of different
+lengths, with a hot buffer far smaller than the context (counters prove misses
+and evictions), with and without resident pages, with the exact and the
+sparse attention; a prepared model still
+generates as before with its own cache; the negative control (writes that
+store the host rows only, as a plain mirror does) makes GLM's followers read
+stale prefetched rows and the logits diverge; stats per group and in total,
+reset; refusals. The CUDA variants run the same on a GPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_cuda
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from hisparse.integrations.transformers import HiSparseCache  # noqa: E402
+
+from transformers_generate import padded_prompts, tiny_model  # noqa: E402
+
+NEW_TOKENS = 48
+HOT = 32
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+_MODELS: dict = {}
+
+
+def model_of(kind, dtype, device):
+    """One model per (kind, dtype, device), prepared by the first cache built on it (that is harmless: a
+    prepared model generates as before with any other cache)."""
+    key = (kind, dtype, device)
+    if key not in _MODELS:
+        _MODELS[key] = tiny_model(kind, dtype, device)
+    return _MODELS[key]
+
+
+def generate(model, ids, mask, cache=None, new_tokens=NEW_TOKENS):
+    kwargs = {} if cache is None else {"past_key_values": cache}
+    return model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
+                          return_dict_in_generate=True, **kwargs)
+
+
+def max_logit_difference(a, b):
+    return max((x.float() - y.float()).abs().max().item() for x, y in zip(a.logits, b.logits))
+
+
+def make_cache(model, ids, *, new_tokens=NEW_TOKENS, **kwargs):
+    return HiSparseCache(model, hot_buffer_size=HOT, max_batch_size=4, max_cache_len=ids.shape[1] + new_tokens,
+                         hot_block_size=4, block_size=8, **kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["deepseek", "glm"])
+@pytest.mark.parametrize(("dtype", "attention"), [(torch.float32, "exact"), (torch.float32, "sparse"),
+                                                  (torch.bfloat16, "exact")], ids=["float32", "float32-sparse",
+                                                                                   "bfloat16"])
+@pytest.mark.parametrize("lengths", [[110], [100, 72, 120]], ids=["batch1", "batch3"])
+def test_generate_gives_the_models_tokens(device, kind, dtype, attention, lengths):
+    """The exact attention (the model's own over the resolved rows at their
+    positions) gives the model's logits bit for bit; the sparse one (over the
+    k rows alone) the same up to summation order."""
+    model = model_of(kind, dtype, device)
+    ids, mask = padded_prompts(lengths, device)
+    reference = generate(model, ids, mask)
+    cache = make_cache(model, ids, attention=attention)
+    out = generate(model, ids, mask, cache)
+    assert torch.equal(out.sequences, reference.sequences), "hisparse changed the tokens"
+    difference = max_logit_difference(out, reference)
+    if attention == "sparse":
+        assert difference < 1e-4, f"float32 logits differ by {difference}"
+    else:
+        assert difference == 0.0, f"{dtype} logits differ by {difference}"
+    stats = cache.stats()
+    total, groups = stats["total"], stats["groups"]
+    assert len(groups) == (2 if kind == "glm" else 4)
+    assert [g["layers"] for g in groups] == ([[0, 1], [2, 3]] if kind == "glm" else [[0], [1], [2], [3]])
+    # Every decode step looks up index_topk = 16 positions per request per group.
+    assert total["lookups"] == (NEW_TOKENS - 1) * len(lengths) * len(groups) * 16
+    for g in groups:
+        # More rows missed than the hot buffers hold: rows were evicted and loaded again.
+        assert g["misses"] > HOT * len(lengths), f"too few misses to prove evictions: {g}"
+        assert g["hits"] > 0 and g["bytes_moved"] == g["misses"] * g["group_row_bytes"]
+    for key in ("lookups", "hits", "misses", "bytes_moved"):
+        assert total[key] == sum(g[key] for g in groups)
+    after = cache.stats(reset=True)["total"]
+    assert after["misses"] == total["misses"] and cache.stats()["total"]["lookups"] == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["deepseek", "glm"])
+def test_resident_newest_pages_serve_the_newest_tokens(device, kind):
+    model = model_of(kind, torch.float32, device)
+    ids, mask = padded_prompts([100, 72, 120], device)
+    reference = generate(model, ids, mask)
+    cache = make_cache(model, ids, resident_pages=2, resident_page_size=8)
+    out = generate(model, ids, mask, cache)
+    assert torch.equal(out.sequences, reference.sequences)
+    assert max_logit_difference(out, reference) == 0.0
+    total = cache.stats()["total"]
+    assert total["resident"] > 0 and total["misses"] > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_negative_control_catches_stale_rows(device, monkeypatch):
+    """Writes that store the host rows and leave the hot copies alone (what a
+    plain mirror does) let GLM's leader prefetch a follower's newest row before
+    the follower wrote it: the follower then reads a stale (zero) row, and the
+    logits diverge. The same run with the library's write is exact (above)."""
+    model = model_of("glm", torch.float32, device)
+    ids, mask = padded_prompts([100, 72, 120], device)
+    reference = generate(model, ids, mask)
+    cache = make_cache(model, ids)
+    kv = cache.kv
+    source = kv.table("source_block_table").long()
+    block = kv.config.block_size
+
+    def host_only_write(layer, rows, req_id_per_token, positions, *, stream=None):
+        positions = positions.long()
+        slots = source[req_id_per_token.long(), positions // block] * block + positions % block
+        kv.host_cache[slots.cpu(), layer] = rows.cpu()
+
+    monkeypatch.setattr(kv, "write", host_only_write)
+    out = generate(model, ids, mask, cache)
+    assert max_logit_difference(out, reference) > 1e-2, "stale rows went unnoticed"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_prepared_model_still_generates_with_its_own_cache_and_a_cache_is_reused(device):
+    model = model_of("deepseek", torch.float32, device)
+    ids, mask = padded_prompts([90, 64], device)
+    before = generate(model, ids, mask)
+    cache = make_cache(model, ids)
+    assert model.config._attn_implementation == "hisparse"
+    after = generate(model, ids, mask)
+    assert torch.equal(after.sequences, before.sequences) and max_logit_difference(after, before) == 0.0
+    first = generate(model, ids, mask, cache)
+    cache.reset()
+    second = generate(model, ids, mask, cache)
+    assert torch.equal(first.sequences, second.sequences) and torch.equal(first.sequences, before.sequences)
+    assert max_logit_difference(first, second) == 0.0
+
+
+def test_refusals_name_what_is_wrong():
+    model = model_of("deepseek", torch.float32, "cpu")
+    ids, mask = padded_prompts([20, 10, 15], "cpu")
+    cache = HiSparseCache(model, hot_buffer_size=HOT, max_batch_size=2, max_cache_len=64, hot_block_size=4,
+                          block_size=8)
+    with pytest.raises(ValueError, match="more than max_batch_size = 2"):
+        generate(model, ids, mask, cache, new_tokens=2)
+    cache = HiSparseCache(model, hot_buffer_size=HOT, max_batch_size=3, max_cache_len=24, hot_block_size=4,
+                          block_size=8)
+    with pytest.raises(ValueError, match="more than max_cache_len = 24"):
+        generate(model, ids, mask, cache, new_tokens=8)
+    cache.reset()
+    with torch.no_grad():
+        model(ids, attention_mask=mask, cache=cache)
+        with pytest.raises(NotImplementedError, match="one token per request"):
+            model(ids[:, :2], attention_mask=torch.ones((3, 22), dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="max_union_rows"):
+        HiSparseCache(model, hot_buffer_size=8, max_batch_size=1, max_cache_len=64)
+    with pytest.raises(TypeError, match="model: expected a DeepseekV32 or GlmMoeDsa model"):
+        HiSparseCache(torch.nn.Linear(2, 2), hot_buffer_size=HOT, max_batch_size=1, max_cache_len=64)
