@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "abi/api_guard.hpp"
+#include "core/aliasing.hpp"
 #include "core/backend.hpp"
 #include "core/tensor.hpp"
 
@@ -111,6 +112,7 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
     // same device.
     const Device device = destination.device();
     if (source.device().is_cuda()) source.on(device, "dst");
+    AliasCheck().writes(destination).reads(source).check();
     Backend& backend = backend_for(device);
     backend.check_accessible(source.data<void>(), source.nbytes(), device.index, "src");
     backend.check_accessible(destination.data<void>(), destination.nbytes(), device.index, "dst");

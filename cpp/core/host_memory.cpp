@@ -37,7 +37,8 @@ void check_host_memory(uint64_t pool_bytes) {
     char message[512];
     std::snprintf(message, sizeof(message),
                   "hisparse pinned host pool needs ~%.0f GiB (size_bytes=%llu) but only %.0f GiB of RAM is "
-                  "available. Lower host_pool_gib or leave headroom for co-tenants.",
+                  "available. Lower the pool's size_bytes (the host budget: host_budget_bytes, hisparse plan "
+                  "--host-budget-gib) or leave headroom for co-tenants.",
                   static_cast<double>(pool_bytes) / (1ull << 30), static_cast<unsigned long long>(pool_bytes),
                   static_cast<double>(available) / (1ull << 30));
     invalid_argument(message);

@@ -1,4 +1,5 @@
 // The block renumbering of prefill staging on its own (hs_staging_remap).
+#include "core/aliasing.hpp"
 #include "core/staging_plan.hpp"
 #include "core/staging_rows.hpp"
 
@@ -48,6 +49,7 @@ void staging_remap(const hs_tensor_t* block_table_t, int64_t block_size, const h
   const uint64_t workspace_bytes = backend.staging_remap_workspace_bytes(table.numel(), device.index);
   const TensorArg workspace(workspace_t, "workspace");
   void* scratch = scratch_buffer(workspace, workspace_bytes, device, "block_table", backend);
+  AliasCheck().writes(out_table).writes(out_rows).writes(workspace).reads(table).check();
 
   StagingRemapParams p;
   p.device = device.index;

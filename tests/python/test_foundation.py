@@ -216,7 +216,7 @@ def test_plan_host_layout_errors_name_the_argument(args, name):
 def test_plan_host_layout_seed_errors():
     with pytest.raises(ValueError, match="no allocatable host blocks"):
         hisparse.plan_host_layout(4096, 64, 640, 4095)
-    with pytest.raises(ValueError, match=r"11 blocks but max_model_len=640 needs 12.*host_pool_gib"):
+    with pytest.raises(ValueError, match=r"11 blocks but max_model_len=640 needs 12.*host_budget_bytes"):
         hisparse.plan_host_layout(4096, 64, 640, 12 * 4096 - 1)
     layout = hisparse.plan_host_layout(4096, 64, 640, 12 * 4096)
     assert layout == hisparse.HostLayout(host_num_blocks=12, host_block_stride=4096, min_host_blocks=12)
@@ -315,7 +315,7 @@ def test_check_host_memory_errors():
         hisparse.check_host_memory(-1)
     hisparse.check_host_memory(1 << 20)
     available = hisparse.layout.available_host_memory()
-    with pytest.raises(ValueError, match=r"needs ~\d+ GiB .* only \d+ GiB of RAM is available.*host_pool_gib"):
+    with pytest.raises(ValueError, match=r"needs ~\d+ GiB .* only \d+ GiB of RAM is available.*size_bytes"):
         hisparse.check_host_memory(2 * available + (1 << 30))
 
 

@@ -226,7 +226,7 @@ def test_ram_refusal_message():
         hisparse.HostPool(too_big)
     message = str(error.value)
     assert f"~{too_big / 2**30:.0f} GiB" in message
-    assert "GiB of RAM is available" in message and "host_pool_gib" in message
+    assert "GiB of RAM is available" in message and "size_bytes" in message and "host_pool_gib" not in message
 
 
 @pytest.mark.parametrize(

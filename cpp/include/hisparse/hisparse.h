@@ -215,8 +215,19 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
 
 /* Unregister every segment, then unmap. Idempotent: later calls succeed and
  * do nothing. Blocking. The caller guarantees no GPU work still reads the
- * pool (synchronise first). */
+ * pool (synchronise first). From the release on, hisparse refuses the pool's
+ * memory: a runtime whose source cache was bound in it fails
+ * (HS_ERROR_INVALID_STATE naming host_cache) instead of reading it. */
 HS_API hs_status_t hs_host_pool_release(hs_host_pool_t pool);
+
+/* Release the pool for hisparse now, but keep its pages mapped and
+ * registered until hs_host_pool_release or hs_host_pool_destroy: for a
+ * caller that hands out views of the pool and unmaps it when the last one
+ * is gone. From this call on, hs_host_pool_data fails, the info reports
+ * released = 1, and every call given a tensor that lies in the pool's memory
+ * (a kernel, a runtime bound in it) fails with HS_ERROR_INVALID_STATE naming
+ * the argument. Idempotent. */
+HS_API hs_status_t hs_host_pool_retire(hs_host_pool_t pool);
 
 /* Release (if not yet) and free the handle. NULL is accepted. */
 HS_API hs_status_t hs_host_pool_destroy(hs_host_pool_t pool);
@@ -227,7 +238,7 @@ HS_API hs_status_t hs_host_pool_data(hs_host_pool_t pool, void** data);
 typedef struct hs_host_pool_info {
   size_t struct_size;
   uint32_t struct_version;
-  int32_t released;
+  int32_t released;             /* 1 after hs_host_pool_release or hs_host_pool_retire */
   int32_t registered;           /* 1 when registered with a GPU */
   int32_t device_index;         /* device registered with, -1 if none */
   int32_t num_segments;         /* registration segments */
