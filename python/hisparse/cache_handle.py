@@ -225,6 +225,8 @@ class CacheHandle:
         :meth:`hisparse.Runtime.swap_in`); ``group_gather`` needs a prefetch
         batch on the leader.
         """
+        _args.check_tensor("logical_topk_indices", logical_topk_indices)
+        _args.check_tensor("req_id_per_token", req_id_per_token)
         return self.runtime.swap_in(
             logical_topk_indices,
             req_id_per_token[: logical_topk_indices.shape[0]],

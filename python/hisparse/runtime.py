@@ -22,6 +22,11 @@ from .config import Config
 __all__ = ["Runtime", "SlotInvalidator", "paged_cache_view"]
 
 _TENSORS = _C.INDEX_GROUP_TENSORS
+# C ABI names -> the names the methods below give those arguments.
+_SWAP_IN_NAMES = {"out_attention": "attention_indices_out", "out_valid_counts": "valid_counts_out",
+                  "source_block_table": "block_table"}
+_CREATE_NAMES = {"kv_dtype": "dtype", "topk_ready_event": "topk_ready"}
+_SOURCE_NAMES = {"host_cache": "kv_cache"}
 
 
 def _torch():
@@ -139,24 +144,27 @@ class Runtime:
         if leader is not None and device is None:
             device_type, device_index = leader._info["device_type"], leader._info["device_index"]
         self._config = config
-        self._rt = _C.Runtime(
-            config.top_k,
-            config.device_buffer_size,
-            config.max_union_rows,
-            config.num_speculative_tokens,
-            config.row_bytes,
-            config.block_size,
-            config.hot_block_size,
-            config.eager_host_mirror,
-            device_type,
-            device_index,
-            max_num_reqs,
-            max_swap_rows or 0,
-            kv_code,
-            leader._rt if leader is not None else None,
-            _args.handle("copy_stream", copy_stream, "cuda_stream"),
-            self._event_handle(topk_ready, device_type, device_index),
-        )
+        try:
+            self._rt = _C.Runtime(
+                config.top_k,
+                config.device_buffer_size,
+                config.max_union_rows,
+                config.num_speculative_tokens,
+                config.row_bytes,
+                config.block_size,
+                config.hot_block_size,
+                config.eager_host_mirror,
+                device_type,
+                device_index,
+                max_num_reqs,
+                max_swap_rows or 0,
+                kv_code,
+                leader._rt if leader is not None else None,
+                _args.handle("copy_stream", copy_stream, "cuda_stream"),
+                self._event_handle(topk_ready, device_type, device_index),
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _CREATE_NAMES) from None
         self._info = self._rt.info()
         torch = _torch()
         self._dtype = _torch_dtype(dtype)
@@ -308,9 +316,12 @@ class Runtime:
         pinned or registered (e.g. a :class:`hisparse.HostPool` view).
         ``registered_host_pool`` is the registered range that holds it.
         """
-        self._rt.bind_source_cache(
-            _args.tensor("host_cache", kv_cache), _args.optional_tensor("registered_host_pool", registered_host_pool)
-        )
+        try:
+            self._rt.bind_source_cache(
+                _args.tensor("kv_cache", kv_cache), _args.optional_tensor("registered_host_pool", registered_host_pool)
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _SOURCE_NAMES) from None
         self._bound["host_cache"] = kv_cache
         self._bound["registered_host_pool"] = registered_host_pool
 
@@ -414,26 +425,32 @@ class Runtime:
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
+        if topk_indices is not None:
+            _args.check_tensor("topk_indices", topk_indices)
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
-            req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
-        first, count, _ = self._rt.swap_in(
-            _args.optional_tensor("topk_indices", topk_indices),
-            _args.optional_tensor("req_id_per_token", req_id_per_token),
-            _args.optional_tensor("request_state_indices", request_state_indices),
-            _args.optional_tensor("block_table", block_table),
-            _args.optional_int("block_size", block_size, 0),
-            _args.optional_tensor("resident_block_table", resident_block_table),
-            _args.optional_int("resident_block_size", resident_block_size, 0),
-            _args.optional_tensor("num_valid_rows", num_valid_rows),
-            _args.optional_tensor("attention_indices_out", attention_indices_out),
-            _args.optional_tensor("valid_counts_out", valid_counts_out),
-            bool(prefetch),
-            bool(ignore_topk_ready),
-            _args.optional_int("num_tokens", num_tokens, 0, 0),
-            _args.flag("fused_gather", fused_gather),
-            _args.flag("group_gather", group_gather),
-            self._stream(stream, topk_indices),
-        )
+            req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token)[: topk_indices.shape[0]]
+        return_valid_counts = _args.require_bool("return_valid_counts", return_valid_counts)
+        try:
+            first, count, _ = self._rt.swap_in(
+                _args.optional_tensor("topk_indices", topk_indices),
+                _args.optional_tensor("req_id_per_token", req_id_per_token),
+                _args.optional_tensor("request_state_indices", request_state_indices),
+                _args.optional_tensor("block_table", block_table),
+                _args.optional_int("block_size", block_size, 0),
+                _args.optional_tensor("resident_block_table", resident_block_table),
+                _args.optional_int("resident_block_size", resident_block_size, 0),
+                _args.optional_tensor("num_valid_rows", num_valid_rows),
+                _args.optional_tensor("attention_indices_out", attention_indices_out),
+                _args.optional_tensor("valid_counts_out", valid_counts_out),
+                _args.require_bool("prefetch", prefetch),
+                _args.require_bool("ignore_topk_ready", ignore_topk_ready),
+                _args.optional_int("num_tokens", num_tokens, 0, 0),
+                _args.flag("fused_gather", fused_gather),
+                _args.flag("group_gather", group_gather),
+                self._stream(stream, topk_indices),
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _SWAP_IN_NAMES) from None
         rows = slice(first, first + count)
         attention = self._views["attention_indices"][rows] if attention_indices_out is None else attention_indices_out
         if return_valid_counts:
@@ -558,7 +575,7 @@ class SlotInvalidator:
     def __call__(
         self, leaders: Sequence[Runtime], written_slots: Any, req_id_per_token: Any, *, stream: Any = None
     ) -> None:
-        leaders = list(leaders)
+        leaders = _args.sequence("leaders", leaders)
         for i, leader in enumerate(leaders):
             if not isinstance(leader, Runtime):
                 raise TypeError(f"leaders[{i}]: expected a hisparse.Runtime, got {type(leader).__name__}")

@@ -325,8 +325,10 @@ def test_native_errors_are_python_exceptions():
         hisparse._C.plan_host_layout(0, 1, 1, 1)
     with pytest.raises(ValueError, match="device_buffer_size"):
         hisparse._C.resolver_shared_memory_bytes(0, 1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="page_size_bytes"):
         hisparse._C.plan_host_layout(-1, 1, 1, 1)  # negative into an unsigned argument
+    with pytest.raises(TypeError, match="block_size: expected an int, got float"):
+        hisparse._C.plan_host_layout(16, 1.0, 1, 1)
 
 
 # ---------------------------------------------------------------------- README
