@@ -14,9 +14,8 @@ HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
   return api_guard([&] {
     const hs_config_t c = resolve_config(read_struct<HS_CONFIG_VERSION>(config, "config"));
     if (device < 0) return;
-    Backend* cuda = cuda_backend();
-    if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
-    check_resolver_shared_memory(*cuda, device, c.device_buffer_size, c.max_union_rows);
+    Backend& cuda = backend_for(Device{Device::kCuda, device}, "device");
+    check_resolver_shared_memory(cuda, device, c.device_buffer_size, c.max_union_rows);
   });
 }
 

@@ -15,7 +15,7 @@ HS_API hs_status_t hs_available_host_memory(uint64_t* bytes) {
 }
 
 HS_API hs_status_t hs_check_host_memory(uint64_t pool_bytes) {
-  return api_guard([&] { check_host_memory(pool_bytes); });
+  return api_guard([&] { check_host_memory(pool_bytes, "pool_bytes"); });
 }
 
 HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs_host_pool_t* pool) {

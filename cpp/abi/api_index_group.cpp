@@ -27,7 +27,7 @@ HS_API hs_status_t hs_index_group_create(const hs_index_group_options_t* options
     // Options first, then the backend: a bad option is named even where the
     // device's backend is missing.
     const IndexGroupOptions resolved = resolve_index_group_options(core);
-    *group = to_handle(new IndexGroup(resolved, backend_for(resolved.device)));
+    *group = to_handle(new IndexGroup(resolved, backend_for(resolved.device, "device_index")));
     list_handle(*group, HandleKind::kIndexGroup);
   });
 }

@@ -15,7 +15,7 @@ HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args,
     Device device;
     const ResolveResidencyParams params =
         resolve_residency_params(read_struct<HS_RESOLVE_RESIDENCY_ARGS_VERSION>(args, "args"), &device);
-    Backend& backend = backend_for(device);
+    Backend& backend = backend_for(device, "topk_indices");
     if (device.is_cuda()) check_resolver_shared_memory(backend, device.index, params.hot_size, params.max_union_rows);
     backend.resolve_residency(params, stream);
   });

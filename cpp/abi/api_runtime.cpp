@@ -210,7 +210,7 @@ HS_API hs_status_t hs_slot_invalidator_create(int32_t device_type, int32_t devic
     require_pointer(invalidator, "invalidator");
     *invalidator = nullptr;
     const Device device = device_from(device_type, device_index);
-    *invalidator = to_handle(new SlotInvalidator(device, backend_for(device)));
+    *invalidator = to_handle(new SlotInvalidator(device, backend_for(device, "device_index")));
     list_handle(*invalidator, HandleKind::kSlotInvalidator);
   });
 }

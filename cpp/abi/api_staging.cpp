@@ -39,7 +39,7 @@ HS_API hs_status_t hs_staging_plan_storage_bytes(const hs_staging_plan_options_t
   return api_guard([&] {
     require_pointer(bytes, "bytes");
     const StagingPlanSizes sizes = to_sizes(read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options"));
-    *bytes = staging_plan_layout(sizes, backend_for(sizes.device)).total;
+    *bytes = staging_plan_layout(sizes, backend_for(sizes.device, "device_index")).total;
   });
 }
 
@@ -49,7 +49,7 @@ HS_API hs_status_t hs_staging_plan_create(const hs_staging_plan_options_t* optio
     *plan = nullptr;
     const hs_staging_plan_options_t o = read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options");
     const StagingPlanSizes sizes = to_sizes(o);
-    *plan = to_handle(new StagingPlan(sizes, backend_for(sizes.device), o.storage));
+    *plan = to_handle(new StagingPlan(sizes, backend_for(sizes.device, "device_index"), o.storage));
     list_handle(*plan, HandleKind::kStagingPlan);
   });
 }

@@ -33,10 +33,8 @@ AliasCheck& AliasCheck::reads(const char* name, const void* data, uint64_t bytes
 
 void AliasCheck::check() const {
   for (size_t i = 0; i < count_; ++i) {
-    if (!entries_[i].written) continue;
-    for (size_t j = 0; j < count_; ++j) {
-      if (j == i || (entries_[j].written && j < i)) continue;  // each written pair once
-      check_apart(entries_[i].range, true, entries_[j].range, entries_[j].written);
+    for (size_t j = i + 1; j < count_; ++j) {
+      check_apart(entries_[i].range, entries_[i].written, entries_[j].range, entries_[j].written);
     }
   }
 }

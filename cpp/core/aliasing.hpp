@@ -29,7 +29,9 @@ class AliasCheck {
   AliasCheck& reads(const char* name, const void* data, uint64_t bytes);
 
   // Throws HS_ERROR_INVALID_ARGUMENT naming both arguments of the first
-  // written range that overlaps another written range or a read one.
+  // pair (in the order given: list the caller's arguments before the
+  // library's own memory, so that the message leads with them) that share a
+  // byte while the call writes at least one of them.
   void check() const;
 
  private:

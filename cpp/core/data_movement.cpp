@@ -280,7 +280,7 @@ Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t 
   p.hot_span_rows = span_bytes / p.row_bytes;
   if (span_bytes > 0) hot.aligned(kRowAlignment);
 
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, hot.name());
   backend.check_accessible(host_rows.base, static_cast<size_t>(host_rows.extent), device.index, host.name());
   backend.check_accessible(p.hot, static_cast<size_t>(span_bytes), device.index, hot.name());
   return device;
@@ -391,7 +391,8 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   }
   if (p.host_rows > 0) {
     const int64_t extent = (p.host_rows - 1) * p.host_pitch + span;
-    backend_for(device).check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_cache");
+    backend_for(device, "hot_caches[0]").check_accessible(p.host, static_cast<size_t>(extent), device.index,
+                                                         "host_cache");
   }
   swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p, &aliases);
   p.max_blocks = checked_max_blocks(a.max_blocks);
@@ -434,7 +435,7 @@ GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor
   p.miss_mask = index_list(miss_mask, p.count, device, "staged");
   AliasCheck().writes(staged).reads(src).reads(row_ids).reads(dst_rows).reads(miss_mask).check();
 
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "staged");
   backend.check_accessible(source.base, static_cast<size_t>(source.extent), device.index, "src_rows");
   backend.check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index, "staged");
   return p;
@@ -457,7 +458,8 @@ void mirror_source_params(const TensorArg& src, const TensorArg& slots, const Te
   p.row_bytes = source.row_bytes;
   p.slot_mapping = slots.data<void>();
   p.slot_mapping_int64 = slots.dtype() == HS_DTYPE_INT64;
-  backend_for(device).check_accessible(source.base, static_cast<size_t>(source.extent), device.index, src.name());
+  backend_for(device, src.name()).check_accessible(source.base, static_cast<size_t>(source.extent), device.index,
+                                                  src.name());
 }
 
 MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache_t,
@@ -477,7 +479,7 @@ MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor
   p.host = destination.base;
   p.host_rows = destination.count;
   p.host_pitch = destination.pitch;
-  backend_for(device).check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index,
+  backend_for(device, "src_rows").check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index,
                                        "host_cache");
   return p;
 }
@@ -574,15 +576,14 @@ SwapBlocksParams swap_blocks_params(const hs_tensor_t* src_t, const hs_tensor_t*
   src.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0);
   dst.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0).on(device, "src");
   sizes.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0).on(device, "src");
-  dst.size_is(0, src.size(0), "one destination per source address");
-  sizes.size_is(0, src.size(0), "one size per source address");
+  dst.size_is(0, src.size(0), "one destination per entry of src");
+  sizes.size_is(0, src.size(0), "one size per entry of src");
   SwapBlocksParams p;
   p.device = device.index;
   p.src = src.data<int64_t>();
   p.dst = dst.data<int64_t>();
   p.sizes = sizes.data<int64_t>();
   p.count = src.size(0);
-  AliasCheck().reads(src).reads(dst).reads(sizes).check();
   if (!device.is_cuda()) check_host_copies(p, src, dst, sizes);
   return p;
 }

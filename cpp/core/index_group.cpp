@@ -241,7 +241,7 @@ void IndexGroup::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const 
   slots.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
   const TensorArg states(state_indices, "state_indices");
   states.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
-  AliasCheck().writes(memory()).reads(slots).reads(states).check();
+  AliasCheck().reads(slots).reads(states).writes(memory()).check();
   if (slots.numel() == 0 || states.numel() == 0) return;
   InvalidateSortedSlotsParams p;
   p.device_global_indices = data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
@@ -331,7 +331,6 @@ ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_a
   const TensorArg gather_hot(a.gather_hot_cache, "gather_hot_cache", true);
   resolve_fused_gather_params(gather_host, gather_hot, a.gather_hot_block_stride, device, &p);
   AliasCheck()
-      .writes(memory())
       .writes(out_attention)
       .writes(out_valid_counts)
       .writes(gather_hot)
@@ -343,6 +342,7 @@ ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_a
       .reads(resident_table)
       .reads(valid_rows)
       .reads(gather_host)
+      .writes(memory())
       .check();
   return p;
 }

@@ -79,7 +79,7 @@ void StoredTensor::assign(const hs_tensor_t& tensor) {
 // ------------------------------------------------------------------ creation
 
 Runtime::Runtime(const RuntimeOptions& options) : options_(resolve_options(options, nullptr)) {
-  Backend& backend = backend_for(options_.device);
+  Backend& backend = backend_for(options_.device, "device_index");
   GroupOptions g;
   g.index_group.device = options_.device;
   g.index_group.max_num_reqs = options_.max_num_reqs;

@@ -45,7 +45,7 @@ void gather_resident_rows(const hs_tensor_t* source_t, const hs_tensor_t* destin
                           hs_stream_t stream) {
   const TensorArg destination(destination_t, "destination");
   const Device device = destination.device();
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "destination");
   const TensorArg source(source_t, "source");
   const PagedRows rows = resident_cache_rows(source, device, "destination", backend);
   if (destination.ndim() != 2) {

@@ -121,7 +121,7 @@ void StagingPlan::build(const hs_tensor_t* block_table_t, const hs_tensor_t* seq
   const bool lens_int64 = index_dtype(lens);
   lens.ndim_is(1).unit_stride(0).on(device, "block_table");
   lens.size_at_least(0, sizes_.num_rows, "one length per block_table row");
-  AliasCheck().writes(storage()).reads(table).reads(lens).check();
+  AliasCheck().reads(table).reads(lens).writes(storage()).check();
 
   StagingBuildParams p;
   p.device = device.index;
@@ -183,7 +183,7 @@ void StagingPlan::ensure_gpu_sources(const hs_tensor_t* resident_state_rows_t, c
   const TensorArg states(state_indices_t, "state_indices");
   const bool states_int64 = index_dtype(states);
   states.ndim_is(1).unit_stride(0).on(device, "the plan");
-  AliasCheck().writes(storage()).reads(resident).reads(states).check();
+  AliasCheck().reads(resident).reads(states).writes(storage()).check();
   require_built("ensure_gpu_sources");
 
   const void* table_address = resident.data<void>();

@@ -230,13 +230,13 @@ void register_staging(nb::module_& m) {
                   nb::sig("def storage_bytes(device_type: int, device_index: int, num_rows: int, num_cols: int, "
                           "block_size: int, staging_block_capacity: int) -> int"),
                   "Bytes of storage a plan of these sizes needs.")
-      .def("build", &StagingPlan::build, nb::arg("block_table"), nb::arg("seq_lens"),
+      .def("build", &StagingPlan::build, nb::arg("block_table").none(), nb::arg("seq_lens").none(),
            nb::arg("stream").none() = nb::none(),
            nb::sig("def build(self, block_table: object, seq_lens: object, stream: object | None = None) -> None"),
            "Build the plan of a batch (block_table [num_rows, num_cols], seq_lens [>= num_rows]); drops GPU sources. "
            "Runs on torch's current stream unless `stream` is given.")
-      .def("ensure_gpu_sources", &StagingPlan::ensure_gpu_sources, nb::arg("resident_state_rows"),
-           nb::arg("state_indices"), nb::arg("resident_block_size"), nb::arg("stream").none() = nb::none(),
+      .def("ensure_gpu_sources", &StagingPlan::ensure_gpu_sources, nb::arg("resident_state_rows").none(),
+           nb::arg("state_indices").none(), nb::arg("resident_block_size").none(), nb::arg("stream").none() = nb::none(),
            nb::sig("def ensure_gpu_sources(self, resident_state_rows: object, state_indices: object, "
                    "resident_block_size: int, stream: object | None = None) -> None"),
            "Serve staged rows that have a GPU-resident copy from the resident cache (docs/staging.md); cached per "
@@ -274,7 +274,7 @@ void register_staging(nb::module_& m) {
           "built", [](const StagingPlan& p) { return p.info().built != 0; }, "True once build succeeded.")
       .def("__repr__", &StagingPlan::repr);
 
-  m.def("gather_prefill_cache", &gather_prefill_cache, nb::arg("plan"), nb::arg("host_cache"),
+  m.def("gather_prefill_cache", &gather_prefill_cache, nb::arg("plan").none(), nb::arg("host_cache"),
         nb::arg("resident_cache").none(), nb::arg("staged"), nb::arg("stream") = 0,
         nb::sig("def gather_prefill_cache(plan: StagingPlan, host_cache: object, resident_cache: object | None, "
                 "staged: object, stream: int = 0) -> None"),

@@ -63,9 +63,9 @@ def require_int(name: str, value: Any, minimum: Optional[int] = None, *, bits: O
     return value
 
 
-def optional_int(name: str, value: Any, default: int, minimum: Optional[int] = None) -> int:
+def optional_int(name: str, value: Any, default: int, minimum: Optional[int] = None, *, bits: int = 64) -> int:
     """``default`` for None, else :func:`require_int`."""
-    return default if value is None else require_int(name, value, minimum, bits=64)
+    return default if value is None else require_int(name, value, minimum, bits=bits)
 
 
 def require_bool(name: str, value: Any) -> bool:
@@ -96,6 +96,8 @@ def choice(name: str, value: Any, choices: Sequence[str]) -> int:
 # ---------------------------------------------------------------- dtypes
 def dtype_name(dtype: Any) -> str:
     """The library's name of a torch dtype, NumPy dtype or dtype name ('int32', 'bfloat16', ...)."""
+    if dtype is None or isinstance(dtype, bool):
+        raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {dtype!r}")
     if isinstance(dtype, str):
         name = dtype.removeprefix("torch.")
     elif type(dtype).__module__.startswith("torch"):
@@ -224,15 +226,23 @@ def tensor_problem(value: Any) -> str:
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
-def check_tensor(name: str, value: Any) -> Any:
-    """``value`` itself if it is a tensor hisparse can read (torch or another DLPack array), else a named error."""
+def check_tensor(name: str, value: Any, *, sliceable: bool = False) -> Any:
+    """``value`` itself if it is a tensor hisparse can read (torch or another DLPack array), else a named error.
+
+    ``sliceable``: the caller indexes it, so only a torch tensor or a NumPy
+    array will do.
+    """
     if _is_torch_tensor(value):
         kind = value.device.type
-        if kind == "cpu" or kind == "cuda":
-            return value
-        raise ValueError(f"{name}: expected a CPU or CUDA tensor, got {tensor_problem(value)}")
+        if kind != "cpu" and kind != "cuda":
+            raise ValueError(f"{name}: expected a CPU or CUDA tensor, got {tensor_problem(value)}")
+        if value.layout is not sys.modules["torch"].strided:
+            raise TypeError(f"{name}: expected a dense tensor, got {tensor_problem(value)}")
+        return value
     if value is None or not hasattr(value, "__dlpack__"):
         raise TypeError(f"{name}: expected a tensor (torch or NumPy), got {tensor_problem(value)}")
+    if sliceable and type(value).__module__ != "numpy":
+        raise TypeError(f"{name}: expected a torch.Tensor or NumPy array, got {tensor_problem(value)}")
     return value
 
 

@@ -165,6 +165,8 @@ class CacheHandle:
 
     def write_target(self, num_input_rows: int, num_slot_rows: int) -> Tuple[Any, Any, int]:
         """(resident cache view, slot mapping of the rows to write, row count) for this layer's KV update."""
+        _args.require_int("num_input_rows", num_input_rows, 0)
+        _args.require_int("num_slot_rows", num_slot_rows, 0)
         if self.view is None or self.slot_mapping is None:
             raise RuntimeError("write_target: the handle has no bound cache (call bind_cache first)")
         num_rows = min(num_input_rows, num_slot_rows, self.num_actual_tokens)
@@ -186,6 +188,10 @@ class CacheHandle:
         ``mirror_slot_mapping``. The rows of the last :meth:`write_target`
         (or ``num_actual_tokens``) are mirrored.
         """
+        if written_rows is not None:
+            _args.check_tensor("written_rows", written_rows, sliceable=True)
+        if host_slot_mapping is not None:
+            _args.check_tensor("host_slot_mapping", host_slot_mapping, sliceable=True)
         if self.dummy_batch or not self.host_mirror_required:
             return
         slots = host_slot_mapping if host_slot_mapping is not None else self.mirror_slot_mapping
@@ -201,7 +207,10 @@ class CacheHandle:
         num_rows = min(num_rows, written_rows.shape[0])
         if num_rows == 0:
             return
-        self.runtime.mirror_rows(written_rows[:num_rows], slots[:num_rows], stream=stream)
+        try:
+            self.runtime.mirror_rows(written_rows[:num_rows], slots[:num_rows], stream=stream)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, {"src_rows": "written_rows", "slot_mapping": "host_slot_mapping"}) from None
 
     def swap_in(
         self,
@@ -225,22 +234,25 @@ class CacheHandle:
         :meth:`hisparse.Runtime.swap_in`); ``group_gather`` needs a prefetch
         batch on the leader.
         """
-        _args.check_tensor("logical_topk_indices", logical_topk_indices)
-        _args.check_tensor("req_id_per_token", req_id_per_token)
-        return self.runtime.swap_in(
-            logical_topk_indices,
-            req_id_per_token[: logical_topk_indices.shape[0]],
-            request_state_indices=request_state_indices,
-            block_table=block_table,
-            block_size=block_size,
-            resident_block_table=self.block_table if self.view is not None else None,
-            resident_block_size=self.view.shape[1] if self.view is not None else None,
-            num_valid_rows=num_valid_rows,
-            prefetch=self.prefetch_decode_group,
-            return_valid_counts=return_valid_counts,
-            attention_indices_out=attention_indices_out,
-            valid_counts_out=valid_counts_out,
-            fused_gather=fused_gather,
-            group_gather=group_gather,
-            stream=stream,
-        )
+        _args.check_tensor("logical_topk_indices", logical_topk_indices, sliceable=True)
+        _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+        try:
+            return self.runtime.swap_in(
+                logical_topk_indices,
+                req_id_per_token[: logical_topk_indices.shape[0]],
+                request_state_indices=request_state_indices,
+                block_table=block_table,
+                block_size=block_size,
+                resident_block_table=self.block_table if self.view is not None else None,
+                resident_block_size=self.view.shape[1] if self.view is not None else None,
+                num_valid_rows=num_valid_rows,
+                prefetch=self.prefetch_decode_group,
+                return_valid_counts=return_valid_counts,
+                attention_indices_out=attention_indices_out,
+                valid_counts_out=valid_counts_out,
+                fused_gather=fused_gather,
+                group_gather=group_gather,
+                stream=stream,
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, {"topk_indices": "logical_topk_indices"}) from None

@@ -86,5 +86,9 @@ class Config:
 
         ``device`` is an index, a torch.device, or None for device 0.
         """
-        index = 0 if device is None else getattr(device, "index", device)
-        self._validate(_args.require_int("device", 0 if index is None else index))
+        index = 0
+        if device is not None:
+            kind, index = _args.device(device)
+            if kind != _C.DEVICE_CUDA:
+                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]' or a torch.device), got {device!r}")
+        self._validate(max(index, 0))

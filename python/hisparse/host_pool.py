@@ -167,6 +167,7 @@ class HostPool:
         """
         itemsize = _args.dtype_itemsize(dtype)
         _args.require_int("offset", offset, 0)
+        numpy = _args.require_bool("numpy", numpy)
         if offset % itemsize != 0:
             raise ValueError(f"offset: expected a multiple of the {itemsize}-byte element size, got {offset}")
         if shape is None:
@@ -183,6 +184,11 @@ class HostPool:
         # leaves no view behind.
         element = _numpy_dtype(dtype) if torch is None else _torch_dtype(torch, dtype)
         nbytes = math.prod(shape) * itemsize
+        if offset + nbytes > self._size:
+            raise ValueError(
+                f"shape: {shape} of {itemsize}-byte elements from offset {offset} ends at byte {offset + nbytes}, "
+                f"which exceeds the pool's {self._size} bytes"
+            )
         raw = self._pool.view_bytes(offset, nbytes)
         if torch is None:
             return raw.view(element).reshape(shape)
@@ -216,6 +222,8 @@ def _pool_options(
 ) -> tuple:
     """The arguments every pool takes, private or shared, as _C takes them (0 and -1 for the defaults)."""
     size = _args.require_int("size_bytes", size_bytes, 1, bits=64)
+    if not isinstance(register, str):
+        raise TypeError(f"register: expected one of {sorted(_REGISTRATION)}, got {type(register).__name__}")
     if register not in _REGISTRATION:
         raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
     return (

@@ -25,7 +25,8 @@ _TENSORS = _C.INDEX_GROUP_TENSORS
 # C ABI names -> the names the methods below give those arguments.
 _SWAP_IN_NAMES = {"out_attention": "attention_indices_out", "out_valid_counts": "valid_counts_out",
                   "source_block_table": "block_table"}
-_CREATE_NAMES = {"kv_dtype": "dtype", "topk_ready_event": "topk_ready"}
+_CREATE_NAMES = {"kv_dtype": "dtype", "topk_ready_event": "topk_ready", "device_type": "device",
+                 "device_index": "device"}
 _SOURCE_NAMES = {"host_cache": "kv_cache"}
 
 
@@ -37,7 +38,11 @@ def _torch():
 
 
 def _torch_dtype(dtype: Any) -> Any:
-    return getattr(_torch(), _args.dtype_name(dtype))
+    torch = _torch()
+    element = getattr(torch, _args.dtype_name(dtype), None)
+    if not isinstance(element, torch.dtype):
+        raise TypeError(f"dtype: expected a torch dtype or dtype name, got {dtype!r}")
+    return element
 
 
 def _strided_view(raw_tensor: Any, geometry: Tuple[int, tuple, tuple], dtype: Any) -> Any:
@@ -187,6 +192,8 @@ class Runtime:
     def _event_handle(event: Any, device_type: int, device_index: int) -> int:
         if event is None or isinstance(event, int):
             return _args.handle("topk_ready", event, "cuda_event")
+        if not hasattr(event, "cuda_event"):
+            raise TypeError(f"topk_ready: expected None, an int handle or a torch.cuda.Event, got {type(event).__name__}")
         if device_type != _C.DEVICE_CUDA:
             raise ValueError("topk_ready: a top-k-ready event needs a CUDA runtime")
         handle = _args.handle("topk_ready", event, "cuda_event")
@@ -428,7 +435,9 @@ class Runtime:
         if topk_indices is not None:
             _args.check_tensor("topk_indices", topk_indices)
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
-            req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token)[: topk_indices.shape[0]]
+            _args.check_tensor("topk_indices", topk_indices, sliceable=True)
+            req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+            req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         return_valid_counts = _args.require_bool("return_valid_counts", return_valid_counts)
         try:
             first, count, _ = self._rt.swap_in(
@@ -436,9 +445,9 @@ class Runtime:
                 _args.optional_tensor("req_id_per_token", req_id_per_token),
                 _args.optional_tensor("request_state_indices", request_state_indices),
                 _args.optional_tensor("block_table", block_table),
-                _args.optional_int("block_size", block_size, 0),
+                _args.optional_int("block_size", block_size, 0, 0, bits=32),
                 _args.optional_tensor("resident_block_table", resident_block_table),
-                _args.optional_int("resident_block_size", resident_block_size, 0),
+                _args.optional_int("resident_block_size", resident_block_size, 0, 0, bits=32),
                 _args.optional_tensor("num_valid_rows", num_valid_rows),
                 _args.optional_tensor("attention_indices_out", attention_indices_out),
                 _args.optional_tensor("valid_counts_out", valid_counts_out),
@@ -514,6 +523,7 @@ class Runtime:
             raise ValueError(f"plan: expected a plan on the runtime's device {expected}, got one on {plan_device}")
         if min_rows is None:
             min_rows = staging.MIN_STAGED_PREFILL_ROWS
+        _args.require_int("min_rows", min_rows, 0, bits=32)
         return staging.gather_prefill_cache(plan, host_cache, resident_cache, min_rows=min_rows)
 
     # ------------------------------------------------------------------ counters
@@ -528,7 +538,7 @@ class Runtime:
         stream is synchronised first; otherwise the last ``copy_stats_async``
         is read as it is.
         """
-        if synchronize:
+        if _args.require_bool("synchronize", synchronize):
             handle = self._stream(stream)
             self._rt.copy_stats_async(handle)
             if self._info["device_type"] == _C.DEVICE_CUDA:

@@ -304,8 +304,10 @@ def test_config_device_check_without_a_device():
         pytest.skip("a CUDA device is present (covered by test_gpu_smoke)")
     with pytest.raises(RuntimeError):
         hisparse.Config(row_bytes=656).check_device(0)
-    with pytest.raises(TypeError, match="device"):
+    with pytest.raises(ValueError, match="device"):
         hisparse.Config(row_bytes=656).check_device("zero")
+    with pytest.raises(TypeError, match="device"):
+        hisparse.Config(row_bytes=656).check_device(0.0)
 
 
 def test_check_host_memory_errors():
