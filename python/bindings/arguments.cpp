@@ -14,11 +14,13 @@ std::string type_of(nb::handle value) { return nb::type_name(value.type()).c_str
   throw nb::type_error((std::string(name) + ": expected " + expected + ", got " + type_of(given)).c_str());
 }
 
-std::string text_of(nb::handle value) {
+// The value of a Python int (never the repr of another object: an array's
+// repr reads its memory).
+std::string text_of(PyObject* integer) {
   try {
-    return nb::cast<std::string>(nb::repr(value));
+    return nb::cast<std::string>(nb::str(nb::handle(integer)));
   } catch (const std::exception&) {
-    return type_of(value);
+    return "an int";
   }
 }
 
@@ -65,11 +67,11 @@ int64_t int_arg(const PyInt& arg, const char* name) {
   }
   int overflow = 0;
   const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
+  const std::string text = overflow != 0 ? text_of(index) : std::string();
   Py_DECREF(index);
   if (overflow != 0) {
-    throw nb::value_error((std::string(name) + ": expected an int of at most 64 bits (-2**63 to 2**63 - 1), got " +
-                           text_of(arg.value))
-                              .c_str());
+    throw nb::value_error(
+        (std::string(name) + ": expected an int of at most 64 bits (-2**63 to 2**63 - 1), got " + text).c_str());
   }
   if (value == -1 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -98,11 +100,12 @@ uint64_t uint64_arg(const PyInt& arg, const char* name) {
   }
   const bool negative = PyObject_RichCompareBool(index, nb::int_(0).ptr(), Py_LT) == 1;
   const unsigned long long value = negative ? 0 : PyLong_AsUnsignedLongLong(index);
+  const bool out_of_range = negative || (value == static_cast<unsigned long long>(-1) && PyErr_Occurred());
+  PyErr_Clear();
+  const std::string text = out_of_range ? text_of(index) : std::string();
   Py_DECREF(index);
-  if (negative || (value == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
-    PyErr_Clear();
-    throw nb::value_error(
-        (std::string(name) + ": expected an int from 0 to 2**64 - 1, got " + text_of(arg.value)).c_str());
+  if (out_of_range) {
+    throw nb::value_error((std::string(name) + ": expected an int from 0 to 2**64 - 1, got " + text).c_str());
   }
   return static_cast<uint64_t>(value);
 }

@@ -24,6 +24,7 @@ from ._tensors import torch_or_none
 
 __all__ = [
     "check_tensor",
+    "shown",
     "choice",
     "device",
     "dtype_code",
@@ -49,6 +50,21 @@ _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "f
 
 
 # ---------------------------------------------------------------- scalars
+def shown(value: Any) -> str:
+    """A refused value as a message shows it: the repr of a plain scalar, string or dtype, else only its type.
+
+    Arbitrary objects are never printed: the repr of an array reads its
+    memory, which for a view with impossible strides is not there.
+    """
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    kind = type(value)
+    if kind.__name__ in ("dtype", "device") or (kind.__module__ == "numpy" and kind.__name__.startswith("dtype")):
+        return repr(value)
+    return f"a {kind.__name__}"
+
+
 def require_int(name: str, value: Any, minimum: Optional[int] = None, *, bits: Optional[int] = None) -> int:
     """``value`` as an int (bool refused), at least ``minimum``, within ``bits``-bit signed range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -88,7 +104,7 @@ def choice(name: str, value: Any, choices: Sequence[str]) -> int:
     """The index of ``value`` in ``choices`` (a name), or ``value`` itself (an int)."""
     if isinstance(value, str):
         if value not in choices:
-            raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
+            raise ValueError(f"{name}: expected one of {list(choices)}, got {shown(value)}")
         return list(choices).index(value)
     return require_int(name, value, bits=32)
 
@@ -97,7 +113,7 @@ def choice(name: str, value: Any, choices: Sequence[str]) -> int:
 def dtype_name(dtype: Any) -> str:
     """The library's name of a torch dtype, NumPy dtype or dtype name ('int32', 'bfloat16', ...)."""
     if dtype is None or isinstance(dtype, bool):
-        raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {dtype!r}")
+        raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {shown(dtype)}")
     if isinstance(dtype, str):
         name = dtype.removeprefix("torch.")
     elif type(dtype).__module__.startswith("torch"):
@@ -108,7 +124,7 @@ def dtype_name(dtype: Any) -> str:
 
             name = numpy.dtype(dtype).name
         except (ImportError, TypeError) as error:
-            raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {dtype!r}") from error
+            raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {shown(dtype)}") from error
     return _DTYPE_ALIASES.get(name, name)
 
 
@@ -116,7 +132,7 @@ def dtype_code(name: str, dtype: Any) -> int:
     """The hs_dtype_t code of ``dtype``."""
     key = dtype_name(dtype)
     if key not in _C.DTYPES:
-        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {shown(dtype)}")
     return _C.DTYPES[key][0]
 
 
@@ -127,7 +143,7 @@ def dtype_itemsize(dtype: Any, name: str = "dtype") -> int:
         return itemsize
     key = dtype_name(dtype)
     if key not in _C.DTYPES:
-        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {shown(dtype)}")
     return _C.DTYPES[key][1]
 
 
@@ -137,7 +153,7 @@ def device(value: Any, name: str = "device") -> Tuple[int, int]:
     if value is None:
         return _C.DEVICE_CPU, 0
     if isinstance(value, bool):
-        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {value!r}")
+        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {shown(value)}")
     if isinstance(value, numbers.Integral):
         value = int(value)
         if not 0 <= value < 2**31:

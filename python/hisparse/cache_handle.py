@@ -236,6 +236,11 @@ class CacheHandle:
         """
         _args.check_tensor("logical_topk_indices", logical_topk_indices, sliceable=True)
         _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+        if len(logical_topk_indices.shape) != 2:
+            raise ValueError(f"logical_topk_indices: expected 2 dimensions [T, top_k], got shape "
+                             f"{tuple(logical_topk_indices.shape)}")
+        if len(req_id_per_token.shape) != 1:
+            raise ValueError(f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}")
         try:
             return self.runtime.swap_in(
                 logical_topk_indices,

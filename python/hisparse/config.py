@@ -90,5 +90,5 @@ class Config:
         if device is not None:
             kind, index = _args.device(device)
             if kind != _C.DEVICE_CUDA:
-                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]' or a torch.device), got {device!r}")
+                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]' or a torch.device), got {_args.shown(device)}")
         self._validate(max(index, 0))

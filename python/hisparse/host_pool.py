@@ -88,7 +88,7 @@ class HostPool:
             if value is not None:
                 _args.require_int(name, value, 0, bits=32)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+            raise ValueError(f"timeout: expected a positive number of seconds, got {_args.shown(timeout)}")
         if pool_id is None:
             if rank is not None or ranks is not None:
                 raise ValueError("rank, ranks: give them with pool_id; with a group they come from the group")
@@ -225,7 +225,7 @@ def _pool_options(
     if not isinstance(register, str):
         raise TypeError(f"register: expected one of {sorted(_REGISTRATION)}, got {type(register).__name__}")
     if register not in _REGISTRATION:
-        raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
+        raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {_args.shown(register)}")
     return (
         size,
         _args.optional_int("populate_threads", populate_threads, 0, 1),
@@ -242,7 +242,7 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
         return dtype
     element = getattr(torch, _args.dtype_name(dtype), None)
     if not isinstance(element, torch.dtype):
-        raise TypeError(f"dtype: {dtype!r} is not a torch dtype")
+        raise TypeError(f"dtype: {_args.shown(dtype)} is not a torch dtype")
     return element
 
 
@@ -253,7 +253,7 @@ def _numpy_dtype(dtype: Any) -> Any:
         return np.dtype(_args.dtype_name(dtype))
     except TypeError as error:
         raise TypeError(
-            f"dtype: NumPy has no {dtype!r}; view the pool as a torch tensor or as same-sized integers"
+            f"dtype: NumPy has no {_args.shown(dtype)}; view the pool as a torch tensor or as same-sized integers"
         ) from error
 
 

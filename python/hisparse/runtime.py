@@ -41,7 +41,7 @@ def _torch_dtype(dtype: Any) -> Any:
     torch = _torch()
     element = getattr(torch, _args.dtype_name(dtype), None)
     if not isinstance(element, torch.dtype):
-        raise TypeError(f"dtype: expected a torch dtype or dtype name, got {dtype!r}")
+        raise TypeError(f"dtype: expected a torch dtype or dtype name, got {_args.shown(dtype)}")
     return element
 
 
@@ -436,7 +436,11 @@ class Runtime:
             _args.check_tensor("topk_indices", topk_indices)
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
             _args.check_tensor("topk_indices", topk_indices, sliceable=True)
+            if len(topk_indices.shape) != 2:
+                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {tuple(topk_indices.shape)}")
             req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+            if len(req_id_per_token.shape) != 1:
+                raise ValueError(f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}")
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         return_valid_counts = _args.require_bool("return_valid_counts", return_valid_counts)
         try:

@@ -40,6 +40,11 @@ def nothing(*_: Any) -> Any:
     return None
 
 
+# An array whose strides claim memory that is not there: a message that
+# printed it (its repr reads the memory) would crash.
+BROKEN_ARRAY = np.lib.stride_tricks.as_strided(np.zeros(4, np.int64), shape=(2, 3), strides=(2**60, 2**59))
+
+
 def outputs(*names: str):
     """observe(): the named arguments after the call."""
     return lambda state, kw, result: [as_numpy(kw[name]) for name in names]
@@ -372,7 +377,9 @@ def ops_entries() -> List[Entry]:
               resolve_check),
         Entry("ops.table_pointers", setup, table_pointers_fixture, lambda s, kw: ops.table_pointers(**kw),
               lambda s, kw, result: [as_numpy(result) - np.array([t.data_ptr() for t in kw["tables"]])],
-              [L("tables", "")], []),
+              [L("tables", "list meta sparse"),
+               Arg("tables", "object", (), extra={"empty": ([], (ValueError,)), "ints": ([1, 2], (TypeError,)),
+                                                  "numpy": ([np.zeros(2, np.int32)], (TypeError,))})], []),
     ]
 
 
@@ -569,7 +576,7 @@ def c_swap_in_call(state: RuntimeState, kw: Dict[str, Any]) -> Any:
 SWAP_IN_ARGS = [
     T("topk_indices", "dtype rank_down noncontig", optional=True,
       width=(torch.zeros((2, K + 1), dtype=torch.int32), (ValueError,))),
-    T("req_id_per_token", "dtype rank_up", optional=True),
+    T("req_id_per_token", "dtype rank_up rank_down", optional=True),
     T("request_state_indices", "dtype rank_up", optional=True, like=i32([1, 0])),
     T("block_table", "dtype rank_down", optional=True, like=i32([[1, 2], [3, 4]])),
     I("block_size", "neg 2**31 2**63", optional=True),
@@ -607,7 +614,8 @@ def runtime_entries() -> List[Entry]:
         Entry("Runtime", RuntimeState, ctor, lambda s, kw: hisparse.Runtime(**kw).info(), lambda s, kw, r: [r],
               [O("config"), I("max_num_reqs", "neg zero 2**31 2**63"), I("max_swap_rows", "neg zero 2**31",
                                                                           optional=True),
-               O("dtype", optional=True, **{"unknown": ("no-such-dtype", (TypeError,))}),
+               O("dtype", optional=True, **{"unknown": ("no-such-dtype", (TypeError,)),
+                                            "broken_array": (BROKEN_ARRAY, (TypeError,))}),
                O("leader", optional=True), D("device"),
                I("copy_stream", "neg 2**64", optional=True),
                I("topk_ready", "neg 2**64", optional=True)], []),
@@ -725,7 +733,7 @@ def pool_entries() -> List[Entry]:
                B("huge_pages"), B("check_memory"), I("max_segment_bytes", "neg 2**64")], []),
         Entry("HostPool.view", pool_state, view_kw, lambda s, kw: s["pool"].view(**kw).clone(),
               lambda s, kw, r: [as_numpy(r), s["pool"]._pool.live_views],
-              [O("dtype", **{"unknown": ("no-such-dtype", (TypeError,))}),
+              [O("dtype", **{"unknown": ("no-such-dtype", (TypeError,)), "broken_array": (BROKEN_ARRAY, (TypeError,))}),
                Arg("shape", "object", (), True, extra={"too_big": ((1 << 20,), (ValueError,)),
                                                       "negative": ((-1,), (ValueError,)),
                                                       "float": ((2.0,), (TypeError,)), "str": ("4", (TypeError,))}),
@@ -1051,7 +1059,7 @@ def misc_entries() -> List[Entry]:
               [T("written_rows", "dtype width", optional=True), T("host_slot_mapping", "dtype_int16", optional=True),
                S()], []),
         Entry("CacheHandle.swap_in", HandleState, handle_swap_fixture, handle_swap_call, runtime_observe,
-              [T("req_id_per_token", "dtype rank_up"), T("logical_topk_indices", "dtype rank_down"),
+              [T("req_id_per_token", "dtype rank_up rank_down"), T("logical_topk_indices", "dtype rank_down rank_up"),
                T("block_table", "dtype", optional=True, like=i32([[1, 2], [3, 4]])),
                Arg("fused_gather", "bool", ("str", "float", "list", "none")), B("return_valid_counts"), S()], []),
     ]

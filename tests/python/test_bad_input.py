@@ -111,12 +111,22 @@ def test_the_matrix_is_large_and_names_every_kind_of_bad_value() -> None:
 
 
 # ---------------------------------------------------------------------- coverage
+def _closing(text: str, opening: int) -> int:
+    """The index of the parenthesis that closes the one at `opening`."""
+    depth = 0
+    for i in range(opening, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(text)
+
+
 def _parameters(function: Any) -> List[str]:
     """The parameter names of a Python or nanobind callable, self excluded."""
     signatures = getattr(function, "__nb_signature__", None)
     if signatures is not None:
         text = signatures[0][0]
-        inside = text[text.index("(") + 1: text.rindex(")")]
+        inside = text[text.index("(") + 1: _closing(text, text.index("("))]
         names = [p.split(":")[0].split("=")[0].strip().lstrip("*") for p in re.split(r",(?![^\[]*\])", inside)]
         return [n for n in names if n and n not in ("self", "/")]
     try:
