@@ -56,7 +56,8 @@ HS_API hs_status_t hs_staging_plan_create(const hs_staging_plan_options_t* optio
 
 HS_API hs_status_t hs_staging_plan_destroy(hs_staging_plan_t plan) {
   return api_guard([&] {
-    if (take_handle(plan, HandleKind::kStagingPlan, "plan", "hs_staging_plan_t")) delete reinterpret_cast<StagingPlan*>(plan);
+    if (take_handle(plan, HandleKind::kStagingPlan, "plan", "hs_staging_plan_t"))
+      delete reinterpret_cast<StagingPlan*>(plan);
   });
 }
 

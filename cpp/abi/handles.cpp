@@ -52,7 +52,8 @@ bool take_handle(const void* handle, HandleKind kind, const char* name, const ch
     const bool borrowed = found != list.live.end() && found->second == HandleKind::kRuntimeIndexGroup;
     invalid_argument(name, borrowed ? ": the index group of a runtime (hs_runtime_get_index_group) lives with its "
                                       "runtimes and is not destroyed on its own"
-                                    : str(": not a live ", type, " (never returned by its create call, already "
+                                    : str(": not a live ", type,
+                                          " (never returned by its create call, already "
                                           "destroyed, or a handle of another kind)"));
   }
   list.live.erase(found);

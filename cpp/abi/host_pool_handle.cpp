@@ -3,7 +3,6 @@
 #include <string>
 
 #include "abi/handles.hpp"
-
 #include "core/backend.hpp"
 #include "core/error.hpp"
 

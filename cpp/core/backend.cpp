@@ -18,12 +18,12 @@ Backend& backend_for(const Device& device, const char* name) {
          ", but hisparse was built without the CUDA backend (no nvcc at build time, or HISPARSE_CUDA=OFF)");
   }
   if (!cuda->available()) {
-    fail(HS_ERROR_UNSUPPORTED, name, ": on ", device.describe(), ", but the CUDA backend is unavailable: ",
-         cuda->unavailable_reason());
+    fail(HS_ERROR_UNSUPPORTED, name, ": on ", device.describe(),
+         ", but the CUDA backend is unavailable: ", cuda->unavailable_reason());
   }
   if (device.index < 0 || device.index >= cuda->device_count()) {
-    invalid_argument(name, ": expected a CUDA device 0 <= index < ", cuda->device_count(), " (the devices visible), got ",
-                     device.describe());
+    invalid_argument(name, ": expected a CUDA device 0 <= index < ", cuda->device_count(),
+                     " (the devices visible), got ", device.describe());
   }
   return *cuda;
 }

@@ -123,8 +123,7 @@ const int32_t* index_list(const TensorArg& t, int64_t count, const Device& devic
 // host, so every used entry is checked first: host memory mapped with the
 // access its copy needs (never CUDA device memory), destinations apart from
 // each other, from every source and from the address arrays themselves.
-void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const TensorArg& dst,
-                       const TensorArg& sizes) {
+void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const TensorArg& dst, const TensorArg& sizes) {
   struct Piece {
     uintptr_t begin;
     uintptr_t end;
@@ -237,8 +236,8 @@ Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t 
   p.host_pitch = host_rows.pitch;
 
   if (hot_block_size < 1 || hot_block_size > kInt32Max) {
-    invalid_argument("hot_block_size: expected a positive number of rows per hot block, at most ", kInt32Max,
-                     ", got ", hot_block_size);
+    invalid_argument("hot_block_size: expected a positive number of rows per hot block, at most ", kInt32Max, ", got ",
+                     hot_block_size);
   }
   const int64_t stride = hot_block_stride == 0 ? hot_block_size : hot_block_stride;
   // Hot rows are int32 and addressed as attention indices are: a stride
@@ -391,8 +390,8 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   }
   if (p.host_rows > 0) {
     const int64_t extent = (p.host_rows - 1) * p.host_pitch + span;
-    backend_for(device, "hot_caches[0]").check_accessible(p.host, static_cast<size_t>(extent), device.index,
-                                                         "host_cache");
+    backend_for(device, "hot_caches[0]")
+        .check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_cache");
   }
   swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p, &aliases);
   p.max_blocks = checked_max_blocks(a.max_blocks);
@@ -458,8 +457,8 @@ void mirror_source_params(const TensorArg& src, const TensorArg& slots, const Te
   p.row_bytes = source.row_bytes;
   p.slot_mapping = slots.data<void>();
   p.slot_mapping_int64 = slots.dtype() == HS_DTYPE_INT64;
-  backend_for(device, src.name()).check_accessible(source.base, static_cast<size_t>(source.extent), device.index,
-                                                  src.name());
+  backend_for(device, src.name())
+      .check_accessible(source.base, static_cast<size_t>(source.extent), device.index, src.name());
 }
 
 MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache_t,
@@ -479,8 +478,8 @@ MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor
   p.host = destination.base;
   p.host_rows = destination.count;
   p.host_pitch = destination.pitch;
-  backend_for(device, "src_rows").check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index,
-                                       "host_cache");
+  backend_for(device, "src_rows")
+      .check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index, "host_cache");
   return p;
 }
 

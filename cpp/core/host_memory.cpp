@@ -40,8 +40,7 @@ void check_host_memory(uint64_t pool_bytes, const char* name) {
                   "available. Lower the pool's size_bytes (the host budget: host_budget_bytes, hisparse plan "
                   "--host-budget-gib) or leave headroom for co-tenants.",
                   name, static_cast<double>(pool_bytes) / (1ull << 30), name,
-                  static_cast<unsigned long long>(pool_bytes),
-                  static_cast<double>(available) / (1ull << 30));
+                  static_cast<unsigned long long>(pool_bytes), static_cast<double>(available) / (1ull << 30));
     invalid_argument(message);
   }
 }

@@ -19,8 +19,8 @@ ProcessMemoryMap::ProcessMemoryMap() {
     uintmax_t end = 0;
     char perms[5] = {};
     if (std::sscanf(line, "%jx-%jx %4s", &begin, &end, perms) != 3) continue;
-    areas_.push_back(Area{static_cast<uintptr_t>(begin), static_cast<uintptr_t>(end), perms[0] == 'r',
-                          perms[1] == 'w'});
+    areas_.push_back(
+        Area{static_cast<uintptr_t>(begin), static_cast<uintptr_t>(end), perms[0] == 'r', perms[1] == 'w'});
     // A line longer than the buffer continues on the next read: skip its rest.
     while (std::strchr(line, '\n') == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
     }

@@ -453,8 +453,7 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
   const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
   resolve_optional_params(source_table, a.block_size == 0 ? options_.config.block_size : a.block_size, resident_table,
-                          a.resident_block_size == 0 ? hot_.block_size : a.resident_block_size, valid_rows, device,
-                          &p);
+                          a.resident_block_size == 0 ? hot_.block_size : a.resident_block_size, valid_rows, device, &p);
   const ByteRange reads[] = {topk.bytes(),         req_ids.bytes(),        state_indices.bytes(),
                              source_table.bytes(), resident_table.bytes(), valid_rows.bytes()};
   const ByteRange writes[] = {out_attention.bytes(), out_valid_counts.bytes()};

@@ -291,7 +291,8 @@ class CudaBackend final : public Backend {
                  ", older than the CUDA runtime ", CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
                  " hisparse was built with; update the driver");
     }
-    if (result == cudaErrorNoDevice) return "no CUDA device is visible (the driver found none; see CUDA_VISIBLE_DEVICES)";
+    if (result == cudaErrorNoDevice)
+      return "no CUDA device is visible (the driver found none; see CUDA_VISIBLE_DEVICES)";
     return str("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(result), ": ",
                cudaGetErrorString(result), ")");
   }

@@ -148,9 +148,9 @@ std::string bytes_arg(const PyBytes& arg, const char* name, size_t size) {
     type_error(name, "bytes", arg.value);
   }
   if (bytes.size() != size) {
-    throw nb::value_error((std::string(name) + ": expected " + std::to_string(size) + " bytes, got " +
-                           std::to_string(bytes.size()))
-                              .c_str());
+    throw nb::value_error(
+        (std::string(name) + ": expected " + std::to_string(size) + " bytes, got " + std::to_string(bytes.size()))
+            .c_str());
   }
   return bytes;
 }
@@ -158,14 +158,15 @@ std::string bytes_arg(const PyBytes& arg, const char* name, size_t size) {
 nb::ndarray<nb::ro> array_arg(nb::handle value, const char* name, Access access) {
   nb::ndarray<nb::ro> array;
   if (value.is_none() || !nb::try_cast(value, array, false)) {
-    throw nb::type_error((std::string(name) + ": expected a tensor (torch.Tensor, NumPy array or DLPack capsule), got " +
+    throw nb::type_error((std::string(name) +
+                          ": expected a tensor (torch.Tensor, NumPy array or DLPack capsule), got " +
                           array_problem(value))
                              .c_str());
   }
   if (access == Access::kWrite && read_only(value)) {
-    throw nb::type_error((std::string(name) + ": expected a writable array (the call writes it), got a read-only " +
-                          type_of(value))
-                             .c_str());
+    throw nb::type_error(
+        (std::string(name) + ": expected a writable array (the call writes it), got a read-only " + type_of(value))
+            .c_str());
   }
   return array;
 }

@@ -142,9 +142,9 @@ void register_core(nb::module_& m) {
       },
       "Bytes of RAM available to a new allocation.");
   m.def(
-      "check_host_memory", [](const PyInt& pool_bytes) { check(hs_check_host_memory(uint64_arg(pool_bytes, "pool_bytes"))); },
-      nb::arg("pool_bytes"),
-      "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
+      "check_host_memory",
+      [](const PyInt& pool_bytes) { check(hs_check_host_memory(uint64_arg(pool_bytes, "pool_bytes"))); },
+      nb::arg("pool_bytes"), "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
   m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
         nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
         "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");

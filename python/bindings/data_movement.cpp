@@ -14,8 +14,7 @@ constexpr Access kWrite = Access::kWrite;
 
 void gather_compact(const PyArray& host_cache, const PyArray& hot_cache, const PyArray& swap_host_rows,
                     const PyArray& swap_device_rows, const PyArray& swap_counts, const PyInt& hot_block_size,
-                    const PyInt& hot_block_stride, const PyInt& variant, const PyInt& max_blocks,
-                    const PyInt& stream) {
+                    const PyInt& hot_block_stride, const PyInt& variant, const PyInt& max_blocks, const PyInt& stream) {
   const TensorArg host(host_cache, "host_cache", kRead), hot(hot_cache, "hot_cache", kWrite),
       swap_host(swap_host_rows, "swap_host_rows", kRead), swap_device(swap_device_rows, "swap_device_rows", kRead),
       counts(swap_counts, "swap_counts", kRead);

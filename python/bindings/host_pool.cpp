@@ -162,9 +162,8 @@ void register_host_pool(nb::module_& m) {
   nb::class_<HostPool>(m, "HostPool")
       .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyBool&, const PyBool&,
                     const PyInt&>(),
-           nb::arg("size_bytes"), nb::arg("populate_threads") = 0, nb::arg("registration") = 0,
-           nb::arg("device") = -1, nb::arg("huge_pages") = true, nb::arg("check_memory") = true,
-           nb::arg("max_segment_bytes") = 0)
+           nb::arg("size_bytes"), nb::arg("populate_threads") = 0, nb::arg("registration") = 0, nb::arg("device") = -1,
+           nb::arg("huge_pages") = true, nb::arg("check_memory") = true, nb::arg("max_segment_bytes") = 0)
       .def("release", &HostPool::release, nb::arg("force") = false)
       .def_prop_ro("data_ptr", &HostPool::data_ptr)
       .def("info", &HostPool::info)

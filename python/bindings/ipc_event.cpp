@@ -14,8 +14,8 @@ namespace {
 class IpcEvent {
  public:
   IpcEvent(const PyInt& device_type, const PyInt& device_index) {
-    check(hs_ipc_event_create(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"),
-                              &handle_));
+    check(
+        hs_ipc_event_create(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"), &handle_));
   }
   IpcEvent(IpcEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   IpcEvent(const IpcEvent&) = delete;

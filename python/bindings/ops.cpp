@@ -81,8 +81,9 @@ void register_ops(nb::module_& m) {
         nb::arg("out_miss_mask"), nb::arg("out_valid_counts"), nb::arg("out_swap_host_rows"),
         nb::arg("out_swap_device_rows"), nb::arg("out_swap_counts"), nb::arg("source_block_table") = nb::none(),
         nb::arg("block_size") = 0, nb::arg("resident_block_table") = nb::none(), nb::arg("resident_block_size") = 0,
-        nb::arg("num_valid_rows") = nb::none(), nb::arg("stats") = nb::none(), nb::arg("gather_host_cache") = nb::none(),
-        nb::arg("gather_hot_cache") = nb::none(), nb::arg("gather_hot_block_stride") = 0, nb::arg("stream") = 0);
+        nb::arg("num_valid_rows") = nb::none(), nb::arg("stats") = nb::none(),
+        nb::arg("gather_host_cache") = nb::none(), nb::arg("gather_hot_cache") = nb::none(),
+        nb::arg("gather_hot_block_stride") = 0, nb::arg("stream") = 0);
 }
 
 }  // namespace hisparse_py

@@ -167,18 +167,14 @@ class Runtime {
   }
   void begin_forward() { check(hs_runtime_begin_forward(handle())); }
 
-  std::tuple<int64_t, int64_t, bool> swap_in(const PyOptionalArray& topk_indices, const PyOptionalArray& req_id_per_token,
-                                             const PyOptionalArray& request_state_indices,
-                                             const PyOptionalArray& source_block_table, const PyInt& block_size,
-                                             const PyOptionalArray& resident_block_table,
-                                             const PyInt& resident_block_size, const PyOptionalArray& num_valid_rows,
-                                             const PyOptionalArray& out_attention,
-                                             const PyOptionalArray& out_valid_counts, const PyBool& prefetch,
-                                             const PyBool& ignore_topk_ready, const PyInt& num_tokens,
-                                             const PyInt& fused_gather, const PyInt& group_gather,
-                                             const PyInt& stream) {
-    const OptionalTensorArg topk(topk_indices, "topk_indices", kRead),
-        req(req_id_per_token, "req_id_per_token", kRead),
+  std::tuple<int64_t, int64_t, bool> swap_in(
+      const PyOptionalArray& topk_indices, const PyOptionalArray& req_id_per_token,
+      const PyOptionalArray& request_state_indices, const PyOptionalArray& source_block_table, const PyInt& block_size,
+      const PyOptionalArray& resident_block_table, const PyInt& resident_block_size,
+      const PyOptionalArray& num_valid_rows, const PyOptionalArray& out_attention,
+      const PyOptionalArray& out_valid_counts, const PyBool& prefetch, const PyBool& ignore_topk_ready,
+      const PyInt& num_tokens, const PyInt& fused_gather, const PyInt& group_gather, const PyInt& stream) {
+    const OptionalTensorArg topk(topk_indices, "topk_indices", kRead), req(req_id_per_token, "req_id_per_token", kRead),
         rsi(request_state_indices, "request_state_indices", kRead),
         source(source_block_table, "source_block_table", kRead),
         resident(resident_block_table, "resident_block_table", kRead), nvr(num_valid_rows, "num_valid_rows", kRead),
@@ -254,9 +250,9 @@ class SlotInvalidator {
   void run(nb::handle runtimes, const PyArray& request_state_indices, const PyArray& req_id_per_token,
            const PyArray& written_slots, const PyInt& stream) {
     if (!PyList_Check(runtimes.ptr()) && !PyTuple_Check(runtimes.ptr())) {
-      throw nb::type_error(
-          (std::string("runtimes: expected a list of hisparse._C.Runtime, got ") + nb::type_name(runtimes.type()).c_str())
-              .c_str());
+      throw nb::type_error((std::string("runtimes: expected a list of hisparse._C.Runtime, got ") +
+                            nb::type_name(runtimes.type()).c_str())
+                               .c_str());
     }
     std::vector<hs_runtime_t> handles;
     for (nb::handle item : runtimes) {

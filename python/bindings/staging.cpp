@@ -236,7 +236,8 @@ void register_staging(nb::module_& m) {
            "Build the plan of a batch (block_table [num_rows, num_cols], seq_lens [>= num_rows]); drops GPU sources. "
            "Runs on torch's current stream unless `stream` is given.")
       .def("ensure_gpu_sources", &StagingPlan::ensure_gpu_sources, nb::arg("resident_state_rows").none(),
-           nb::arg("state_indices").none(), nb::arg("resident_block_size").none(), nb::arg("stream").none() = nb::none(),
+           nb::arg("state_indices").none(), nb::arg("resident_block_size").none(),
+           nb::arg("stream").none() = nb::none(),
            nb::sig("def ensure_gpu_sources(self, resident_state_rows: object, state_indices: object, "
                    "resident_block_size: int, stream: object | None = None) -> None"),
            "Serve staged rows that have a GPU-resident copy from the resident cache (docs/staging.md); cached per "

@@ -225,7 +225,8 @@ def tensor_problem(value: Any) -> str:
         if value.is_meta:
             return "a tensor on the meta device (it has no data)"
         if value.layout != torch.strided:
-            return f"a {str(value.layout).removeprefix('torch.')} tensor (only dense, strided tensors have data to read)"
+            layout = str(value.layout).removeprefix("torch.")
+            return f"a {layout} tensor (only dense, strided tensors have data to read)"
         if value.device.type not in ("cpu", "cuda"):
             return f"a tensor on {value.device} (hisparse reads CPU and CUDA memory)"
         try:

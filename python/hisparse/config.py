@@ -90,5 +90,6 @@ class Config:
         if device is not None:
             kind, index = _args.device(device)
             if kind != _C.DEVICE_CUDA:
-                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]' or a torch.device), got {_args.shown(device)}")
+                given = _args.shown(device)
+                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]', a torch.device), got {given}")
         self._validate(max(index, 0))

@@ -193,7 +193,9 @@ class Runtime:
         if event is None or isinstance(event, int):
             return _args.handle("topk_ready", event, "cuda_event")
         if not hasattr(event, "cuda_event"):
-            raise TypeError(f"topk_ready: expected None, an int handle or a torch.cuda.Event, got {type(event).__name__}")
+            raise TypeError(
+                f"topk_ready: expected None, an int handle or a torch.cuda.Event, got {type(event).__name__}"
+            )
         if device_type != _C.DEVICE_CUDA:
             raise ValueError("topk_ready: a top-k-ready event needs a CUDA runtime")
         handle = _args.handle("topk_ready", event, "cuda_event")
@@ -437,7 +439,8 @@ class Runtime:
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
             _args.check_tensor("topk_indices", topk_indices, sliceable=True)
             if len(topk_indices.shape) != 2:
-                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {tuple(topk_indices.shape)}")
+                shape = tuple(topk_indices.shape)
+                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {shape}")
             req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
             if len(req_id_per_token.shape) != 1:
                 raise ValueError(f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}")

@@ -184,15 +184,19 @@ TEST(BadInputTensors, DescriptorsNoTensorHasAreRefusedBeforeAnyAccess) {
       {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, -1, shape, nullptr}, kArg, {"hot_cache", "dimensions"}},
       {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 9, shape, nullptr}, kArg, {"hot_cache", "dimensions"}},
       {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, nullptr, nullptr}, kArg, {"hot_cache", "shape is NULL"}},
-      {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, negative_shape, nullptr}, kArg,
+      {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, negative_shape, nullptr},
+       kArg,
        {"hot_cache", "negative size"}},
-      {{g.hot.base, static_cast<hs_dtype_t>(77), HS_DEVICE_CPU, 0, 3, shape, nullptr}, HS_ERROR_INVALID_DTYPE,
+      {{g.hot.base, static_cast<hs_dtype_t>(77), HS_DEVICE_CPU, 0, 3, shape, nullptr},
+       HS_ERROR_INVALID_DTYPE,
        {"hot_cache", "dtype code 77"}},
-      {{g.hot.base, HS_DTYPE_UINT8, static_cast<hs_device_type_t>(9), 0, 3, shape, nullptr}, kArg,
+      {{g.hot.base, HS_DTYPE_UINT8, static_cast<hs_device_type_t>(9), 0, 3, shape, nullptr},
+       kArg,
        {"hot_cache", "device type 9"}},
       {{nullptr, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, shape, nullptr}, kArg, {"hot_cache", "NULL"}},
       {{g.hot.base, HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, shape, huge_strides}, kArg, {"hot_cache", "memory extent"}},
-      {{reinterpret_cast<void*>(UINTPTR_MAX - 64), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, shape, nullptr}, kArg,
+      {{reinterpret_cast<void*>(UINTPTR_MAX - 64), HS_DTYPE_UINT8, HS_DEVICE_CPU, 0, 3, shape, nullptr},
+       kArg,
        {"hot_cache", "address space"}},
   };
   for (const Bad& b : bad) {
@@ -212,8 +216,9 @@ TEST(BadInputTensors, DescriptorsNoTensorHasAreRefusedBeforeAnyAccess) {
 TEST(BadInputSizes, HotStridesThatCannotAddressInt32RowsAreRefused) {
   Gather g;
   const hs::Tensor flat_hot(g.hot.base, HS_DTYPE_UINT8, {8, 32});
-  for (int64_t stride : {int64_t{-1}, int64_t{2}, kInt32Max + 1, int64_t{1} << 62, (int64_t{1} << 62) + (int64_t{1} << 40),
-                         std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
+  for (int64_t stride :
+       {int64_t{-1}, int64_t{2}, kInt32Max + 1, int64_t{1} << 62, (int64_t{1} << 62) + (int64_t{1} << 40),
+        std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()}) {
     hs_gather_compact_args_t a = g.make();
     a.hot_cache = flat_hot;
     a.hot_block_stride = stride;

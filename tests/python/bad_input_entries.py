@@ -14,10 +14,11 @@ from typing import Any, Dict, List
 
 import numpy as np
 import torch
+from bad_input_support import Arg, B, C, D, Entry, I, L, O, R, S, T, as_numpy, cuda_present
 
 import hisparse
-from bad_input_support import B, C, D, Arg, Entry, I, L, O, R, S, T, as_numpy, cuda_present
 from hisparse import _C, ops
+
 from residency_model import resolve_residency as model_resolve
 
 # ---------------------------------------------------------------------- small sizes
@@ -675,7 +676,8 @@ def runtime_entries() -> List[Entry]:
               lambda s, kw: s.leader._rt.bind_hot_cache(kw["raw_tensor"], kw["byte_offset"], kw["block_stride"],
                                                         kw["num_blocks"], kw["block_size"], kw["block_table"]),
               lambda s, kw, r: s.observe(),
-              [T("raw_tensor", "", role="out", too_small=(torch.zeros(HOT_BLOCK * W, dtype=torch.uint8), (ValueError,))),
+              [T("raw_tensor", "", role="out",
+                 too_small=(torch.zeros(HOT_BLOCK * W, dtype=torch.uint8), (ValueError,))),
                I("byte_offset", "neg 2**63"), I("block_stride", "zero 2**63"),
                I("num_blocks", "zero 2**63"), I("block_size", "zero 2**63"), T("block_table", "dtype")], []),
         Entry("_C.Runtime.group_tensor", RuntimeState, lambda s, seed: dict(which=0),
@@ -1016,7 +1018,8 @@ def misc_entries() -> List[Entry]:
               [O("leaders", **{"not_runtimes": ([4], (TypeError,)), "nested": ([[1]], (TypeError,))}),
                T("written_slots", "dtype rank_up"), T("req_id_per_token", "dtype rank_up"), S()], []),
         Entry("_C.SlotInvalidator.run", invalidator_state, invalidator_fixture,
-              lambda s, kw: (s["runtime"].leader.reset_hot_state(), swap_in_call(s["runtime"], swap_in_fixture(s["runtime"], 3)),
+              lambda s, kw: (s["runtime"].leader.reset_hot_state(),
+                             swap_in_call(s["runtime"], swap_in_fixture(s["runtime"], 3)),
                              s["invalidator"]._inv.run([r._rt for r in kw["leaders"]],
                                                        s["invalidator"].request_state_indices, kw["req_id_per_token"],
                                                        kw["written_slots"], _c_stream(kw))),

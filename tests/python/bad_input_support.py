@@ -270,7 +270,7 @@ def T(name: str, bad: str = "", *, role: str = "in", optional: bool = False, typ
 
 
 def D(name: str = "device", *, optional: bool = True, index_ok: bool = True) -> Arg:
-    """A device: a torch.device, 'cpu', 'cuda[:N]' or a CUDA index; never a float, list, bogus name or negative index."""
+    """A device: a torch.device, 'cpu', 'cuda[:N]' or a CUDA index; never a float, list, bogus name, bad index."""
     extra = {"float": (4.0, (TypeError,)), "list": ([0], (TypeError,)), "bogus": ("tpu", (ValueError,)),
              "cuda:huge": ("cuda:99999999999", (ValueError,)), "cuda:abc": ("cuda:abc", (ValueError,)),
              "negative": (-1, (ValueError,)), "2**31": (2**31, (ValueError,))}

@@ -39,8 +39,9 @@ import pytest
 import torch
 
 import hisparse
-from conftest import requires_cuda
 from hisparse import _C, ops
+
+from conftest import requires_cuda
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -240,9 +241,9 @@ def test_gather_at_the_stride_bound_skips_rows_outside_the_hot_cache() -> None:
 
 def test_invalidate_sorted_slots_is_correct_in_any_order() -> None:
     group = hisparse.IndexGroup(max_num_reqs=2, top_k=4, device_buffer_size=8)
-    group.resolve(torch.tensor([[2, 5, 9, 11], [5, 6, 7, 8]], dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32),
-                  torch.tensor([0, 1], dtype=torch.int32), torch.tensor([[1, 2], [3, 4]], dtype=torch.int32),
-                  host_rows=64, hot_block_size=4)
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    group.resolve(i32([[2, 5, 9, 11], [5, 6, 7, 8]]), i32([0, 1]), i32([0, 1]), i32([[1, 2], [3, 4]]), host_rows=64,
+                  hot_block_size=4)
     before = group.device_global_indices.clone()
     for slots in ([11, 2, 7], [7, 11, 2], [2, 7, 11], [11, 11, 2, 7, 2]):
         group.device_global_indices.copy_(before)

@@ -17,6 +17,14 @@
  *   - functions that take a stream never block the host and never allocate
  *     memory; they are safe to capture into a CUDA graph.
  *
+ * Bad input: handles are followed only while they are live (a NULL,
+ * destroyed or made-up handle fails with HS_ERROR_INVALID_ARGUMENT naming
+ * it); a tensor descriptor is refused before its memory is touched when no
+ * real tensor could have it (more than 2^56 bytes, addresses that wrap) or
+ * when it lies in a released host pool (HS_ERROR_INVALID_STATE); an output
+ * that shares memory with an input, the state a call updates or another
+ * output is refused naming both. A failed call changes nothing.
+ *
  * Thread safety: functions on different handles may be called concurrently.
  * A handle must not be used concurrently from two threads unless its
  * documentation says so. hs_last_error() is thread-local.
