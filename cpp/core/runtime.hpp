@@ -157,8 +157,8 @@ class Runtime {
   // cache was released since the binding.
   void require_live_source() const;
   // Throws unless a binding with these ranges shares no written byte with
-  // the group's state or with another binding of any runtime of the group
-  // (none of `source`, `view`, `table` may be empty-named).
+  // the group's state, with its own other parts or with another binding of
+  // any runtime of the group (an empty range: that part is not bound yet).
   void check_binding_apart(const ByteRange& source, const ByteRange& view, const ByteRange& table) const;
   // Throws unless the tensors a swap_in call passes (read, or written: the
   // caller's outputs) share no written byte with each other, the group's

@@ -55,9 +55,9 @@ bool read_only(nb::handle value) {
   return false;
 }
 
-}  // namespace
-
-int64_t int_arg(const PyInt& arg, const char* name) {
+// The Python int of an argument that must be one (a new reference): ints
+// and what has __index__ (NumPy integers), never bool or float.
+PyObject* integer_of(const PyInt& arg, const char* name) {
   PyObject* object = arg.value.ptr();
   if (PyBool_Check(object) || !PyIndex_Check(object)) type_error(name, "an int", arg.value);
   PyObject* index = PyNumber_Index(object);
@@ -65,6 +65,13 @@ int64_t int_arg(const PyInt& arg, const char* name) {
     PyErr_Clear();
     type_error(name, "an int", arg.value);
   }
+  return index;
+}
+
+}  // namespace
+
+int64_t int_arg(const PyInt& arg, const char* name) {
+  PyObject* index = integer_of(arg, name);
   int overflow = 0;
   const long long value = PyLong_AsLongLongAndOverflow(index, &overflow);
   const std::string text = overflow != 0 ? text_of(index) : std::string();
@@ -91,13 +98,7 @@ int32_t int32_arg(const PyInt& arg, const char* name) {
 }
 
 uint64_t uint64_arg(const PyInt& arg, const char* name) {
-  PyObject* object = arg.value.ptr();
-  if (PyBool_Check(object) || !PyIndex_Check(object)) type_error(name, "an int", arg.value);
-  PyObject* index = PyNumber_Index(object);
-  if (index == nullptr) {
-    PyErr_Clear();
-    type_error(name, "an int", arg.value);
-  }
+  PyObject* index = integer_of(arg, name);
   const bool negative = PyObject_RichCompareBool(index, nb::int_(0).ptr(), Py_LT) == 1;
   const unsigned long long value = negative ? 0 : PyLong_AsUnsignedLongLong(index);
   const bool out_of_range = negative || (value == static_cast<unsigned long long>(-1) && PyErr_Occurred());

@@ -212,12 +212,6 @@ def tensor_mutation(label: str, value: Any) -> Any:
         return FakeCudaTensor(t)
     if label == "list":
         return t.tolist()
-    if label == "none":
-        return None
-    if label == "str":
-        return "tensor"
-    if label == "int":
-        return 4
     raise KeyError(label)
 
 

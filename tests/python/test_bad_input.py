@@ -305,6 +305,20 @@ def test_a_released_pool_stays_mapped_for_its_views_and_refuses_hisparse() -> No
     assert not _mapped(address), "the last view of a released pool unmaps it"
 
 
+def test_a_released_shared_pool_stays_mapped_for_its_views_and_refuses_hisparse() -> None:
+    pool = hisparse.HostPool.shared(1 << 16, pool_id=hisparse.shared_pool_id(), rank=0, ranks=1, register="never")
+    address = pool.data_ptr
+    rows = pool.view("uint8", (16, 32))
+    rows.fill_(9)
+    pool.release(force=True)
+    assert pool.released and _mapped(address) and int(rows[15, 31]) == 9
+    with pytest.raises(RuntimeError, match="src: .*released"):
+        ops.copy_bytes(torch.zeros(512, dtype=torch.uint8), rows.view(-1))
+    del rows
+    gc.collect()
+    assert not _mapped(address), "the last view of a released shared pool unmaps it"
+
+
 def test_a_runtime_bound_in_a_released_pool_refuses_to_run() -> None:
     config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
     runtime = hisparse.Runtime(config, max_num_reqs=1)
