@@ -78,18 +78,20 @@ TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional)
                      " (expected cpu, cuda or pinned host memory)");
   }
   // Element count and byte extent, bounded so that no offset computed from
-  // the shape and strides later can overflow.
+  // the shape and strides later can overflow (overflow-checked products:
+  // this runs for every tensor of every call).
   const int64_t itemsize = static_cast<int64_t>(dtype_size(tensor->dtype));
   numel_ = 1;
   for (int d = 0; d < tensor->ndim; ++d) {
     if (tensor->shape[d] == 0) numel_ = 0;
   }
+  int64_t bytes = 0;
   for (int d = 0; numel_ > 0 && d < tensor->ndim; ++d) {
-    if (numel_ > kMaxTensorBytes / itemsize / tensor->shape[d]) {
+    if (__builtin_mul_overflow(numel_, tensor->shape[d], &numel_) || __builtin_mul_overflow(numel_, itemsize, &bytes) ||
+        bytes > kMaxTensorBytes) {
       invalid_argument(name, ": shape ", shape_string(), " of ", dtype_name(tensor->dtype), " holds more than ",
                        kMaxTensorBytes, " bytes, more than any memory");
     }
-    numel_ *= tensor->shape[d];
   }
   if (numel_ == 0) return;
   int64_t low = 0;
@@ -98,16 +100,21 @@ TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional)
     const int64_t size = tensor->shape[d];
     const int64_t step = stride(d);
     if (size == 1 || step == 0) continue;
-    if (step < -kMaxTensorBytes || step > kMaxTensorBytes ||
-        (size - 1) > kMaxTensorBytes / itemsize / (step < 0 ? -step : step)) {
+    // Each dimension's reach within +-2^56 and the span so far within 2^56:
+    // no sum below overflows.
+    int64_t reach = 0;
+    const bool bounded =
+        !__builtin_mul_overflow(size - 1, step, &reach) && reach >= -kMaxTensorBytes && reach <= kMaxTensorBytes;
+    if (bounded) (step < 0 ? low : high) += reach;
+    if (!bounded || high - low > kMaxTensorBytes) {
       invalid_argument(name, ": stride ", step, " in dimension ", d, " over ", size - 1,
                        " steps exceeds any memory extent (shape ", shape_string(), ")");
     }
-    (step < 0 ? low : high) += (size - 1) * step;
-    if (high - low > kMaxTensorBytes / itemsize) {
-      invalid_argument(name, ": the strides of shape ", shape_string(), " exceed any memory extent (more than ",
-                       kMaxTensorBytes, " bytes)");
-    }
+  }
+  int64_t span = 0;
+  if (__builtin_mul_overflow(high - low + 1, itemsize, &span) || span > kMaxTensorBytes) {
+    invalid_argument(name, ": the strides of shape ", shape_string(), " exceed any memory extent (more than ",
+                     kMaxTensorBytes, " bytes)");
   }
   first_byte_ = low * itemsize;
   end_byte_ = (high + 1) * itemsize;
