@@ -454,7 +454,7 @@ def test_cuda_fused_gather_at_the_stride_bound_matches_the_cpu(cuda: torch.devic
                  "out_swap_device_rows")}
         ops.resolve_residency(i32([[1, 2, 3, 4], [5, 6, 7, 8]]), i32([0, 1]), i32([0, 1]),
                               group.device_global_indices, group.lru_slots,
-                              i32([[1, 2**27], [2**28, 2]]), hot_block_size=4, attention_block_stride=4,
+                              i32([[0, 2**27], [1, 2**28]]), hot_block_size=4, attention_block_stride=4,
                               host_rows=64, max_union_rows=8, **outs,
                               out_valid_counts=torch.zeros(2, dtype=torch.int32, device=device),
                               out_swap_counts=torch.zeros(2, dtype=torch.int32, device=device),
