@@ -8,16 +8,6 @@
 
 using namespace hisparse;
 
-namespace {
-
-Backend& require_cuda_backend() {
-  Backend* cuda = cuda_backend();
-  if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
-  return *cuda;
-}
-
-}  // namespace
-
 extern "C" {
 
 HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
@@ -26,7 +16,7 @@ HS_API hs_status_t hs_config_validate(const hs_config_t* config, int device) {
     if (device < 0) return;
     // Every valid shape runs on a CUDA device (with a workspace where it does
     // not fit shared memory); what remains to check is the device itself.
-    resolver_shared_memory_limit(require_cuda_backend(), device);
+    resolver_shared_memory_limit(backend_for(Device{Device::kCuda, device}, "device"), device);
   });
 }
 
@@ -61,8 +51,8 @@ HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t d
     }
     check_resolver_shape(device_buffer_size, max_union_rows);
     if (device < 0) invalid_argument("device: expected a CUDA device index >= 0, got ", device);
-    *bytes = resolver_workspace_bytes_on_device(require_cuda_backend(), device, num_state_rows, device_buffer_size,
-                                                max_union_rows);
+    *bytes = resolver_workspace_bytes_on_device(backend_for(Device{Device::kCuda, device}, "device"), device,
+                                                num_state_rows, device_buffer_size, max_union_rows);
   });
 }
 

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "abi/api_guard.hpp"
+#include "core/aliasing.hpp"
 #include "core/backend.hpp"
 #include "core/tensor.hpp"
 
@@ -69,9 +70,9 @@ HS_API hs_status_t hs_cuda_device_count(int* count) {
 HS_API hs_status_t hs_cuda_device_properties(int device, hs_device_properties_t* props) {
   return api_guard([&] {
     require_struct_size(props, "props");
-    Backend* cuda = cuda_backend();
-    if (cuda == nullptr) fail(HS_ERROR_UNSUPPORTED, "hisparse was built without the CUDA backend");
-    const DeviceProperties p = cuda->device_properties(device);
+    if (device < 0) invalid_argument("device: expected a CUDA device index >= 0, got ", device);
+    Backend& cuda = backend_for(Device{Device::kCuda, device}, "device");
+    const DeviceProperties p = cuda.device_properties(device);
     hs_device_properties_t value{};
     copy_text(value.name, sizeof(value.name), p.name);
     value.major = p.major;
@@ -111,7 +112,8 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
     // same device.
     const Device device = destination.device();
     if (source.device().is_cuda()) source.on(device, "dst");
-    Backend& backend = backend_for(device);
+    AliasCheck().writes(destination).reads(source).check();
+    Backend& backend = backend_for(device, "dst");
     backend.check_accessible(source.data<void>(), source.nbytes(), device.index, "src");
     backend.check_accessible(destination.data<void>(), destination.nbytes(), device.index, "dst");
     backend.copy_bytes(destination.data<void>(), source.data<void>(), destination.nbytes(), device.index, stream);

@@ -21,7 +21,7 @@ HS_API hs_status_t hs_gather_compact(const hs_gather_compact_args_t* args, hs_st
     const GatherCompactParams params =
         gather_compact_params(read_struct<HS_GATHER_COMPACT_ARGS_VERSION>(args, "args"), &device);
     if (params.num_token_rows == 0 || params.top_k == 0) return;
-    backend_for(device).gather_compact(params, stream);
+    backend_for(device, "hot_cache").gather_compact(params, stream);
   });
 }
 
@@ -31,7 +31,7 @@ HS_API hs_status_t hs_gather_compact_group(const hs_gather_compact_group_args_t*
     const GatherCompactParams params =
         gather_compact_group_params(read_struct<HS_GATHER_COMPACT_GROUP_ARGS_VERSION>(args, "args"), &device);
     if (params.num_token_rows == 0 || params.top_k == 0) return;
-    backend_for(device).gather_compact(params, stream);
+    backend_for(device, "hot_caches[0]").gather_compact(params, stream);
   });
 }
 
@@ -41,7 +41,7 @@ HS_API hs_status_t hs_gather_plan(const hs_tensor_t* src_rows, const hs_tensor_t
     Device device;
     const GatherPlanParams params = gather_plan_params(src_rows, staged, row_ids, dst_rows, miss_mask, &device);
     if (params.count == 0) return;
-    backend_for(device).gather_plan(params, stream);
+    backend_for(device, "staged").gather_plan(params, stream);
   });
 }
 
@@ -52,7 +52,7 @@ HS_API hs_status_t hs_invalidate_written_slots(const hs_invalidate_written_slots
     const InvalidateSlotsParams p = invalidate_written_slots_params(
         read_struct<HS_INVALIDATE_WRITTEN_SLOTS_ARGS_VERSION>(args, "args"), &tables, &device);
     if (p.num_tables == 0 || p.num_tokens == 0 || p.num_state_rows == 0 || p.hot_size == 0) return;
-    backend_for(device).invalidate_written_slots(p, stream);
+    backend_for(device, "request_state_indices").invalidate_written_slots(p, stream);
   });
 }
 
@@ -62,7 +62,7 @@ HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t
     Device device;
     const MirrorRowsParams params = mirror_rows_params(src_rows, host_cache, slot_mapping, &device);
     if (params.count == 0) return;
-    backend_for(device).mirror_rows(params, stream);
+    backend_for(device, "src_rows").mirror_rows(params, stream);
   });
 }
 
@@ -72,7 +72,7 @@ HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_
     Device device;
     const SwapBlocksParams params = swap_blocks_params(src, dst, sizes, &device);
     if (params.count == 0) return;
-    backend_for(device).swap_blocks_batch(params, stream);
+    backend_for(device, "src").swap_blocks_batch(params, stream);
   });
 }
 

@@ -1,17 +1,10 @@
 // C ABI of the host pool and of the host-memory check.
 #include "abi/api_guard.hpp"
+#include "abi/handles.hpp"
 #include "abi/host_pool_handle.hpp"
 #include "core/backend.hpp"
 #include "core/host_memory.hpp"
 #include "core/host_pool.hpp"
-
-namespace hisparse {
-namespace {
-
-hs_host_pool& require_pool(hs_host_pool_t pool) { return *require_pointer(pool, "pool"); }
-
-}  // namespace
-}  // namespace hisparse
 
 using namespace hisparse;
 
@@ -22,7 +15,7 @@ HS_API hs_status_t hs_available_host_memory(uint64_t* bytes) {
 }
 
 HS_API hs_status_t hs_check_host_memory(uint64_t pool_bytes) {
-  return api_guard([&] { check_host_memory(pool_bytes); });
+  return api_guard([&] { check_host_memory(pool_bytes, "pool_bytes"); });
 }
 
 HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs_host_pool_t* pool) {
@@ -41,7 +34,7 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
     options_cpp.huge_pages = o.huge_pages != 0;
     if (o.max_segment_bytes != 0) options_cpp.max_segment_bytes = o.max_segment_bytes;
     options_cpp.registrar = choose_registrar(o.registration, o.device_index, &options_cpp.device);
-    *pool = new hs_host_pool(options_cpp);
+    *pool = list_pool(new hs_host_pool(options_cpp));
   });
 }
 
@@ -49,9 +42,13 @@ HS_API hs_status_t hs_host_pool_release(hs_host_pool_t pool) {
   return api_guard([&] { require_pool(pool).pool.release(); });
 }
 
+HS_API hs_status_t hs_host_pool_retire(hs_host_pool_t pool) {
+  return api_guard([&] { require_pool(pool).pool.retire(); });
+}
+
 HS_API hs_status_t hs_host_pool_destroy(hs_host_pool_t pool) {
   return api_guard([&] {
-    if (pool == nullptr) return;
+    if (!take_handle(pool, HandleKind::kHostPool, "pool", "hs_host_pool_t")) return;
     try {
       pool->pool.release();
     } catch (...) {

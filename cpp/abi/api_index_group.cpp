@@ -27,12 +27,17 @@ HS_API hs_status_t hs_index_group_create(const hs_index_group_options_t* options
     // Options first, then the backend: a bad option is named even where the
     // device's backend is missing.
     const IndexGroupOptions resolved = resolve_index_group_options(core);
-    *group = to_handle(new IndexGroup(resolved, backend_for(resolved.device)));
+    *group = to_handle(new IndexGroup(resolved, backend_for(resolved.device, "device_index")));
+    list_handle(*group, HandleKind::kIndexGroup);
   });
 }
 
 HS_API hs_status_t hs_index_group_destroy(hs_index_group_t group) {
-  return api_guard([&] { delete reinterpret_cast<IndexGroup*>(group); });
+  return api_guard([&] {
+    if (take_handle(group, HandleKind::kIndexGroup, "group", "hs_index_group_t")) {
+      delete reinterpret_cast<IndexGroup*>(group);
+    }
+  });
 }
 
 HS_API hs_status_t hs_index_group_get_info(hs_index_group_t group, hs_index_group_info_t* info) {

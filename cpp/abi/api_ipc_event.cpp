@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "abi/api_guard.hpp"
+#include "abi/handles.hpp"
 #include "core/ipc_event.hpp"
 #include "hisparse/shared_host_pool.h"
 
@@ -11,8 +12,15 @@ using namespace hisparse;
 namespace {
 
 // The handle is the core event behind an opaque pointer, as for the other handles (abi/handles.hpp).
-hs_ipc_event_t to_handle(std::unique_ptr<IpcEvent> event) { return reinterpret_cast<hs_ipc_event_t>(event.release()); }
-IpcEvent& require_event(hs_ipc_event_t event) { return *reinterpret_cast<IpcEvent*>(require_pointer(event, "event")); }
+hs_ipc_event_t to_handle(std::unique_ptr<IpcEvent> event) {
+  const auto handle = reinterpret_cast<hs_ipc_event_t>(event.release());
+  list_handle(handle, HandleKind::kIpcEvent);
+  return handle;
+}
+IpcEvent& require_event(hs_ipc_event_t event) {
+  require_handle(event, HandleKind::kIpcEvent, "event", "hs_ipc_event_t");
+  return *reinterpret_cast<IpcEvent*>(event);
+}
 
 }  // namespace
 
@@ -65,7 +73,9 @@ HS_API hs_status_t hs_ipc_event_get_info(hs_ipc_event_t event, hs_ipc_event_info
 }
 
 HS_API hs_status_t hs_ipc_event_destroy(hs_ipc_event_t event) {
-  return api_guard([&] { delete reinterpret_cast<IpcEvent*>(event); });
+  return api_guard([&] {
+    if (take_handle(event, HandleKind::kIpcEvent, "event", "hs_ipc_event_t")) delete reinterpret_cast<IpcEvent*>(event);
+  });
 }
 
 }  // extern "C"

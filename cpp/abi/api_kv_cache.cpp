@@ -18,7 +18,10 @@ using namespace hisparse;
 namespace {
 
 hs_kv_cache_t to_handle(KvCache* cache) { return reinterpret_cast<hs_kv_cache_t>(cache); }
-KvCache& require_cache(hs_kv_cache_t cache) { return *reinterpret_cast<KvCache*>(require_pointer(cache, "cache")); }
+KvCache& require_cache(hs_kv_cache_t cache) {
+  require_handle(cache, HandleKind::kKvCache, "cache", "hs_kv_cache_t");
+  return *reinterpret_cast<KvCache*>(cache);
+}
 
 KvCacheOptions core_options(const hs_kv_cache_options_t* options) {
   const hs_kv_cache_options_t o = read_struct<HS_KV_CACHE_OPTIONS_VERSION>(options, "options");
@@ -38,7 +41,10 @@ KvCacheOptions core_options(const hs_kv_cache_options_t* options) {
   }
   core.kv_dtype = static_cast<hs_dtype_t>(o.kv_dtype);
   core.max_swap_rows = o.max_swap_rows;
-  core.host_pool = o.host_pool != nullptr ? &o.host_pool->pool : nullptr;
+  core.host_pool = o.host_pool != nullptr ? &require_pool(o.host_pool, "options->host_pool").pool : nullptr;
+  if (o.host_event != nullptr) {
+    require_handle(o.host_event, HandleKind::kIpcEvent, "options->host_event", "hs_ipc_event_t");
+  }
   core.host_event = reinterpret_cast<IpcEvent*>(o.host_event);
   return core;
 }
@@ -52,7 +58,7 @@ HS_API hs_status_t hs_write_rows(const hs_write_rows_args_t* args, hs_stream_t s
     Device device;
     const WriteRowsParams p = write_rows_params(read_struct<HS_WRITE_ROWS_ARGS_VERSION>(args, "args"), &device);
     if (p.num_tokens == 0) return;
-    backend_for(device).write_rows(p, stream);
+    backend_for(device, "rows").write_rows(p, stream);
   });
 }
 
@@ -62,7 +68,7 @@ HS_API hs_status_t hs_read_rows(const hs_tensor_t* cache, const hs_tensor_t* ind
     Device device;
     const ReadRowsParams p = read_rows_params(cache, indices, out, &device);
     if (p.num_rows == 0 || p.width == 0) return;
-    backend_for(device).read_rows(p, stream);
+    backend_for(device, "cache").read_rows(p, stream);
   });
 }
 
@@ -71,7 +77,7 @@ HS_API hs_status_t hs_update_residency(const hs_update_residency_args_t* args, h
     Device device;
     const ResidencyParams p = residency_params(read_struct<HS_UPDATE_RESIDENCY_ARGS_VERSION>(args, "args"), &device);
     if (p.num_batch_rows == 0 || p.table_width == 0) return;
-    backend_for(device).update_residency(p, stream);
+    backend_for(device, "resident_block_table").update_residency(p, stream);
   });
 }
 
@@ -87,11 +93,22 @@ HS_API hs_status_t hs_kv_cache_create(const hs_kv_cache_options_t* options, hs_k
     require_pointer(cache, "cache");
     *cache = nullptr;
     *cache = to_handle(new KvCache(core_options(options)));
+    list_handle(*cache, HandleKind::kKvCache);
   });
 }
 
 HS_API hs_status_t hs_kv_cache_destroy(hs_kv_cache_t cache) {
-  return api_guard([&] { delete reinterpret_cast<KvCache*>(cache); });
+  return api_guard([&] {
+    if (!take_handle(cache, HandleKind::kKvCache, "cache", "hs_kv_cache_t")) return;
+    auto* c = reinterpret_cast<KvCache*>(cache);
+    // Its runtimes and their groups' handles die with it.
+    for (int32_t layer = 0; layer < c->layout().num_layers; ++layer) {
+      Runtime& r = c->runtime(layer);
+      unlist_handle(&r);
+      unlist_handle(&r.group().index_group());
+    }
+    delete c;
+  });
 }
 
 HS_API hs_status_t hs_kv_cache_get_info(hs_kv_cache_t cache, hs_kv_cache_info_t* info) {
@@ -127,7 +144,10 @@ HS_API hs_status_t hs_kv_cache_layer_group(hs_kv_cache_t cache, int32_t layer, i
 }
 
 HS_API hs_status_t hs_kv_cache_get_runtime(hs_kv_cache_t cache, int32_t layer, hs_runtime_t* runtime) {
-  return api_guard([&] { *require_pointer(runtime, "runtime") = to_handle(&require_cache(cache).runtime(layer)); });
+  return api_guard([&] {
+    *require_pointer(runtime, "runtime") = to_handle(&require_cache(cache).runtime(layer));
+    list_handle(*runtime, HandleKind::kKvCacheRuntime);
+  });
 }
 
 HS_API hs_status_t hs_kv_cache_get_tensor(hs_kv_cache_t cache, hs_kv_cache_tensor_t which, hs_tensor_t* out) {

@@ -29,6 +29,7 @@ HS_API hs_status_t hs_runtime_set_host_sharing(hs_runtime_t runtime, const hs_ru
   return api_guard([&] {
     Runtime& r = from_handle(runtime, "runtime");
     const hs_runtime_host_sharing_t s = read_struct<HS_RUNTIME_HOST_SHARING_VERSION>(sharing, "sharing");
+    if (s.event != nullptr) require_handle(s.event, HandleKind::kIpcEvent, "sharing->event", "hs_ipc_event_t");
     r.set_host_sharing(s.role, reinterpret_cast<IpcEvent*>(s.event));
   });
 }

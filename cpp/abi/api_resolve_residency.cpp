@@ -14,7 +14,7 @@ HS_API hs_status_t hs_resolve_residency(const hs_resolve_residency_args_t* args,
     Device device;
     const ResolveResidencyParams params =
         resolve_residency_params(read_struct<HS_RESOLVE_RESIDENCY_ARGS_VERSION>(args, "args"), &device);
-    backend_for(device).resolve_residency(params, stream);
+    backend_for(device, "topk_indices").resolve_residency(params, stream);
   });
 }
 

@@ -40,17 +40,27 @@ HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_run
     core.copy_stream = o.copy_stream;
     core.topk_ready = o.topk_ready_event;
     *runtime = to_handle(leader != nullptr ? new Runtime(core, *leader) : new Runtime(core));
+    list_handle(*runtime, HandleKind::kRuntime);
   });
 }
 
 HS_API hs_status_t hs_runtime_destroy(hs_runtime_t runtime) {
-  return api_guard([&] { delete reinterpret_cast<Runtime*>(runtime); });
+  return api_guard([&] {
+    if (!take_handle(runtime, HandleKind::kRuntime, "runtime", "hs_runtime_t")) return;
+    auto* r = reinterpret_cast<Runtime*>(runtime);
+    // The group (and the index group handle it hands out) dies with its last runtime.
+    const bool last = r->group().size() == 1;
+    const IndexGroup* group = &r->group().index_group();
+    delete r;
+    if (last) unlist_handle(group);
+  });
 }
 
 HS_API hs_status_t hs_runtime_get_index_group(hs_runtime_t runtime, hs_index_group_t* group) {
   return api_guard([&] {
     Runtime& r = from_handle(runtime, "runtime");
     *require_pointer(group, "group") = to_handle(&r.group().index_group());
+    list_handle(*group, HandleKind::kRuntimeIndexGroup);
   });
 }
 
@@ -192,12 +202,17 @@ HS_API hs_status_t hs_slot_invalidator_create(int32_t device_type, int32_t devic
     require_pointer(invalidator, "invalidator");
     *invalidator = nullptr;
     const Device device = device_from(device_type, device_index);
-    *invalidator = to_handle(new SlotInvalidator(device, backend_for(device)));
+    *invalidator = to_handle(new SlotInvalidator(device, backend_for(device, "device_index")));
+    list_handle(*invalidator, HandleKind::kSlotInvalidator);
   });
 }
 
 HS_API hs_status_t hs_slot_invalidator_destroy(hs_slot_invalidator_t invalidator) {
-  return api_guard([&] { delete reinterpret_cast<SlotInvalidator*>(invalidator); });
+  return api_guard([&] {
+    if (take_handle(invalidator, HandleKind::kSlotInvalidator, "invalidator", "hs_slot_invalidator_t")) {
+      delete reinterpret_cast<SlotInvalidator*>(invalidator);
+    }
+  });
 }
 
 HS_API hs_status_t hs_slot_invalidator_run(hs_slot_invalidator_t invalidator, const hs_runtime_t* runtimes,
@@ -213,8 +228,7 @@ HS_API hs_status_t hs_slot_invalidator_run(hs_slot_invalidator_t invalidator, co
     std::vector<const IndexGroup*> groups;
     groups.reserve(static_cast<size_t>(num_runtimes));
     for (int32_t i = 0; i < num_runtimes; ++i) {
-      if (runtimes[i] == nullptr) invalid_argument("runtimes[", i, "]: expected a runtime, got NULL");
-      groups.push_back(&from_handle(runtimes[i], "runtimes").group().index_group());
+      groups.push_back(&from_handle(runtimes[i], str("runtimes[", i, "]").c_str()).group().index_group());
     }
     inv.run(groups, request_state_indices, req_id_per_token, written_slots, stream);
   });

@@ -46,13 +46,13 @@ HS_API hs_status_t hs_shared_host_pool_create(const hs_shared_pool_id_t* id, int
     if (o.timeout_seconds != 0) options_cpp.timeout_seconds = o.timeout_seconds;
     options_cpp.check_memory = o.check_memory != 0;
     options_cpp.registrar = choose_registrar(o.registration, o.device_index, &options_cpp.device);
-    *pool = new hs_host_pool(std::make_unique<SharedHostPool>(options_cpp));
+    *pool = list_pool(new hs_host_pool(std::make_unique<SharedHostPool>(options_cpp)));
   });
 }
 
 HS_API hs_status_t hs_shared_host_pool_get_info(hs_host_pool_t pool, hs_shared_host_pool_info_t* info) {
   return api_guard([&] {
-    const HostPool& p = require_pointer(pool, "pool")->pool;
+    const HostPool& p = require_pool(pool).pool;
     require_struct_size(info, "info");
     hs_shared_host_pool_info_t value{};
     value.populate_seconds = p.populate_seconds();

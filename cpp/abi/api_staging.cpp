@@ -24,7 +24,8 @@ StagingPlanSizes to_sizes(const hs_staging_plan_options_t& o) {
 // The handle is the core plan behind an opaque pointer, as for the other handles (abi/handles.hpp).
 hs_staging_plan_t to_handle(StagingPlan* plan) { return reinterpret_cast<hs_staging_plan_t>(plan); }
 StagingPlan& require_plan(hs_staging_plan_t plan) {
-  return *reinterpret_cast<StagingPlan*>(require_pointer(plan, "plan"));
+  require_handle(plan, HandleKind::kStagingPlan, "plan", "hs_staging_plan_t");
+  return *reinterpret_cast<StagingPlan*>(plan);
 }
 
 }  // namespace
@@ -38,7 +39,7 @@ HS_API hs_status_t hs_staging_plan_storage_bytes(const hs_staging_plan_options_t
   return api_guard([&] {
     require_pointer(bytes, "bytes");
     const StagingPlanSizes sizes = to_sizes(read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options"));
-    *bytes = staging_plan_layout(sizes, backend_for(sizes.device)).total;
+    *bytes = staging_plan_layout(sizes, backend_for(sizes.device, "device_index")).total;
   });
 }
 
@@ -48,12 +49,16 @@ HS_API hs_status_t hs_staging_plan_create(const hs_staging_plan_options_t* optio
     *plan = nullptr;
     const hs_staging_plan_options_t o = read_struct<HS_STAGING_PLAN_OPTIONS_VERSION>(options, "options");
     const StagingPlanSizes sizes = to_sizes(o);
-    *plan = to_handle(new StagingPlan(sizes, backend_for(sizes.device), o.storage));
+    *plan = to_handle(new StagingPlan(sizes, backend_for(sizes.device, "device_index"), o.storage));
+    list_handle(*plan, HandleKind::kStagingPlan);
   });
 }
 
 HS_API hs_status_t hs_staging_plan_destroy(hs_staging_plan_t plan) {
-  return api_guard([&] { delete reinterpret_cast<StagingPlan*>(plan); });
+  return api_guard([&] {
+    if (take_handle(plan, HandleKind::kStagingPlan, "plan", "hs_staging_plan_t"))
+      delete reinterpret_cast<StagingPlan*>(plan);
+  });
 }
 
 HS_API hs_status_t hs_staging_plan_get_tensor(hs_staging_plan_t plan, hs_staging_plan_tensor_t which,

@@ -1,8 +1,64 @@
 #include "abi/handles.hpp"
 
+#include <mutex>
+#include <unordered_map>
+
 #include "core/backend.hpp"
 
 namespace hisparse {
+namespace {
+
+struct HandleList {
+  std::mutex mutex;
+  std::unordered_map<const void*, HandleKind> live;
+};
+
+HandleList& handle_list() {
+  static HandleList* list = new HandleList;  // never destroyed: handles may be freed during static teardown
+  return *list;
+}
+
+}  // namespace
+
+void list_handle(const void* handle, HandleKind kind) {
+  HandleList& list = handle_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  list.live[handle] = kind;
+}
+
+void unlist_handle(const void* handle) {
+  HandleList& list = handle_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  list.live.erase(handle);
+}
+
+void require_handle(const void* handle, HandleKind kind, const char* name, const char* type, const HandleKind* also) {
+  if (handle == nullptr) invalid_argument(name, ": expected a non-NULL pointer (an ", type, "), got NULL");
+  HandleList& list = handle_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  const auto found = list.live.find(handle);
+  if (found == list.live.end() || (found->second != kind && (also == nullptr || found->second != *also))) {
+    invalid_argument(name, ": not a live ", type,
+                     " (never returned by its create call, already destroyed, or a handle of another kind)");
+  }
+}
+
+bool take_handle(const void* handle, HandleKind kind, const char* name, const char* type) {
+  if (handle == nullptr) return false;
+  HandleList& list = handle_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  const auto found = list.live.find(handle);
+  if (found == list.live.end() || found->second != kind) {
+    const bool borrowed = found != list.live.end() && found->second == HandleKind::kRuntimeIndexGroup;
+    invalid_argument(name, borrowed ? ": the index group of a runtime (hs_runtime_get_index_group) lives with its "
+                                      "runtimes and is not destroyed on its own"
+                                    : str(": not a live ", type,
+                                          " (never returned by its create call, already "
+                                          "destroyed, or a handle of another kind)"));
+  }
+  list.live.erase(found);
+  return true;
+}
 
 Device device_from(int32_t device_type, int32_t device_index, const Device* fallback) {
   Device device;

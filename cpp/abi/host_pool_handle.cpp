@@ -2,10 +2,21 @@
 
 #include <string>
 
+#include "abi/handles.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
 
 namespace hisparse {
+
+hs_host_pool& require_pool(hs_host_pool_t pool, const char* name) {
+  require_handle(pool, HandleKind::kHostPool, name, "hs_host_pool_t");
+  return *pool;
+}
+
+hs_host_pool_t list_pool(hs_host_pool* pool) {
+  list_handle(pool, HandleKind::kHostPool);
+  return pool;
+}
 
 Backend* choose_registrar(int32_t registration, int32_t device_index, int* device) {
   if (registration < HS_REGISTER_AUTO || registration > HS_REGISTER_NEVER) {

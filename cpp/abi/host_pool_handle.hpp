@@ -19,6 +19,11 @@ struct hs_host_pool {
 
 namespace hisparse {
 
+// The pool behind a live hs_host_pool_t (see abi/handles.hpp), or a named error.
+hs_host_pool& require_pool(hs_host_pool_t pool, const char* name = "pool");
+// Lists a pool handle a create call returns.
+hs_host_pool_t list_pool(hs_host_pool* pool);
+
 // The backend that registers a pool under `registration` (hs_registration_t)
 // and the device it registers with (`device_index` -1 = current), or nullptr
 // when the pool stays unregistered. Throws naming the field.

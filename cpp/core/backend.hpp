@@ -186,7 +186,9 @@ Backend& cpu_backend();
 // The CUDA backend, or nullptr when it was not compiled in.
 Backend* cuda_backend();
 // The backend that runs kernels on `device`; throws HS_ERROR_UNSUPPORTED when
-// CUDA tensors arrive without a usable CUDA backend.
-Backend& backend_for(const Device& device);
+// CUDA tensors arrive without a usable CUDA backend, and
+// HS_ERROR_INVALID_ARGUMENT for a device that does not exist; errors name
+// `name`, the argument that put the call on that device.
+Backend& backend_for(const Device& device, const char* name);
 
 }  // namespace hisparse

@@ -5,10 +5,13 @@
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/aliasing.hpp"
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/process_memory.hpp"
 
 namespace hisparse {
 namespace {
@@ -75,7 +78,7 @@ int32_t resolve_variant(int32_t variant) {
 // The swap list of a gather (shared by gather_compact and its group form).
 void swap_list_params(const hs_tensor_t* swap_host_rows, const hs_tensor_t* swap_device_rows,
                       const hs_tensor_t* swap_counts, const Device& device, const char* reference,
-                      GatherCompactParams* params) {
+                      GatherCompactParams* params, AliasCheck* aliases) {
   GatherCompactParams& p = *params;
   const TensorArg swap_host(swap_host_rows, "swap_host_rows");
   swap_host.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, reference);
@@ -85,6 +88,7 @@ void swap_list_params(const hs_tensor_t* swap_host_rows, const hs_tensor_t* swap
   swap_device.size_is(1, swap_host.size(1), "the columns of swap_host_rows");
   const TensorArg counts(swap_counts, "swap_counts");
   int_vector(counts, device, reference).size_at_least(0, swap_host.size(0), "one count per row of swap_host_rows");
+  aliases->reads(swap_host).reads(swap_device).reads(counts);
   p.swap_host_rows = swap_host.data<int32_t>();
   p.swap_device_rows = swap_device.data<int32_t>();
   p.swap_host_row_stride = swap_host.stride(0);
@@ -113,6 +117,67 @@ const int32_t* index_list(const TensorArg& t, int64_t count, const Device& devic
     invalid_argument(t.name(), ": expected ", count, " elements (as row_ids), got shape ", t.shape_string());
   }
   return t.data<int32_t>();
+}
+
+// The CPU backend dereferences the addresses of swap_blocks_batch on the
+// host, so every used entry is checked first: host memory mapped with the
+// access its copy needs (never CUDA device memory), destinations apart from
+// each other, from every source and from the address arrays themselves.
+void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const TensorArg& dst, const TensorArg& sizes) {
+  struct Piece {
+    uintptr_t begin;
+    uintptr_t end;
+    int64_t entry;
+    bool written;
+  };
+  std::vector<Piece> pieces;
+  pieces.reserve(static_cast<size_t>(2 * p.count + 3));
+  for (const TensorArg* array : {&src, &dst, &sizes}) {
+    const ByteRange range = array->bytes();
+    if (!range.empty()) pieces.push_back(Piece{range.begin, range.end, -1, false});
+  }
+  Backend* cuda = cuda_backend();
+  const ProcessMemoryMap memory;
+  for (int64_t i = 0; i < p.count; ++i) {
+    if (p.sizes[i] <= 0 || p.src[i] == 0 || p.dst[i] == 0) continue;
+    for (const auto& [name, address, written] :
+         {std::tuple<const char*, int64_t, bool>{"src", p.src[i], false}, {"dst", p.dst[i], true}}) {
+      const auto begin = static_cast<uintptr_t>(address);
+      const auto bytes = static_cast<uint64_t>(p.sizes[i]);
+      const auto* first = reinterpret_cast<const uint8_t*>(begin);
+      if (cuda != nullptr && (cuda->is_device_memory(first) || cuda->is_device_memory(first + bytes - 1))) {
+        invalid_argument(name, ": entry ", i,
+                         " points to CUDA device memory, but the address arrays are host "
+                         "tensors, which run the CPU backend; put src, dst and sizes on the CUDA device");
+      }
+      if (!memory.covers(begin, bytes, written)) {
+        invalid_argument(name, ": entry ", i, " (address ", address, ", ", bytes, " bytes) is not host memory mapped ",
+                         written ? "writable" : "readable", " in this process");
+      }
+      pieces.push_back(Piece{begin, begin + bytes, i, written});
+    }
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  // In address order, a range overlaps an earlier one exactly when it starts
+  // before the furthest end so far: compare with the furthest reaching range
+  // of all (for a destination) and of the destinations (for a source).
+  const auto describe = [](const Piece& piece) {
+    return piece.entry < 0 ? std::string("the address arrays")
+                           : str(piece.written ? "dst" : "src", " entry ", piece.entry);
+  };
+  const Piece* furthest = nullptr;
+  const Piece* furthest_written = nullptr;
+  for (const Piece& piece : pieces) {
+    const Piece* earlier = piece.written ? furthest : furthest_written;
+    if (earlier != nullptr && piece.begin < earlier->end) {
+      invalid_argument(piece.written ? "dst" : "src", ": ", describe(piece), " overlaps ", describe(*earlier),
+                       " (a copy must not write bytes another copy of the batch reads or writes)");
+    }
+    if (furthest == nullptr || piece.end > furthest->end) furthest = &piece;
+    if (piece.written && (furthest_written == nullptr || piece.end > furthest_written->end)) {
+      furthest_written = &piece;
+    }
+  }
 }
 
 }  // namespace
@@ -170,13 +235,17 @@ Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t 
   p.host_rows = host_rows.count;
   p.host_pitch = host_rows.pitch;
 
-  if (hot_block_size < 1) {
-    invalid_argument("hot_block_size: expected a positive number of rows per hot block, got ", hot_block_size);
+  if (hot_block_size < 1 || hot_block_size > kInt32Max) {
+    invalid_argument("hot_block_size: expected a positive number of rows per hot block, at most ", kInt32Max, ", got ",
+                     hot_block_size);
   }
   const int64_t stride = hot_block_stride == 0 ? hot_block_size : hot_block_stride;
-  if (stride < hot_block_size) {
+  // Hot rows are int32 and addressed as attention indices are: a stride
+  // past INT32_MAX reaches no row an int32 attention index can name, and
+  // below it no row's offset, block x stride + row % block, leaves int64.
+  if (stride < hot_block_size || stride > kInt32Max) {
     invalid_argument(stride_name, ": expected 0 (= hot_block_size) or at least hot_block_size (", hot_block_size,
-                     ") rows, got ", hot_block_stride);
+                     ") and at most ", kInt32Max, " rows, got ", hot_block_stride);
   }
   p.hot_block_size = hot_block_size;
   p.hot_block_stride = stride;
@@ -210,7 +279,7 @@ Device gather_cache_params(const TensorArg& host, const TensorArg& hot, int64_t 
   p.hot_span_rows = span_bytes / p.row_bytes;
   if (span_bytes > 0) hot.aligned(kRowAlignment);
 
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, hot.name());
   backend.check_accessible(host_rows.base, static_cast<size_t>(host_rows.extent), device.index, host.name());
   backend.check_accessible(p.hot, static_cast<size_t>(span_bytes), device.index, hot.name());
   return device;
@@ -233,12 +302,16 @@ int32_t gather_default_variant() { return HS_GATHER_ROW_PERSISTENT; }
 
 GatherCompactParams gather_compact_params(const hs_gather_compact_args_t& a, Device* device_out) {
   GatherCompactParams p;
-  const Device device = gather_cache_params(TensorArg(a.host_cache, "host_cache"), TensorArg(a.hot_cache, "hot_cache"),
-                                            a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
+  const TensorArg host(a.host_cache, "host_cache");
+  const TensorArg hot(a.hot_cache, "hot_cache");
+  const Device device = gather_cache_params(host, hot, a.hot_block_size, a.hot_block_stride, "hot_block_stride", &p);
   *device_out = device;
-  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_cache", &p);
+  AliasCheck aliases;
+  aliases.writes(hot).reads(host);
+  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_cache", &p, &aliases);
   p.variant = resolve_variant(a.variant);
   p.max_blocks = checked_max_blocks(a.max_blocks);
+  aliases.check();
   return p;
 }
 
@@ -286,10 +359,13 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   const Device device = gather_cache_params(TensorArg(&first.tensor, "host_cache"), first_hot, a.hot_block_size,
                                             a.hot_block_stride, "hot_block_stride", &p);
   *device_out = device;
+  AliasCheck aliases;
+  aliases.reads(host).writes(first_hot);
   p.pieces = pieces;
   p.piece_hot[0] = p.hot;
   for (int32_t i = 1; i < pieces; ++i) {
     const TensorArg hot(a.hot_caches[i], kNames[i]);
+    aliases.writes(hot);
     hot.on(device, kNames[0]);
     // dtype and row width first, with gather_compact's errors; then the layout.
     GatherCompactParams piece;
@@ -314,11 +390,13 @@ GatherCompactParams gather_compact_group_params(const hs_gather_compact_group_ar
   }
   if (p.host_rows > 0) {
     const int64_t extent = (p.host_rows - 1) * p.host_pitch + span;
-    backend_for(device).check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_cache");
+    backend_for(device, "hot_caches[0]")
+        .check_accessible(p.host, static_cast<size_t>(extent), device.index, "host_cache");
   }
-  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p);
+  swap_list_params(a.swap_host_rows, a.swap_device_rows, a.swap_counts, device, "hot_caches[0]", &p, &aliases);
   p.max_blocks = checked_max_blocks(a.max_blocks);
   p.variant = HS_GATHER_ROW_PERSISTENT;
+  aliases.check();
   return p;
 }
 
@@ -350,10 +428,13 @@ GatherPlanParams gather_plan_params(const hs_tensor_t* src_rows, const hs_tensor
   p.row_bytes = source.row_bytes;
   p.count = row_ids.numel();
   p.row_ids = row_ids.data<int32_t>();
-  p.dst_rows = index_list(TensorArg(dst_rows_t, "dst_rows"), p.count, device, "staged");
-  p.miss_mask = index_list(TensorArg(miss_mask_t, "miss_mask"), p.count, device, "staged");
+  const TensorArg dst_rows(dst_rows_t, "dst_rows");
+  const TensorArg miss_mask(miss_mask_t, "miss_mask");
+  p.dst_rows = index_list(dst_rows, p.count, device, "staged");
+  p.miss_mask = index_list(miss_mask, p.count, device, "staged");
+  AliasCheck().writes(staged).reads(src).reads(row_ids).reads(dst_rows).reads(miss_mask).check();
 
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "staged");
   backend.check_accessible(source.base, static_cast<size_t>(source.extent), device.index, "src_rows");
   backend.check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index, "staged");
   return p;
@@ -376,7 +457,8 @@ void mirror_source_params(const TensorArg& src, const TensorArg& slots, const Te
   p.row_bytes = source.row_bytes;
   p.slot_mapping = slots.data<void>();
   p.slot_mapping_int64 = slots.dtype() == HS_DTYPE_INT64;
-  backend_for(device).check_accessible(source.base, static_cast<size_t>(source.extent), device.index, src.name());
+  backend_for(device, src.name())
+      .check_accessible(source.base, static_cast<size_t>(source.extent), device.index, src.name());
 }
 
 MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor_t* host_cache_t,
@@ -390,12 +472,14 @@ MirrorRowsParams mirror_rows_params(const hs_tensor_t* src_rows, const hs_tensor
   same_rows(host, src, destination.row_bytes, source.row_bytes);
   check_source_device(host, device, "src_rows");
   MirrorRowsParams p;
-  mirror_source_params(src, TensorArg(slot_mapping_t, "slot_mapping"), host, destination.row_bytes, device, &p);
+  const TensorArg slot_mapping(slot_mapping_t, "slot_mapping");
+  mirror_source_params(src, slot_mapping, host, destination.row_bytes, device, &p);
+  AliasCheck().writes(host).reads(src).reads(slot_mapping).check();
   p.host = destination.base;
   p.host_rows = destination.count;
   p.host_pitch = destination.pitch;
-  backend_for(device).check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index,
-                                       "host_cache");
+  backend_for(device, "src_rows")
+      .check_accessible(destination.base, static_cast<size_t>(destination.extent), device.index, "host_cache");
   return p;
 }
 
@@ -423,8 +507,12 @@ InvalidateSlotsParams invalidate_written_slots_params(const hs_invalidate_writte
   const Device device = state_indices.device();
   *device_out = device;
   InvalidateSlotsParams p;
-  invalidation_inputs(state_indices, TensorArg(a.req_id_per_token, "req_id_per_token"),
-                      TensorArg(a.written_slots, "written_slots"), device, "request_state_indices", &p);
+  const TensorArg req_ids(a.req_id_per_token, "req_id_per_token");
+  const TensorArg written(a.written_slots, "written_slots");
+  invalidation_inputs(state_indices, req_ids, written, device, "request_state_indices", &p);
+  const ByteRange inputs[] = {state_indices.bytes(), req_ids.bytes(), written.bytes()};
+  std::vector<ByteRange> table_ranges;
+  table_ranges.reserve(static_cast<size_t>(a.num_tables));
 
   // Names must outlive the TensorArgs that point at them.
   std::vector<std::string> names;
@@ -446,7 +534,15 @@ InvalidateSlotsParams invalidate_written_slots_params(const hs_invalidate_writte
                        table.shape_string());
     }
     tables->push_back(table.data<int32_t>());
+    // Every table is written: apart from every input and from each other
+    // (contiguous, so neighbours in address order are enough to compare).
+    const ByteRange range = table.bytes();
+    for (const ByteRange& input : inputs) check_apart(range, true, input, false);
+    table_ranges.push_back(range);
   }
+  std::sort(table_ranges.begin(), table_ranges.end(),
+            [](const ByteRange& x, const ByteRange& y) { return x.begin < y.begin; });
+  for (size_t i = 1; i < table_ranges.size(); ++i) check_apart(table_ranges[i], true, table_ranges[i - 1], true);
   p.tables = tables->data();
   p.num_tables = a.num_tables;
   p.num_state_rows = checked_int32(rows, "tables rows");
@@ -463,6 +559,7 @@ InvalidateSlotsParams invalidate_written_slots_params(const hs_invalidate_writte
         }
       }
     }
+    for (const ByteRange& table : table_ranges) check_apart(table, true, pointers.bytes(), false);
     p.table_pointers = pointers.data<int64_t>();
   }
   return p;
@@ -478,30 +575,15 @@ SwapBlocksParams swap_blocks_params(const hs_tensor_t* src_t, const hs_tensor_t*
   src.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0);
   dst.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0).on(device, "src");
   sizes.dtype_is(HS_DTYPE_INT64).ndim_is(1).unit_stride(0).on(device, "src");
-  dst.size_is(0, src.size(0), "one destination per source address");
-  sizes.size_is(0, src.size(0), "one size per source address");
+  dst.size_is(0, src.size(0), "one destination per entry of src");
+  sizes.size_is(0, src.size(0), "one size per entry of src");
   SwapBlocksParams p;
   p.device = device.index;
   p.src = src.data<int64_t>();
   p.dst = dst.data<int64_t>();
   p.sizes = sizes.data<int64_t>();
   p.count = src.size(0);
-  if (!device.is_cuda()) {
-    // The CPU backend dereferences these addresses on the host: refuse
-    // device memory (a host loop touching it would crash the process).
-    Backend* cuda = cuda_backend();
-    for (int64_t i = 0; cuda != nullptr && i < p.count; ++i) {
-      if (p.sizes[i] <= 0 || p.src[i] == 0 || p.dst[i] == 0) continue;
-      for (const auto& [name, address] : {std::pair<const char*, int64_t>{"src", p.src[i]}, {"dst", p.dst[i]}}) {
-        const auto* first = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(address));
-        if (cuda->is_device_memory(first) || cuda->is_device_memory(first + p.sizes[i] - 1)) {
-          invalid_argument(name, ": entry ", i,
-                           " points to CUDA device memory, but the address arrays are host "
-                           "tensors, which run the CPU backend; put src, dst and sizes on the CUDA device");
-        }
-      }
-    }
-  }
+  if (!device.is_cuda()) check_host_copies(p, src, dst, sizes);
   return p;
 }
 

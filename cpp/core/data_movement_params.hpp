@@ -39,13 +39,27 @@ struct GatherCompactParams {
   uint8_t* piece_hot[kMaxGatherPieces] = {};
 };
 
+// What hot_row_offset answers for a row it cannot place: past every hot
+// cache, so the callers' `offset >= hot_span_rows` skips it.
+constexpr int64_t kNoHotRow = INT64_MAX;
+
 // Row offset (in rows from the hot cache's base) of physical hot row `row`:
-// the attention addressing of docs/residency.md.
+// the attention addressing of docs/residency.md. kNoHotRow for a negative
+// row or an offset past int64 (the host keeps block sizes and strides at
+// most INT32_MAX, so an int32 row never gets there; the check makes the
+// helper safe for any input).
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
 inline int64_t hot_row_offset(int64_t row, int64_t block_size, int64_t block_stride) {
-  return (row / block_size) * block_stride + row % block_size;
+  if (row < 0 || block_size < 1 || block_stride < 0) return kNoHotRow;
+  const int64_t block = row / block_size;
+  const int64_t within = row - block * block_size;
+  // Two factors below 2^31 cannot overflow; only larger ones pay a division.
+  if (((block | block_stride) >> 31) != 0 && block_stride != 0 && block > (kNoHotRow - within) / block_stride) {
+    return kNoHotRow;
+  }
+  return block * block_stride + within;
 }
 
 struct GatherPlanParams {

@@ -31,15 +31,16 @@ uint64_t available_host_memory() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
-void check_host_memory(uint64_t pool_bytes) {
+void check_host_memory(uint64_t pool_bytes, const char* name) {
   const uint64_t available = available_host_memory();
   if (static_cast<double>(pool_bytes) > static_cast<double>(available) * 0.95) {
     char message[512];
     std::snprintf(message, sizeof(message),
-                  "hisparse pinned host pool needs ~%.0f GiB (size_bytes=%llu) but only %.0f GiB of RAM is "
-                  "available. Lower host_pool_gib or leave headroom for co-tenants.",
-                  static_cast<double>(pool_bytes) / (1ull << 30), static_cast<unsigned long long>(pool_bytes),
-                  static_cast<double>(available) / (1ull << 30));
+                  "%s: hisparse pinned host pool needs ~%.0f GiB (%s=%llu) but only %.0f GiB of RAM is "
+                  "available. Lower the pool's size_bytes (the host budget: host_budget_bytes, hisparse plan "
+                  "--host-budget-gib) or leave headroom for co-tenants.",
+                  name, static_cast<double>(pool_bytes) / (1ull << 30), name,
+                  static_cast<unsigned long long>(pool_bytes), static_cast<double>(available) / (1ull << 30));
     invalid_argument(message);
   }
 }

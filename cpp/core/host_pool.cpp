@@ -55,6 +55,7 @@ HostPool::HostPool(const HostPoolOptions& options)
   try {
     populate();
     if (registrar_ != nullptr) register_segments(options.max_segment_bytes);
+    list_region();
   } catch (...) {
     try {
       unregister_segments();
@@ -90,6 +91,11 @@ HostPool::~HostPool() {
     // kept the same way: its owner is never dropped.
     if (mapping_ != nullptr) new std::shared_ptr<void>(std::move(mapping_));
   }
+}
+
+void HostPool::list_region() {
+  host_region_ = std::make_shared<HostRegion>(base_, mapped_bytes_);
+  remember_host_region(host_region_);
 }
 
 void* HostPool::data() const {
@@ -144,6 +150,7 @@ void HostPool::unregister_segments() {
 
 void HostPool::unmap() {
   if (base_ == nullptr) return;
+  if (host_region_ != nullptr) forget_host_region(*host_region_);
   if (mapping_ != nullptr) {
     mapping_.reset();
   } else {
@@ -152,10 +159,15 @@ void HostPool::unmap() {
   base_ = nullptr;
 }
 
+void HostPool::retire() {
+  if (host_region_ != nullptr) mark_host_region_released(*host_region_);
+}
+
 void HostPool::release() {
-  if (released()) return;
-  unregister_segments();
+  if (unmapped()) return;
+  unregister_segments();  // may throw: nothing is released then, a later call retries
   registered_ = false;
+  retire();
   unmap();
 }
 

@@ -1,7 +1,9 @@
 // The host pool (the seed's HiSparseHostPool + allocate_pinned_host_pool):
 // one exact-size, page-aligned host region, populated in parallel, registered
 // with the GPU in segments of at most 64 GiB, and released deterministically
-// (unregister, then unmap) exactly once.
+// (unregister, then unmap) exactly once. Its memory is listed in the host
+// regions (core/host_regions.hpp), so that nothing in the library touches it
+// once the pool is released, even while views keep it mapped (retire).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/host_regions.hpp"
 #include "hisparse/hisparse.h"
 
 namespace hisparse {
@@ -41,9 +44,17 @@ class HostPool {
   // fails, the remaining segments and the mapping are kept (a later call
   // retries) and the error is thrown.
   virtual void release();
+  // Releases the pool for the library without unmapping it: data() and
+  // every kernel or runtime given its memory refuse from now on, while the
+  // pages stay mapped and registered for views the caller still holds, until
+  // release(). Idempotent.
+  void retire();
 
-  bool released() const { return base_ == nullptr; }
-  void* data() const;  // throws HS_ERROR_INVALID_STATE after release
+  // True once retired or released.
+  bool released() const { return host_region_ == nullptr || host_region_->released(); }
+  // True once the memory is unmapped (release).
+  bool unmapped() const { return base_ == nullptr; }
+  void* data() const;  // throws HS_ERROR_INVALID_STATE once released
   uint64_t size_bytes() const { return size_bytes_; }
   uint64_t mapped_bytes() const { return mapped_bytes_; }
   bool registered() const { return registered_; }
@@ -63,6 +74,9 @@ class HostPool {
   void set_population(int threads, bool huge_pages, double seconds);
   // `after_segment` runs after each registered segment (progress reports).
   void register_segments(uint64_t max_segment_bytes, const std::function<void()>& after_segment = {});
+  // Lists the mapped memory in the host regions (the subclass calls it once
+  // the memory is ready; the private pool's constructor does).
+  void list_region();
 
  private:
   void populate();
@@ -81,6 +95,7 @@ class HostPool {
   double register_seconds_ = 0;
   std::vector<Segment> segments_;  // registered ranges, exact
   std::shared_ptr<void> mapping_;  // owner of memory mapped elsewhere; null for an own mapping
+  std::shared_ptr<HostRegion> host_region_;  // the memory as the library sees it; null until listed
 };
 
 }  // namespace hisparse

@@ -42,7 +42,7 @@ void register_host_memory(void* data, uint64_t bytes, const Device& device) {
   if (bytes == 0) invalid_argument("bytes: expected a positive size, got 0");
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
   if (begin + bytes < begin) invalid_argument("bytes: the range at ", data, " of ", bytes, " bytes wraps around");
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "device");
   if (device.is_cuda() && backend.is_device_memory(data)) {
     invalid_argument("data: expected host memory, got memory of a CUDA device");
   }
@@ -92,7 +92,7 @@ void unregister_host_memory(void* data) {
     invalid_argument("data: ", data, " is not the start of a range hs_host_register registered");
   }
   const Registration& r = found->second;
-  if (!r.segments.empty()) unregister_segments(backend_for(r.device), r, r.segments.size());
+  if (!r.segments.empty()) unregister_segments(backend_for(r.device, "device"), r, r.segments.size());
   reg.ranges.erase(found);
 }
 

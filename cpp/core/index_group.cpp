@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/aliasing.hpp"
 #include "core/config.hpp"
 #include "core/device_memory.hpp"
 #include "core/error.hpp"
@@ -173,6 +174,12 @@ void IndexGroup::describe(hs_index_group_tensor_t which, void* data, hs_dtype_t 
   t.strides = nullptr;
 }
 
+ByteRange IndexGroup::memory() const {
+  const auto begin = reinterpret_cast<uintptr_t>(memory_->device_base());
+  return ByteRange{"the index group's state (device_global_indices, lru_slots, shared outputs, counters)", begin,
+                   begin + device_bytes_};
+}
+
 const hs_tensor_t& IndexGroup::tensor(hs_index_group_tensor_t which) const {
   if (static_cast<int>(which) < 0 || static_cast<int>(which) >= kNumTensors) {
     invalid_argument("which: expected an hs_index_group_tensor_t in [0, ", static_cast<int>(kNumTensors), "), got ",
@@ -222,6 +229,7 @@ void IndexGroup::invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const 
   slots.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
   const TensorArg states(state_indices, "state_indices");
   states.dtype_is(HS_DTYPE_INT32).ndim_is(1).unit_stride(0).on(options_.device, "the index group");
+  AliasCheck().reads(slots).reads(states).writes(memory()).check();
   if (slots.numel() == 0 || states.numel() == 0) return;
   InvalidateSortedSlotsParams p;
   p.device_global_indices = data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
@@ -286,28 +294,46 @@ void IndexGroup::resolve(const ResolveResidencyParams& params, hs_stream_t strea
 
 ResolveResidencyParams IndexGroup::resolve_params(const hs_index_group_resolve_args_t& a) const {
   ResolveResidencyParams p;
-  const Device device = resolve_topk(TensorArg(a.topk_indices, "topk_indices"), &p);
+  const TensorArg topk(a.topk_indices, "topk_indices");
+  const Device device = resolve_topk(topk, &p);
   fill_resolve_params(a.row_offset, &p);
-  resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
-                       TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
+  const TensorArg req_ids(a.req_id_per_token, "req_id_per_token");
+  const TensorArg state_indices(a.request_state_indices, "request_state_indices");
+  resolve_batch_params(req_ids, state_indices, device, &p);
   resolve_scalar_params(a.hot_block_size, a.attention_block_stride == 0 ? a.hot_block_size : a.attention_block_stride,
                         a.host_rows, options_.max_union_rows, &p);
-  resolve_hot_table_params(TensorArg(a.hot_block_table, "hot_block_table"), device, &p);
-  if (a.out_attention != nullptr) {
-    p.out_attention =
-        resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
+  const TensorArg hot_table(a.hot_block_table, "hot_block_table");
+  resolve_hot_table_params(hot_table, device, &p);
+  const TensorArg out_attention(a.out_attention, "out_attention", true);
+  if (out_attention.present()) {
+    p.out_attention = resolve_output_matrix(out_attention, device, p, &p.out_attention_row_stride);
   }
-  if (a.out_valid_counts != nullptr) {
-    p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
-  }
-  resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true), a.block_size,
-                          TensorArg(a.resident_block_table, "resident_block_table", true),
-                          a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size,
-                          TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
-  resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
-                              TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
-                              device, &p);
+  const TensorArg out_valid_counts(a.out_valid_counts, "out_valid_counts", true);
+  if (out_valid_counts.present()) p.out_valid_counts = resolve_output_vector(out_valid_counts, device, p);
+  const TensorArg source_table(a.source_block_table, "source_block_table", true);
+  const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
+  const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
+  resolve_optional_params(source_table, a.block_size, resident_table,
+                          a.resident_block_size == 0 ? a.hot_block_size : a.resident_block_size, valid_rows, device,
+                          &p);
+  const TensorArg gather_host(a.gather_host_cache, "gather_host_cache", true);
+  const TensorArg gather_hot(a.gather_hot_cache, "gather_hot_cache", true);
+  resolve_fused_gather_params(gather_host, gather_hot, a.gather_hot_block_stride, device, &p);
   resolve_gather_schedule(a.gather_schedule, &p);
+  AliasCheck()
+      .writes(out_attention)
+      .writes(out_valid_counts)
+      .writes(gather_hot)
+      .reads(topk)
+      .reads(req_ids)
+      .reads(state_indices)
+      .reads(hot_table)
+      .reads(source_table)
+      .reads(resident_table)
+      .reads(valid_rows)
+      .reads(gather_host)
+      .writes(memory())
+      .check();
   return p;
 }
 

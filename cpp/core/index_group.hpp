@@ -48,6 +48,10 @@ class IndexGroup {
   Backend& backend() const { return backend_; }
   uint64_t device_bytes() const { return device_bytes_; }
 
+  // The group's device memory (every tensor but the host mirror of the
+  // counters), named for the errors of arguments that overlap it.
+  ByteRange memory() const;
+
   // Descriptor of one owned tensor; shape storage lives in the group.
   const hs_tensor_t& tensor(hs_index_group_tensor_t which) const;
   template <typename T>

@@ -20,45 +20,44 @@ struct ResetHotStateParams {
 };
 
 // For each listed state row, hot slots holding a listed host slot become -1.
+// The list may come in any order: ascending (non-decreasing) is the fast
+// path (a binary search per hot slot), any other order is scanned, so the
+// result never depends on the order.
 struct InvalidateSortedSlotsParams {
   int32_t* device_global_indices = nullptr;  // [S, H] contiguous
   int64_t num_state_rows = 0;                // S
   int32_t hot_size = 0;                      // H
-  const int32_t* sorted_slots = nullptr;     // [num_slots], ascending
+  const int32_t* sorted_slots = nullptr;     // [num_slots], any order
   int64_t num_slots = 0;
   const int32_t* state_indices = nullptr;    // [num_state_indices]; outside [0, S) = skipped
   int64_t num_state_indices = 0;
   int device = 0;
 };
 
-// torch.searchsorted(side="left") on sorted[0 .. n): the first position whose
-// value is >= `value`, probing exactly as torch does, so that even unsorted
-// input gives the seed's answer. Shared by the CPU reference and the kernel.
+// Whether `value` occurs in slots[0 .. n) (n > 0): a binary search when the
+// list is non-decreasing (`ascending`), a scan otherwise. Shared by the CPU
+// reference and the kernel.
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline int64_t lower_bound_position(const int32_t* sorted, int64_t n, int32_t value) {
+inline bool slot_listed(const int32_t* slots, int64_t n, int32_t value, bool ascending) {
+  if (!ascending) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (slots[i] == value) return true;
+    }
+    return false;
+  }
   int64_t start = 0;
   int64_t end = n;
   while (start < end) {
     const int64_t mid = start + ((end - start) >> 1);
-    if (!(sorted[mid] >= value)) {
+    if (slots[mid] < value) {
       start = mid + 1;
     } else {
       end = mid;
     }
   }
-  return start;
-}
-
-// The seed's membership test: searchsorted, clamp to the last element, compare.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline bool sorted_contains(const int32_t* sorted, int64_t n, int32_t value) {
-  int64_t position = lower_bound_position(sorted, n, value);
-  if (position > n - 1) position = n - 1;
-  return sorted[position] == value;
+  return start < n && slots[start] == value;
 }
 
 }  // namespace hisparse

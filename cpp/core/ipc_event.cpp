@@ -45,7 +45,7 @@ Device resolve_device(int32_t device_type, int32_t device_index, const char* nam
     Backend* cuda = cuda_backend();
     device.index = cuda != nullptr && cuda->available() ? cuda->current_device() : 0;
   }
-  backend_for(device);
+  backend_for(device, "device_index");
   return device;
 }
 
@@ -58,7 +58,7 @@ IpcEvent::~IpcEvent() { backend_.destroy_event(event_, device_.index); }
 
 std::unique_ptr<IpcEvent> IpcEvent::create(int32_t device_type, int32_t device_index) {
   const Device device = resolve_device(device_type, device_index, "device_type");
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "device_index");
   Event event = backend.create_ipc_event(device.index);
   return std::unique_ptr<IpcEvent>(new IpcEvent(backend, device, event, false, static_cast<int64_t>(getpid())));
 }
@@ -80,7 +80,7 @@ std::unique_ptr<IpcEvent> IpcEvent::import(const hs_ipc_event_handle_t& handle, 
                      "); use the event itself (CUDA cannot open an interprocess handle in its own process)");
   }
   const Device device = resolve_device(encoded.device_type, device_index, "handle");
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "device_index");
   Event event = backend.import_ipc_event(encoded.payload, device.index);
   return std::unique_ptr<IpcEvent>(new IpcEvent(backend, device, event, true, encoded.pid));
 }

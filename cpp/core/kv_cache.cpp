@@ -112,7 +112,7 @@ KvCacheLayout kv_cache_layout(const KvCacheOptions& o) {
 // ------------------------------------------------------------------ creation
 
 KvCache::KvCache(const KvCacheOptions& options)
-    : options_(options), layout_(kv_cache_layout(options)), backend_(backend_for(options.device)) {
+    : options_(options), layout_(kv_cache_layout(options)), backend_(backend_for(options.device, "device")) {
   options_.config = resolve_config(options.config);
   const KvCacheLayout& l = layout_;
   if (options_.host_event != nullptr && options_.host_event->device() != options_.device) {

@@ -81,8 +81,9 @@ PagedRows paged_rows(const TensorArg& t, const Device& device, const char* refer
     t.aligned(kRowAlignment);
   }
   rows.base = t.data<uint8_t>();
-  backend_for(device).check_accessible(
-      rows.base, static_cast<size_t>(checked_mul(rows.span_rows, rows.row_bytes, t.name())), device.index, t.name());
+  backend_for(device, t.name())
+      .check_accessible(rows.base, static_cast<size_t>(checked_mul(rows.span_rows, rows.row_bytes, t.name())),
+                        device.index, t.name());
   return rows;
 }
 
@@ -171,7 +172,8 @@ WriteRowsParams write_rows_params(const hs_write_rows_args_t& a, Device* device_
       invalid_argument("host_rows: expected 0 or the rows of host_cache (", slots.count, "), got ", host_rows);
     }
     host_rows = slots.count;
-    backend_for(device).check_accessible(slots.base, static_cast<size_t>(slots.extent), device.index, "host_cache");
+    backend_for(device, "host_cache")
+        .check_accessible(slots.base, static_cast<size_t>(slots.extent), device.index, "host_cache");
     p.host = slots.base;
     p.host_pitch = slots.pitch;
   }

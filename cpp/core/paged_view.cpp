@@ -26,8 +26,8 @@ PagedView paged_view(const TensorArg& raw, hs_dtype_t dtype, int64_t row_width, 
   if (byte_offset < 0 || byte_offset % kRowAlignment != 0) {
     invalid_argument("byte_offset: expected a non-negative multiple of 16 bytes, got ", byte_offset);
   }
-  const int64_t row_bytes = checked_mul(row_width, itemsize, "row_width");
-  const int64_t block_bytes = checked_mul(block_size, row_bytes, "block_size");
+  const int64_t row_bytes = checked_mul(row_width, itemsize, "row_width x the dtype's size");
+  const int64_t block_bytes = checked_mul(block_size, row_bytes, "block_size x row_width");
   if (block_stride < block_bytes || block_stride % row_bytes != 0) {
     invalid_argument("block_stride: expected a multiple of row_bytes (", row_bytes,
                      ") of at least block_size x row_bytes = ", block_bytes, " bytes, got ", block_stride);
@@ -39,7 +39,8 @@ PagedView paged_view(const TensorArg& raw, hs_dtype_t dtype, int64_t row_width, 
   }
   const int64_t slab_bytes = static_cast<int64_t>(raw.nbytes());
   const int64_t needed =
-      checked_add(checked_add(byte_offset, checked_mul(num_blocks - 1, block_stride, "raw_tensor"), "raw_tensor"),
+      checked_add(checked_add(byte_offset, checked_mul(num_blocks - 1, block_stride, "num_blocks x block_stride"),
+                              "byte_offset + num_blocks x block_stride"),
                   block_bytes, "raw_tensor");
   if (needed > slab_bytes) {
     invalid_argument("raw_tensor: the slab is too small: the view needs byte_offset + (num_blocks - 1) x "

@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/aliasing.hpp"
 #include "core/backend.hpp"
 #include "core/config.hpp"
 #include "core/data_movement.hpp"
@@ -209,8 +210,8 @@ void resolve_gather_schedule(int32_t schedule, ResolveResidencyParams* params) {
 void resolve_workspace_params(const TensorArg& workspace, const Device& device, ResolveResidencyParams* params) {
   ResolveResidencyParams& p = *params;
   if (!device.is_cuda()) return;
-  const uint64_t required = resolver_workspace_bytes_on_device(backend_for(device), device.index, p.num_state_rows,
-                                                               p.hot_size, p.max_union_rows);
+  const uint64_t required = resolver_workspace_bytes_on_device(backend_for(device, "topk_indices"), device.index,
+                                                               p.num_state_rows, p.hot_size, p.max_union_rows);
   if (required == 0) return;
   if (!workspace.present()) {
     invalid_argument("workspace: device_buffer_size=", p.hot_size, " with max_union_rows=", p.max_union_rows,
@@ -229,37 +230,70 @@ void resolve_workspace_params(const TensorArg& workspace, const Device& device, 
 
 ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_t& a, Device* device_out) {
   ResolveResidencyParams p;
-  const Device device = resolve_topk_params(TensorArg(a.topk_indices, "topk_indices"), &p);
+  const TensorArg topk(a.topk_indices, "topk_indices");
+  const Device device = resolve_topk_params(topk, &p);
   *device_out = device;
-  resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
-                       TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
-  resolve_state_params(TensorArg(a.device_global_indices, "device_global_indices"), TensorArg(a.lru_slots, "lru_slots"),
-                       device, &p);
+  const TensorArg req_ids(a.req_id_per_token, "req_id_per_token");
+  const TensorArg state_indices(a.request_state_indices, "request_state_indices");
+  resolve_batch_params(req_ids, state_indices, device, &p);
+  const TensorArg dgi(a.device_global_indices, "device_global_indices");
+  const TensorArg lru(a.lru_slots, "lru_slots");
+  resolve_state_params(dgi, lru, device, &p);
   resolve_scalar_params(a.hot_block_size, a.attention_block_stride, a.host_rows, a.max_union_rows, &p);
-  resolve_hot_table_params(TensorArg(a.hot_block_table, "hot_block_table"), device, &p);
-  p.out_attention =
-      resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
-  p.out_hot_rows =
-      resolve_output_matrix(TensorArg(a.out_hot_rows, "out_hot_rows"), device, p, &p.out_hot_rows_row_stride);
-  p.out_resolved =
-      resolve_output_matrix(TensorArg(a.out_resolved, "out_resolved"), device, p, &p.out_resolved_row_stride);
-  p.out_miss_mask =
-      resolve_output_matrix(TensorArg(a.out_miss_mask, "out_miss_mask"), device, p, &p.out_miss_mask_row_stride);
-  p.out_swap_host_rows = resolve_output_matrix(TensorArg(a.out_swap_host_rows, "out_swap_host_rows"), device, p,
-                                               &p.out_swap_host_rows_row_stride);
-  p.out_swap_device_rows = resolve_output_matrix(TensorArg(a.out_swap_device_rows, "out_swap_device_rows"), device, p,
-                                                 &p.out_swap_device_rows_row_stride);
-  p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
-  p.out_swap_counts = resolve_output_vector(TensorArg(a.out_swap_counts, "out_swap_counts"), device, p);
-  resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true), a.block_size,
-                          TensorArg(a.resident_block_table, "resident_block_table", true), a.resident_block_size,
-                          TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
-  resolve_stats_params(TensorArg(a.stats, "stats", true), device, &p);
-  resolve_fused_gather_params(TensorArg(a.gather_host_cache, "gather_host_cache", true),
-                              TensorArg(a.gather_hot_cache, "gather_hot_cache", true), a.gather_hot_block_stride,
-                              device, &p);
+  const TensorArg hot_table(a.hot_block_table, "hot_block_table");
+  resolve_hot_table_params(hot_table, device, &p);
+  const TensorArg attention(a.out_attention, "out_attention");
+  const TensorArg hot_rows(a.out_hot_rows, "out_hot_rows");
+  const TensorArg resolved(a.out_resolved, "out_resolved");
+  const TensorArg miss_mask(a.out_miss_mask, "out_miss_mask");
+  const TensorArg swap_host(a.out_swap_host_rows, "out_swap_host_rows");
+  const TensorArg swap_device(a.out_swap_device_rows, "out_swap_device_rows");
+  const TensorArg valid_counts(a.out_valid_counts, "out_valid_counts");
+  const TensorArg swap_counts(a.out_swap_counts, "out_swap_counts");
+  p.out_attention = resolve_output_matrix(attention, device, p, &p.out_attention_row_stride);
+  p.out_hot_rows = resolve_output_matrix(hot_rows, device, p, &p.out_hot_rows_row_stride);
+  p.out_resolved = resolve_output_matrix(resolved, device, p, &p.out_resolved_row_stride);
+  p.out_miss_mask = resolve_output_matrix(miss_mask, device, p, &p.out_miss_mask_row_stride);
+  p.out_swap_host_rows = resolve_output_matrix(swap_host, device, p, &p.out_swap_host_rows_row_stride);
+  p.out_swap_device_rows = resolve_output_matrix(swap_device, device, p, &p.out_swap_device_rows_row_stride);
+  p.out_valid_counts = resolve_output_vector(valid_counts, device, p);
+  p.out_swap_counts = resolve_output_vector(swap_counts, device, p);
+  const TensorArg source_table(a.source_block_table, "source_block_table", true);
+  const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
+  const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
+  resolve_optional_params(source_table, a.block_size, resident_table, a.resident_block_size, valid_rows, device, &p);
+  const TensorArg stats(a.stats, "stats", true);
+  resolve_stats_params(stats, device, &p);
+  const TensorArg gather_host(a.gather_host_cache, "gather_host_cache", true);
+  const TensorArg gather_hot(a.gather_hot_cache, "gather_hot_cache", true);
+  resolve_fused_gather_params(gather_host, gather_hot, a.gather_hot_block_stride, device, &p);
   resolve_gather_schedule(a.gather_schedule, &p);
-  resolve_workspace_params(TensorArg(a.workspace, "workspace", true), device, &p);
+  const TensorArg workspace(a.workspace, "workspace", true);
+  resolve_workspace_params(workspace, device, &p);
+  // The state and every output are written; the rest is read.
+  AliasCheck()
+      .writes(dgi)
+      .writes(lru)
+      .writes(attention)
+      .writes(hot_rows)
+      .writes(resolved)
+      .writes(miss_mask)
+      .writes(swap_host)
+      .writes(swap_device)
+      .writes(valid_counts)
+      .writes(swap_counts)
+      .writes(stats)
+      .writes(gather_hot)
+      .writes(workspace)
+      .reads(topk)
+      .reads(req_ids)
+      .reads(state_indices)
+      .reads(hot_table)
+      .reads(source_table)
+      .reads(resident_table)
+      .reads(valid_rows)
+      .reads(gather_host)
+      .check();
   return p;
 }
 

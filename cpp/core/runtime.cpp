@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
+#include "core/aliasing.hpp"
 #include "core/checked_math.hpp"
 #include "core/config.hpp"
 #include "core/data_movement.hpp"
@@ -79,7 +81,7 @@ void StoredTensor::assign(const hs_tensor_t& tensor) {
 // ------------------------------------------------------------------ creation
 
 Runtime::Runtime(const RuntimeOptions& options) : options_(resolve_options(options, nullptr)) {
-  Backend& backend = backend_for(options_.device);
+  Backend& backend = backend_for(options_.device, "device_index");
   GroupOptions g;
   g.index_group.device = options_.device;
   g.index_group.max_num_reqs = options_.max_num_reqs;
@@ -238,6 +240,10 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   source.cache.assign(*host_cache);
   source.rows = rows;
   source.pitch = pitch < 0 ? row_width_ : pitch;
+  source.bytes = cache.bytes();
+  source.pool = host_region_holding(cache.data<void>(), static_cast<uint64_t>(extent));
+  check_binding_apart(source.bytes, hot_bound_ ? hot_.view_bytes : ByteRange{},
+                      hot_bound_ ? hot_.table_bytes : ByteRange{});
   // Everything is checked before anything changes: a refused binding leaves
   // the previous one in place.
   if (hot_bound_) gather_ = gather_template(source, hot_);
@@ -273,6 +279,9 @@ void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
   hot.num_blocks = b.num_blocks;
   hot.block_size = b.block_size;
   hot.attention_block_stride = view.attention_block_stride;
+  hot.view_bytes = TensorArg(hot.view.get(), "raw_tensor").bytes();
+  hot.table_bytes = table.bytes();
+  check_binding_apart(source_bound_ ? source_.bytes : ByteRange{}, hot.view_bytes, hot.table_bytes);
   // Everything is checked before anything changes: a refused binding leaves
   // the previous one in place.
   if (source_bound_) gather_ = gather_template(source_, hot);
@@ -325,6 +334,75 @@ void Runtime::require_bound(const char* operation) const {
     fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: the runtime is not bound (", operation,
          " needs bind_source_cache and bind_hot_cache first; source cache ", source_bound_ ? "bound" : "unbound",
          ", hot cache ", hot_bound_ ? "bound" : "unbound", ")");
+  }
+  require_live_source();
+}
+
+void Runtime::require_live_source() const {
+  if (source_bound_ && source_.pool != nullptr && source_.pool->released()) {
+    fail(HS_ERROR_INVALID_STATE, is_leader() ? "host_cache" : "host_cache (of a follower)",
+         ": the host pool the bound source cache lies in was released, so hisparse no longer reads or writes it; "
+         "bind a cache in live memory (bind_source_cache) or unbind the runtime");
+  }
+}
+
+void Runtime::check_binding_apart(const ByteRange& source, const ByteRange& view, const ByteRange& table) const {
+  // Host caches are written by mirror_rows and read by the gathers, hot
+  // views written by the gathers, block tables only read. Two runtimes may
+  // read one host cache; nothing may write what another binding uses.
+  const ByteRange state = group_->index_group().memory();
+  for (const ByteRange* mine : {&source, &view, &table}) check_apart(*mine, false, state, true);
+  check_apart(view, true, source, true);
+  check_apart(table, false, source, true);
+  check_apart(table, false, view, true);
+  std::vector<const Runtime*> members(group_->followers().begin(), group_->followers().end());
+  if (group_->leader() != nullptr) members.push_back(group_->leader());
+  for (const Runtime* other : members) {
+    if (other == this) continue;
+    ByteRange other_source = other->source_bound_ ? other->source_.bytes : ByteRange{};
+    ByteRange other_view = other->hot_bound_ ? other->hot_.view_bytes : ByteRange{};
+    ByteRange other_table = other->hot_bound_ ? other->hot_.table_bytes : ByteRange{};
+    other_source.name = "the source cache bound to another runtime of this index group";
+    other_view.name = "the hot view bound to another runtime of this index group";
+    other_table.name = "the hot block table bound to another runtime of this index group";
+    check_apart(source, false, other_view, true);
+    check_apart(view, true, other_source, false);
+    check_apart(view, true, other_view, true);
+    check_apart(view, true, other_table, false);
+    check_apart(table, false, other_view, true);
+  }
+}
+
+void Runtime::check_call_apart(const ByteRange* reads, size_t num_reads, const ByteRange* writes, size_t num_writes,
+                               bool stages_followers) const {
+  for (size_t i = 0; i < num_writes; ++i) {
+    for (size_t j = i + 1; j < num_writes; ++j) check_apart(writes[i], true, writes[j], true);
+    for (size_t j = 0; j < num_reads; ++j) check_apart(writes[i], true, reads[j], false);
+  }
+  // Memory the call's kernels write, and the caches they read.
+  const ByteRange state = group_->index_group().memory();
+  auto apart_from = [&](const ByteRange& bound, bool written) {
+    for (size_t i = 0; i < num_writes; ++i) check_apart(writes[i], true, bound, written);
+    for (size_t j = 0; j < num_reads; ++j) check_apart(reads[j], false, bound, written);
+  };
+  apart_from(state, true);
+  ByteRange view = hot_.view_bytes;
+  view.name = "the hot view bound to this runtime (raw_tensor)";
+  apart_from(view, true);
+  ByteRange source = source_.bytes;
+  source.name = "the source cache bound to this runtime (host_cache)";
+  apart_from(source, false);
+  ByteRange table = hot_.table_bytes;
+  table.name = "the hot block table bound to this runtime";
+  apart_from(table, false);
+  if (!stages_followers) return;
+  for (const Runtime* f : group_->followers()) {
+    ByteRange follower_view = f->hot_.view_bytes;
+    follower_view.name = "the hot view bound to a follower of this runtime";
+    apart_from(follower_view, true);
+    ByteRange follower_source = f->source_.bytes;
+    follower_source.name = "the source cache bound to a follower of this runtime";
+    apart_from(follower_source, false);
   }
 }
 
@@ -380,8 +458,9 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
     device = group.resolve_topk(topk, &p);
   }
   group.fill_resolve_params(first_row, &p);
-  resolve_batch_params(TensorArg(a.req_id_per_token, "req_id_per_token"),
-                       TensorArg(a.request_state_indices, "request_state_indices"), device, &p);
+  const TensorArg req_ids(a.req_id_per_token, "req_id_per_token");
+  const TensorArg state_indices(a.request_state_indices, "request_state_indices");
+  resolve_batch_params(req_ids, state_indices, device, &p);
   if (*padded) {
     PrepareTopkParams& q = *prepare;
     q.device = device.index;
@@ -411,21 +490,24 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   p.hot_block_table = table.data<int32_t>();
   p.hot_table_row_stride = table.stride(0);
   p.hot_table_width = static_cast<int32_t>(table.size(1));
-  if (a.out_attention != nullptr) {
-    p.out_attention =
-        resolve_output_matrix(TensorArg(a.out_attention, "out_attention"), device, p, &p.out_attention_row_stride);
+  const TensorArg out_attention(a.out_attention, "out_attention", true);
+  if (out_attention.present()) {
+    p.out_attention = resolve_output_matrix(out_attention, device, p, &p.out_attention_row_stride);
   }
-  if (a.out_valid_counts != nullptr) {
-    p.out_valid_counts = resolve_output_vector(TensorArg(a.out_valid_counts, "out_valid_counts"), device, p);
-  }
+  const TensorArg out_valid_counts(a.out_valid_counts, "out_valid_counts", true);
+  if (out_valid_counts.present()) p.out_valid_counts = resolve_output_vector(out_valid_counts, device, p);
   if (a.block_size < 0) {
     invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
   }
-  resolve_optional_params(TensorArg(a.source_block_table, "source_block_table", true),
-                          a.block_size == 0 ? options_.config.block_size : a.block_size,
-                          TensorArg(a.resident_block_table, "resident_block_table", true),
-                          a.resident_block_size == 0 ? hot_.block_size : a.resident_block_size,
-                          TensorArg(a.num_valid_rows, "num_valid_rows", true), device, &p);
+  const TensorArg source_table(a.source_block_table, "source_block_table", true);
+  const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
+  const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
+  resolve_optional_params(source_table, a.block_size == 0 ? options_.config.block_size : a.block_size, resident_table,
+                          a.resident_block_size == 0 ? hot_.block_size : a.resident_block_size, valid_rows, device, &p);
+  const ByteRange reads[] = {topk.bytes(),           req_ids.bytes(),    state_indices.bytes(), source_table.bytes(),
+                             resident_table.bytes(), valid_rows.bytes(), lengths.bytes()};
+  const ByteRange writes[] = {out_attention.bytes(), out_valid_counts.bytes()};
+  check_call_apart(reads, std::size(reads), writes, std::size(writes), a.prefetch != 0);
   // The resolve launch copies this layer's rows itself, with the gather
   // stage() would run.
   if (a.fused_gather != 0) resolve_fused_gather_params(gather_, &p);
@@ -490,6 +572,7 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
         fail(HS_ERROR_INVALID_STATE, "hisparse layer swap was not prefetched: follower ", i,
              " of the group is not bound (bind_source_cache and bind_hot_cache), so a prefetch batch cannot stage it");
       }
+      followers[i]->require_live_source();
     }
     FollowerSpan span;
     if (a.group_gather != 0) {
@@ -572,6 +655,7 @@ void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_m
     fail(HS_ERROR_INVALID_STATE, "mirror_rows: the runtime has no bound source cache to mirror into "
                                  "(call bind_source_cache first)");
   }
+  require_live_source();
   if (!is_writer()) {
     fail(HS_ERROR_INVALID_STATE, "mirror_rows: this process reads the shared host pool and never writes it (its "
                                  "writer rank stores the rows); use write, which updates only this rank's device "
@@ -580,8 +664,12 @@ void Runtime::mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_m
   const TensorArg src(src_rows, "src_rows");
   src.on(options_.device, "the runtime");
   MirrorRowsParams p;
-  mirror_source_params(src, TensorArg(slot_mapping, "slot_mapping"), TensorArg(source_.cache.get(), "host_cache"),
-                       row_bytes(), options_.device, &p);
+  const TensorArg slots(slot_mapping, "slot_mapping");
+  mirror_source_params(src, slots, TensorArg(source_.cache.get(), "host_cache"), row_bytes(), options_.device, &p);
+  ByteRange host = source_.bytes;
+  host.name = "the source cache bound to this runtime (host_cache)";
+  check_apart(src.bytes(), false, host, true);
+  check_apart(slots.bytes(), false, host, true);
   // The destination is the bound host cache, checked at bind.
   const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
   p.host = static_cast<uint8_t*>(source_.cache.raw().data);
@@ -640,6 +728,7 @@ void Runtime::write(const hs_runtime_write_args_t& a, hs_stream_t stream) {
          "first; source cache ",
          source_bound_ ? "bound" : "unbound", ", hot cache ", hot_bound_ ? "bound" : "unbound", ")");
   }
+  require_live_source();
   if (a.skip_host_store != 0 && a.skip_host_store != 1) {
     invalid_argument("skip_host_store: expected 0 or 1, got ", a.skip_host_store);
   }

@@ -19,6 +19,7 @@
 
 #include "core/backend.hpp"
 #include "core/data_movement_params.hpp"
+#include "core/host_regions.hpp"
 #include "core/ipc_event.hpp"
 #include "core/kv_params.hpp"
 #include "core/resolve_residency_params.hpp"
@@ -136,12 +137,18 @@ class Runtime {
     StoredTensor cache;
     int64_t rows = 0;
     int64_t pitch = 0;  // elements between host slots (the row width when rows <= 1)
+    ByteRange bytes;    // what it occupies (mirror_rows writes it, gathers read it)
+    // The host pool it lies in (null: memory of no pool): once the pool is
+    // released, nothing reads or writes the cache.
+    std::shared_ptr<const HostRegion> pool;
   };
   // The bound hot view ([num_blocks, block_size, row_width] of kv_dtype)
   // and the hot block table it is addressed through.
   struct HotBinding {
     StoredTensor view;
     StoredTensor block_table;
+    ByteRange view_bytes;   // written by the gathers
+    ByteRange table_bytes;  // read by the resolver
     int64_t num_blocks = 0;
     int64_t block_size = 0;
     int64_t attention_block_stride = 0;
@@ -161,6 +168,19 @@ class Runtime {
   // second of them is bound.
   GatherCompactParams gather_template(const SourceBinding& source, const HotBinding& hot) const;
   void require_bound(const char* operation) const;
+  // Throws HS_ERROR_INVALID_STATE when the host pool of the bound source
+  // cache was released since the binding.
+  void require_live_source() const;
+  // Throws unless a binding with these ranges shares no written byte with
+  // the group's state, with its own other parts or with another binding of
+  // any runtime of the group (an empty range: that part is not bound yet).
+  void check_binding_apart(const ByteRange& source, const ByteRange& view, const ByteRange& table) const;
+  // Throws unless the tensors a swap_in call passes (read, or written: the
+  // caller's outputs) share no written byte with each other, the group's
+  // state and the bound caches the call's kernels touch (the followers'
+  // too when it stages them).
+  void check_call_apart(const ByteRange* reads, size_t num_reads, const ByteRange* writes, size_t num_writes,
+                        bool stages_followers) const;
   int64_t token_rows(const hs_runtime_swap_in_args_t& args) const;
   // The leader's resolution of the step into shared rows [first_row, ...),
   // checked: the caller's tensors here, the bound caches at bind. With

@@ -172,6 +172,7 @@ SharedHostPool::SharedHostPool(const SharedHostPoolOptions& options, std::shared
   region_->finish();
   wait_seconds_ = region_->wait_seconds();
   ready_seconds_ = region_->elapsed();
+  list_region();
   std::lock_guard<std::mutex> lock(live_pools_mutex());
   const char* begin = static_cast<const char*>(region_->data());
   live_pools().push_back({this, begin, begin + region_->data_bytes(), role_});

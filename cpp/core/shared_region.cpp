@@ -125,7 +125,7 @@ void check_shm_space(uint64_t bytes) {
     char message[512];
     std::snprintf(message, sizeof(message),
                   "hisparse shared host pool needs ~%.2f GiB (size_bytes=%llu) of /dev/shm but only %.2f GiB is "
-                  "free there. Enlarge /dev/shm (docker: --shm-size) or lower host_pool_gib.",
+                  "free there. Enlarge /dev/shm (docker: --shm-size) or lower the pool's size_bytes.",
                   static_cast<double>(bytes) / (1ull << 30), static_cast<unsigned long long>(bytes),
                   static_cast<double>(free_bytes) / (1ull << 30));
     invalid_argument(message);

@@ -1,6 +1,7 @@
 // The two gathers of prefill staging: resident rows device to device, and
 // one layer's staged cache for a plan (resident rows, then the host rows of
 // the miss mask through the backend's gather_plan).
+#include "core/aliasing.hpp"
 #include "core/staging_plan.hpp"
 #include "core/staging_rows.hpp"
 
@@ -44,7 +45,7 @@ void gather_resident_rows(const hs_tensor_t* source_t, const hs_tensor_t* destin
                           hs_stream_t stream) {
   const TensorArg destination(destination_t, "destination");
   const Device device = destination.device();
-  Backend& backend = backend_for(device);
+  Backend& backend = backend_for(device, "destination");
   const TensorArg source(source_t, "source");
   const PagedRows rows = resident_cache_rows(source, device, "destination", backend);
   if (destination.ndim() != 2) {
@@ -56,6 +57,7 @@ void gather_resident_rows(const hs_tensor_t* source_t, const hs_tensor_t* destin
   const bool ids_int64 = index_dtype(ids);
   ids.ndim_is(1).unit_stride(0).on(device, "destination");
   ids.size_is(0, out.count, "one id per destination row");
+  AliasCheck().writes(destination).reads(source).reads(ids).check();
   backend.check_accessible(out.base, static_cast<size_t>(out.extent), device.index, "destination");
 
   GatherResidentRowsParams p = resident_params(rows, device.index);
@@ -113,6 +115,7 @@ void StagingPlan::gather_prefill_cache(const hs_tensor_t* host_cache_t, const hs
                      "pages); expected that cache, got NULL");
   }
   require_built("hs_gather_prefill_cache");
+  AliasCheck().writes(staged).reads(host).reads(resident).reads(storage()).check();
   backend_.check_accessible(source.base, static_cast<size_t>(source.extent), device.index, "host_cache");
   backend_.check_accessible(destination.base, static_cast<size_t>(rows * destination.row_bytes), device.index,
                             "staged");

@@ -1,5 +1,6 @@
 #include "core/staging_plan.hpp"
 
+#include "core/aliasing.hpp"
 #include "core/staging_rows.hpp"
 
 namespace hisparse {
@@ -99,6 +100,11 @@ const hs_tensor_t& StagingPlan::tensor(hs_staging_plan_tensor_t which) const {
   return tensors_[which];
 }
 
+ByteRange StagingPlan::storage() const {
+  const auto begin = reinterpret_cast<uintptr_t>(base_);
+  return ByteRange{"the plan's storage (its tensors and scratch)", begin, begin + layout_.total};
+}
+
 void StagingPlan::require_built(const char* call) const {
   if (!built_) fail(HS_ERROR_INVALID_STATE, "plan: ", call, " needs a built plan; call hs_staging_plan_build first");
 }
@@ -115,6 +121,7 @@ void StagingPlan::build(const hs_tensor_t* block_table_t, const hs_tensor_t* seq
   const bool lens_int64 = index_dtype(lens);
   lens.ndim_is(1).unit_stride(0).on(device, "block_table");
   lens.size_at_least(0, sizes_.num_rows, "one length per block_table row");
+  AliasCheck().reads(table).reads(lens).writes(storage()).check();
 
   StagingBuildParams p;
   p.device = device.index;
@@ -176,6 +183,7 @@ void StagingPlan::ensure_gpu_sources(const hs_tensor_t* resident_state_rows_t, c
   const TensorArg states(state_indices_t, "state_indices");
   const bool states_int64 = index_dtype(states);
   states.ndim_is(1).unit_stride(0).on(device, "the plan");
+  AliasCheck().reads(resident).reads(states).writes(storage()).check();
   require_built("ensure_gpu_sources");
 
   const void* table_address = resident.data<void>();

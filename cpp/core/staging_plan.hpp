@@ -63,6 +63,8 @@ class StagingPlan {
   const void* gpu_source_table() const { return gpu_source_table_; }
   int64_t gpu_source_block_size() const { return gpu_source_block_size_; }
   const hs_tensor_t& tensor(hs_staging_plan_tensor_t which) const;
+  // The plan's storage (its tensors and scratch), which its calls write.
+  ByteRange storage() const;
 
   // Stream-ordered, capturable, no allocation: see hisparse/staging.h.
   void build(const hs_tensor_t* block_table, const hs_tensor_t* seq_lens, hs_stream_t stream);

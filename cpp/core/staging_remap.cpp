@@ -1,18 +1,20 @@
 // The block renumbering of prefill staging on its own (hs_staging_remap).
+#include "core/aliasing.hpp"
 #include "core/staging_plan.hpp"
 #include "core/staging_rows.hpp"
 
 namespace hisparse {
 namespace {
 
-// Rows the remap writes, (num_entries + 1) * block_size, checked to fit int32.
-int64_t remap_rows(int64_t num_entries, int64_t block_size) {
+// Rows the remap writes, (num_entries + 1) * block_size, checked to fit
+// int32; `entries` names where the entry count came from.
+int64_t remap_rows(int64_t num_entries, int64_t block_size, const char* entries) {
   if (block_size < 1 || block_size > kStagingInt32Max) {
     invalid_argument("block_size: expected 1 to ", kStagingInt32Max, " tokens per block, got ", block_size);
   }
   if (num_entries < 0 || num_entries >= kStagingInt32Max / block_size) {
-    invalid_argument("block_table: expected (numel + 1) x block_size <= ", kStagingInt32Max,
-                     " rows (int32 row ids), got (", num_entries, " + 1) x ", block_size);
+    invalid_argument(entries, ": expected (entries + 1) x block_size <= ", kStagingInt32Max,
+                     " rows (int32 row ids) with entries >= 0, got (", num_entries, " + 1) x ", block_size);
   }
   return (num_entries + 1) * block_size;
 }
@@ -20,8 +22,8 @@ int64_t remap_rows(int64_t num_entries, int64_t block_size) {
 }  // namespace
 
 uint64_t staging_remap_workspace_bytes(const Device& device, int64_t num_entries, int64_t block_size) {
-  remap_rows(num_entries, block_size);
-  return backend_for(device).staging_remap_workspace_bytes(num_entries, device.index);
+  remap_rows(num_entries, block_size, "num_entries");
+  return backend_for(device, "device_index").staging_remap_workspace_bytes(num_entries, device.index);
 }
 
 void staging_remap(const hs_tensor_t* block_table_t, int64_t block_size, const hs_tensor_t* out_block_table_t,
@@ -30,8 +32,8 @@ void staging_remap(const hs_tensor_t* block_table_t, int64_t block_size, const h
   const bool table_int64 = index_dtype(table);
   table.contiguous();
   const Device device = table.device();
-  Backend& backend = backend_for(device);
-  const int64_t rows = remap_rows(table.numel(), block_size);
+  Backend& backend = backend_for(device, "block_table");
+  const int64_t rows = remap_rows(table.numel(), block_size, "block_table");
 
   const TensorArg out_table(out_block_table_t, "out_block_table");
   out_table.dtype_is(HS_DTYPE_INT32).contiguous().on(device, "block_table");
@@ -48,6 +50,7 @@ void staging_remap(const hs_tensor_t* block_table_t, int64_t block_size, const h
   const uint64_t workspace_bytes = backend.staging_remap_workspace_bytes(table.numel(), device.index);
   const TensorArg workspace(workspace_t, "workspace");
   void* scratch = scratch_buffer(workspace, workspace_bytes, device, "block_table", backend);
+  AliasCheck().writes(out_table).writes(out_rows).writes(workspace).reads(table).check();
 
   StagingRemapParams p;
   p.device = device.index;

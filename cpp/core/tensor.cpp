@@ -1,5 +1,10 @@
 #include "core/tensor.hpp"
 
+#include <limits>
+#include <utility>
+
+#include "core/host_regions.hpp"
+
 namespace hisparse {
 
 const char* dtype_name(hs_dtype_t dtype) {
@@ -38,6 +43,16 @@ size_t dtype_size(hs_dtype_t dtype) {
   }
 }
 
+bool ByteRange::overlaps(const ByteRange& other) const {
+  if (empty() || other.empty() || begin >= other.end || other.begin >= end) return false;
+  if (pitch == 0 || pitch != other.pitch) return true;
+  // Rows of both repeat every `pitch` bytes: they meet where the offset of
+  // one row start in the other's period falls inside a row of either.
+  const uint64_t shift =
+      other.begin >= begin ? (other.begin - begin) % pitch : (pitch - (begin - other.begin) % pitch) % pitch;
+  return shift < row || pitch - shift < other.row;
+}
+
 std::string Device::describe() const { return kind == kCpu ? std::string("cpu") : str("cuda:", index); }
 
 TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional) : tensor_(tensor), name_(name) {
@@ -62,7 +77,100 @@ TensorArg::TensorArg(const hs_tensor_t* tensor, const char* name, bool optional)
     invalid_argument(name, ": unsupported device type ", tensor->device_type,
                      " (expected cpu, cuda or pinned host memory)");
   }
-  if (tensor->data == nullptr && numel() > 0) invalid_argument(name, ": data pointer is NULL");
+  // Element count and byte extent, bounded so that no offset computed from
+  // the shape and strides later can overflow (overflow-checked products:
+  // this runs for every tensor of every call).
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(tensor->dtype));
+  numel_ = 1;
+  for (int d = 0; d < tensor->ndim; ++d) {
+    if (tensor->shape[d] == 0) numel_ = 0;
+  }
+  int64_t bytes = 0;
+  for (int d = 0; numel_ > 0 && d < tensor->ndim; ++d) {
+    if (__builtin_mul_overflow(numel_, tensor->shape[d], &numel_) || __builtin_mul_overflow(numel_, itemsize, &bytes) ||
+        bytes > kMaxTensorBytes) {
+      invalid_argument(name, ": shape ", shape_string(), " of ", dtype_name(tensor->dtype), " holds more than ",
+                       kMaxTensorBytes, " bytes, more than any memory");
+    }
+  }
+  if (numel_ == 0) return;
+  int64_t low = 0;
+  int64_t high = 0;  // element offsets of the lowest and the highest element
+  for (int d = 0; d < tensor->ndim; ++d) {
+    const int64_t size = tensor->shape[d];
+    const int64_t step = stride(d);
+    if (size == 1 || step == 0) continue;
+    // Each dimension's reach within +-2^56 and the span so far within 2^56:
+    // no sum below overflows.
+    int64_t reach = 0;
+    const bool bounded =
+        !__builtin_mul_overflow(size - 1, step, &reach) && reach >= -kMaxTensorBytes && reach <= kMaxTensorBytes;
+    if (bounded) (step < 0 ? low : high) += reach;
+    if (!bounded || high - low > kMaxTensorBytes) {
+      invalid_argument(name, ": stride ", step, " in dimension ", d, " over ", size - 1,
+                       " steps exceeds any memory extent (shape ", shape_string(), ")");
+    }
+  }
+  int64_t span = 0;
+  if (__builtin_mul_overflow(high - low + 1, itemsize, &span) || span > kMaxTensorBytes) {
+    invalid_argument(name, ": the strides of shape ", shape_string(), " exceed any memory extent (more than ",
+                     kMaxTensorBytes, " bytes)");
+  }
+  first_byte_ = low * itemsize;
+  end_byte_ = (high + 1) * itemsize;
+  if (tensor->data == nullptr) invalid_argument(name, ": data pointer is NULL");
+  const uintptr_t base = reinterpret_cast<uintptr_t>(tensor->data);
+  if (base < static_cast<uintptr_t>(-first_byte_) ||
+      base > std::numeric_limits<uintptr_t>::max() - static_cast<uintptr_t>(end_byte_)) {
+    invalid_argument(name, ": data pointer and strides address memory outside the address space");
+  }
+  check_not_in_released_host_pool(base + static_cast<uintptr_t>(first_byte_), base + static_cast<uintptr_t>(end_byte_),
+                                  name);
+}
+
+ByteRange TensorArg::bytes() const {
+  ByteRange range;
+  range.name = name_;
+  if (tensor_ == nullptr || numel_ == 0) return range;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(tensor_->data);
+  range.begin = base + static_cast<uintptr_t>(first_byte_);
+  range.end = base + static_cast<uintptr_t>(end_byte_);
+  // The dimensions of more than one element, outermost (largest stride)
+  // first, merged where one continues the next: a contiguous run, or rows
+  // of `row` bytes at one pitch, is described exactly; anything else by
+  // its whole span.
+  struct Dim {
+    int64_t size, stride;
+  };
+  Dim dims[HS_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < tensor_->ndim; ++d) {
+    if (size(d) == 1) continue;
+    if (stride(d) <= 0) return range;
+    dims[n++] = Dim{size(d), stride(d)};
+  }
+  for (int i = 1; i < n; ++i) {  // at most HS_MAX_DIMS: an insertion sort
+    for (int j = i; j > 0 && dims[j - 1].stride < dims[j].stride; --j) std::swap(dims[j - 1], dims[j]);
+  }
+  Dim groups[HS_MAX_DIMS];  // innermost first
+  int merged = 0;
+  for (int i = n - 1; i >= 0; --i) {
+    if (merged > 0 && dims[i].stride == groups[merged - 1].stride * groups[merged - 1].size) {
+      groups[merged - 1].size *= dims[i].size;
+    } else {
+      groups[merged++] = dims[i];
+    }
+  }
+  const int64_t itemsize = static_cast<int64_t>(dtype_size(dtype()));
+  if (merged == 2 && groups[0].stride == 1) {
+    range.pitch = static_cast<uint64_t>(groups[1].stride * itemsize);
+    range.row = static_cast<uint64_t>(groups[0].size * itemsize);
+  } else if (merged == 1 && groups[0].stride != 1) {
+    range.pitch = static_cast<uint64_t>(groups[0].stride * itemsize);
+    range.row = static_cast<uint64_t>(itemsize);
+  }
+  if (range.row > range.pitch) range.pitch = range.row = 0;
+  return range;
 }
 
 int64_t TensorArg::size(int dim) const { return tensor_->shape[dim]; }
@@ -72,12 +180,6 @@ int64_t TensorArg::stride(int dim) const {
   int64_t stride = 1;
   for (int d = tensor_->ndim - 1; d > dim; --d) stride *= tensor_->shape[d];
   return stride;
-}
-
-int64_t TensorArg::numel() const {
-  int64_t n = 1;
-  for (int d = 0; d < tensor_->ndim; ++d) n *= tensor_->shape[d];
-  return n;
 }
 
 Device TensorArg::device() const {

@@ -1,6 +1,10 @@
 // Validation of borrowed hs_tensor_t descriptors. Every public entry point
 // checks its tensors through TensorArg so that a bad argument fails with a
-// message naming it, what was expected and what was given.
+// message naming it, what was expected and what was given. Constructing one
+// already refuses what no real tensor can be (a shape or strides whose byte
+// extent overflows, a NULL data pointer with elements) and memory of a
+// released host pool, so every byte offset computed from a TensorArg's
+// shape and strides fits in 64 bits.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,26 @@ struct Device {
   std::string describe() const;
 };
 
+// The bytes a tensor's elements occupy, within [begin, end) (empty without
+// elements): all of them, or, when pitch > 0, the rows [begin + i * pitch,
+// begin + i * pitch + row) that lie in it (a tensor of rows at one pitch:
+// the layers of a token-major cache interleave without sharing a byte).
+struct ByteRange {
+  const char* name = "";
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  uint64_t pitch = 0;
+  uint64_t row = 0;
+  bool empty() const { return begin >= end; }
+  // Whether the two share a byte; exact for rows of one pitch, else true
+  // whenever the spans meet.
+  bool overlaps(const ByteRange& other) const;
+};
+
+// Most bytes one tensor may span (64 PiB): far past any memory, far from
+// overflowing the byte offsets computed from it.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 56;
+
 class TensorArg {
  public:
   // `tensor` may be NULL only for optional arguments (present() is false).
@@ -38,8 +62,10 @@ class TensorArg {
   int ndim() const { return tensor_->ndim; }
   int64_t size(int dim) const;
   int64_t stride(int dim) const;  // in elements, derived when strides == NULL
-  int64_t numel() const;
+  int64_t numel() const { return numel_; }
   uint64_t nbytes() const { return static_cast<uint64_t>(numel()) * dtype_size(dtype()); }
+  // The bytes the elements occupy (whatever the order of the strides).
+  ByteRange bytes() const;
   Device device() const;
   bool is_contiguous() const;
   std::string shape_string() const;
@@ -63,6 +89,9 @@ class TensorArg {
  private:
   const hs_tensor_t* tensor_;
   const char* name_;
+  int64_t numel_ = 0;
+  int64_t first_byte_ = 0;  // offsets from the data pointer of the lowest and past the highest element byte
+  int64_t end_byte_ = 0;
 };
 
 }  // namespace hisparse

@@ -16,13 +16,14 @@ void reset_hot_state_reference(const ResetHotStateParams& p) {
 
 void invalidate_sorted_slots_reference(const InvalidateSortedSlotsParams& p) {
   if (p.num_slots == 0) return;
+  const bool ascending = std::is_sorted(p.sorted_slots, p.sorted_slots + p.num_slots);
   const int64_t hot = p.hot_size;
   for (int64_t i = 0; i < p.num_state_indices; ++i) {
     const int64_t s = p.state_indices[i];
     if (s < 0 || s >= p.num_state_rows) continue;
     int32_t* row = p.device_global_indices + s * hot;
     for (int64_t j = 0; j < hot; ++j) {
-      if (sorted_contains(p.sorted_slots, p.num_slots, row[j])) row[j] = -1;
+      if (slot_listed(p.sorted_slots, p.num_slots, row[j], ascending)) row[j] = -1;
     }
   }
 }

@@ -299,6 +299,24 @@ class CudaBackend final : public Backend {
     int device_count = 0;
     std::string reason;
   };
+  // Why cudaGetDeviceCount failed, in the user's terms: the runtime reports
+  // a machine without any driver as an "insufficient" driver.
+  static std::string no_device_reason(cudaError_t result) {
+    int driver = 0;
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    if (result == cudaErrorInsufficientDriver && driver == 0) {
+      return "no CUDA driver is installed (libcuda was not found), so there is no usable CUDA device";
+    }
+    if (result == cudaErrorInsufficientDriver) {
+      return str("the CUDA driver supports CUDA ", driver / 1000, ".", driver % 1000 / 10,
+                 ", older than the CUDA runtime ", CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10,
+                 " hisparse was built with; update the driver");
+    }
+    if (result == cudaErrorNoDevice)
+      return "no CUDA device is visible (the driver found none; see CUDA_VISIBLE_DEVICES)";
+    return str("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(result), ": ",
+               cudaGetErrorString(result), ")");
+  }
   // The first question about devices initialises the CUDA runtime; nothing
   // does so at load time, so importing hisparse never touches a GPU.
   const Probe& probe() const {
@@ -306,8 +324,7 @@ class CudaBackend final : public Backend {
       int count = 0;
       const cudaError_t result = cudaGetDeviceCount(&count);
       if (result != cudaSuccess) {
-        probe_.reason = str("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(result), ": ",
-                            cudaGetErrorString(result), ")");
+        probe_.reason = no_device_reason(result);
         cudaGetLastError();
       } else if (count == 0) {
         probe_.reason = "no CUDA device is visible";

@@ -1,5 +1,6 @@
 // CUDA kernels of the index-group state: reset of the hot region and
-// invalidation of sorted host slots. One block walks one state row at a
+// invalidation of listed host slots (ascending lists are searched, others
+// scanned). One block walks one state row at a
 // time (grid-stride over rows), its threads stride over the row's hot slots,
 // so memory accesses are coalesced along a row. Both kernels are plain
 // launches on the caller's stream: no host sync, no allocation, capturable.
@@ -32,21 +33,29 @@ __global__ void reset_hot_state_kernel(int32_t* __restrict__ device_global_indic
   }
 }
 
+// Whether slots[0 .. n) is non-decreasing, decided by the whole block (every
+// thread of the block calls it and gets the same answer).
+__device__ bool block_slots_ascending(const int32_t* __restrict__ slots, int64_t n) {
+  int descending = 0;
+  for (int64_t i = threadIdx.x + 1; i < n && !descending; i += blockDim.x) descending = slots[i - 1] > slots[i];
+  return __syncthreads_or(descending) == 0;
+}
+
 // Duplicate state rows may be handled by two blocks at once: both write -1
 // to the same slots, and a slot read after the other block's write is -1,
-// whose membership test gives the same result, so the outcome is the
-// seed's (gather, mask, scatter back) whatever the interleaving.
+// whose membership test gives the same result, so the outcome is that of
+// the rows handled one after the other whatever the interleaving.
 __global__ void invalidate_sorted_slots_kernel(int32_t* __restrict__ device_global_indices, int64_t num_state_rows,
                                                int32_t hot_size, const int32_t* __restrict__ sorted_slots,
                                                int64_t num_slots, const int32_t* __restrict__ state_indices,
                                                int64_t num_state_indices) {
+  const bool ascending = block_slots_ascending(sorted_slots, num_slots);
   for (int64_t i = blockIdx.x; i < num_state_indices; i += gridDim.x) {
     const int64_t s = state_indices[i];
     if (s < 0 || s >= num_state_rows) continue;
     int32_t* row = device_global_indices + s * hot_size;
     for (int32_t j = threadIdx.x; j < hot_size; j += blockDim.x) {
-      const int32_t value = row[j];
-      if (sorted_contains(sorted_slots, num_slots, value)) row[j] = -1;
+      if (slot_listed(sorted_slots, num_slots, row[j], ascending)) row[j] = -1;
     }
   }
 }

@@ -1,16 +1,15 @@
-// Shared helpers of the nanobind layer: C status -> Python exception, DLPack
-// array -> hs_tensor_t, and the registration functions of each binding file.
+// Shared helpers of the nanobind layer: C status -> Python exception, views
+// of memory the library owns, and the registration functions of each binding
+// file (arguments.hpp converts what Python passes in).
 #pragma once
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <optional>
-#include <vector>
+#include <memory>
 
+#include "arguments.hpp"
 #include "hisparse/hisparse.h"
 
 namespace hisparse_py {
@@ -22,47 +21,11 @@ namespace nb = nanobind;
 // allocations, RuntimeError for the rest.
 void check(hs_status_t status);
 
-// A descriptor of a DLPack array, valid while the array is alive.
-class TensorDesc {
- public:
-  explicit TensorDesc(const nb::ndarray<>& array, const char* name);
-  const hs_tensor_t* get() const { return &tensor_; }
-
- private:
-  std::array<int64_t, HS_MAX_DIMS> shape_{};
-  std::array<int64_t, HS_MAX_DIMS> strides_{};
-  hs_tensor_t tensor_{};
-};
-
-// Descriptor of an optional array (nullptr when absent).
-class OptionalTensorDesc {
- public:
-  OptionalTensorDesc(const std::optional<nb::ndarray<>>& array, const char* name) {
-    if (array) desc_.emplace(*array, name);
-  }
-  const hs_tensor_t* get() const { return desc_ ? desc_->get() : nullptr; }
-
- private:
-  std::optional<TensorDesc> desc_;
-};
-
-// Descriptors of a list of arrays, element i named `<name>[i]` in errors,
-// with the pointer array the C ABI takes.
-class TensorDescList {
- public:
-  TensorDescList(const std::vector<nb::ndarray<>>& arrays, const char* name);
-  const hs_tensor_t* const* data() const { return pointers_.data(); }
-  int32_t size() const { return static_cast<int32_t>(std::min<size_t>(pointers_.size(), INT32_MAX)); }
-
- private:
-  std::vector<TensorDesc> descs_;
-  std::vector<const hs_tensor_t*> pointers_;
-};
-
-inline hs_stream_t as_stream(uintptr_t stream) { return reinterpret_cast<hs_stream_t>(stream); }
-
 // A zero-copy DLPack array over a contiguous tensor the library owns (an
-// index group's), kept alive by `owner`. The array-API object (__dlpack__,
+// index group's), kept alive by `owner` (a capsule holding the C++ state
+// that owns the memory, never a nanobind instance: a view that outlives the
+// interpreter's teardown then leaks a few bytes instead of an instance that
+// nanobind would report as a reference leak). The array-API object (__dlpack__,
 // __dlpack_device__) lets torch.from_dlpack and numpy.from_dlpack both take
 // it, and neither is needed to build it. Page-locked host memory is ordinary
 // CPU memory to an array library.
@@ -70,9 +33,16 @@ nb::ndarray<nb::array_api> owned_view(const hs_tensor_t& tensor, nb::handle owne
 
 // An hs_config_t of the given fields (hisparse.Config's), the rest as
 // hs_config_init leaves them.
-hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
-                        int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
-                        bool eager_host_mirror);
+hs_config_t make_config(const PyInt& top_k, const PyInt& device_buffer_size, const PyInt& max_union_rows,
+                        const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
+                        const PyInt& hot_block_size, const PyBool& eager_host_mirror);
+
+// A capsule that holds a copy of `state` (a shared_ptr): the owner of views.
+template <typename State>
+nb::capsule state_owner(const std::shared_ptr<State>& state) {
+  return nb::capsule(new std::shared_ptr<State>(state),
+                     [](void* p) noexcept { delete static_cast<std::shared_ptr<State>*>(p); });
+}
 
 // A runtime's (or a KV cache's) counters as hisparse's stats dict.
 nb::dict runtime_stats_dict(const hs_runtime_stats_t& stats);
@@ -102,7 +72,8 @@ struct SharedPoolArgs {
 };
 // This rank's handle of the shared pool of `id` (the GIL is released while
 // it waits for the other ranks).
-hs_host_pool_t create_shared_host_pool(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args);
+hs_host_pool_t create_shared_host_pool(const PyBytes& id, const PyInt& rank, const PyInt& nranks,
+                                       const SharedPoolArgs& args);
 // The sharing facts of any pool, as HostPool.info() reports them.
 void add_shared_pool_info(nb::dict& out, hs_host_pool_t pool);
 

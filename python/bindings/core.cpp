@@ -7,19 +7,19 @@
 
 namespace hisparse_py {
 
-hs_config_t make_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows,
-                        int32_t num_speculative_tokens, int32_t row_bytes, int32_t block_size, int32_t hot_block_size,
-                        bool eager_host_mirror) {
+hs_config_t make_config(const PyInt& top_k, const PyInt& device_buffer_size, const PyInt& max_union_rows,
+                        const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
+                        const PyInt& hot_block_size, const PyBool& eager_host_mirror) {
   hs_config_t config;
   hs_config_init(&config);
-  config.top_k = top_k;
-  config.device_buffer_size = device_buffer_size;
-  config.max_union_rows = max_union_rows;
-  config.num_speculative_tokens = num_speculative_tokens;
-  config.row_bytes = row_bytes;
-  config.block_size = block_size;
-  config.hot_block_size = hot_block_size;
-  config.eager_host_mirror = eager_host_mirror ? 1 : 0;
+  config.top_k = int32_arg(top_k, "top_k");
+  config.device_buffer_size = int32_arg(device_buffer_size, "device_buffer_size");
+  config.max_union_rows = int32_arg(max_union_rows, "max_union_rows");
+  config.num_speculative_tokens = int32_arg(num_speculative_tokens, "num_speculative_tokens");
+  config.row_bytes = int32_arg(row_bytes, "row_bytes");
+  config.block_size = int32_arg(block_size, "block_size");
+  config.hot_block_size = int32_arg(hot_block_size, "hot_block_size");
+  config.eager_host_mirror = bool_arg(eager_host_mirror, "eager_host_mirror") ? 1 : 0;
   return config;
 }
 
@@ -39,10 +39,10 @@ nb::dict build_info() {
   return out;
 }
 
-nb::dict device_properties(int device) {
+nb::dict device_properties(const PyInt& device) {
   hs_device_properties_t props{};
   props.struct_size = sizeof(props);
-  check(hs_cuda_device_properties(device, &props));
+  check(hs_cuda_device_properties(int32_arg(device, "device"), &props));
   nb::dict out;
   out["name"] = std::string(props.name);
   out["compute_capability"] = nb::make_tuple(props.major, props.minor);
@@ -55,11 +55,13 @@ nb::dict device_properties(int device) {
   return out;
 }
 
-nb::tuple plan_host_layout(uint64_t page_size_bytes, int64_t block_size, int64_t max_model_len,
-                           uint64_t host_budget_bytes) {
+nb::tuple plan_host_layout(const PyInt& page_size_bytes, const PyInt& block_size, const PyInt& max_model_len,
+                           const PyInt& host_budget_bytes) {
   hs_host_layout_t layout{};
   layout.struct_size = sizeof(layout);
-  check(hs_plan_host_layout(page_size_bytes, block_size, max_model_len, host_budget_bytes, &layout));
+  check(hs_plan_host_layout(uint64_arg(page_size_bytes, "page_size_bytes"), int_arg(block_size, "block_size"),
+                            int_arg(max_model_len, "max_model_len"), uint64_arg(host_budget_bytes, "host_budget_bytes"),
+                            &layout));
   return nb::make_tuple(layout.host_num_blocks, layout.host_block_stride, layout.min_host_blocks);
 }
 
@@ -78,12 +80,12 @@ nb::dict default_config() {
   return out;
 }
 
-void validate_config(int32_t top_k, int32_t device_buffer_size, int32_t max_union_rows, int32_t num_speculative_tokens,
-                     int32_t row_bytes, int32_t block_size, int32_t hot_block_size, bool eager_host_mirror,
-                     int device) {
+void validate_config(const PyInt& top_k, const PyInt& device_buffer_size, const PyInt& max_union_rows,
+                     const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
+                     const PyInt& hot_block_size, const PyBool& eager_host_mirror, const PyInt& device) {
   const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
                                          block_size, hot_block_size, eager_host_mirror);
-  check(hs_config_validate(&config, device));
+  check(hs_config_validate(&config, int32_arg(device, "device")));
 }
 
 // dtype name -> (hs_dtype_t code, bytes per element), from the library.
@@ -140,8 +142,9 @@ void register_core(nb::module_& m) {
       },
       "Bytes of RAM available to a new allocation.");
   m.def(
-      "check_host_memory", [](uint64_t pool_bytes) { check(hs_check_host_memory(pool_bytes)); }, nb::arg("pool_bytes"),
-      "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
+      "check_host_memory",
+      [](const PyInt& pool_bytes) { check(hs_check_host_memory(uint64_arg(pool_bytes, "pool_bytes"))); },
+      nb::arg("pool_bytes"), "Raise ValueError when a pool of pool_bytes would not fit in RAM.");
   m.def("plan_host_layout", &plan_host_layout, nb::arg("page_size_bytes"), nb::arg("block_size"),
         nb::arg("max_model_len"), nb::arg("host_budget_bytes"),
         "(host_num_blocks, host_block_stride, min_host_blocks) for a host budget.");
@@ -151,27 +154,30 @@ void register_core(nb::module_& m) {
         nb::arg("eager_host_mirror"), nb::arg("device"));
   m.def(
       "default_max_union_rows",
-      [](int32_t top_k, int32_t num_speculative_tokens) {
+      [](const PyInt& top_k, const PyInt& num_speculative_tokens) {
         int32_t rows = 0;
-        check(hs_default_max_union_rows(top_k, num_speculative_tokens, &rows));
+        check(hs_default_max_union_rows(int32_arg(top_k, "top_k"),
+                                        int32_arg(num_speculative_tokens, "num_speculative_tokens"), &rows));
         return rows;
       },
       nb::arg("top_k"), nb::arg("num_speculative_tokens"),
       "The default max_union_rows: top_k x (1 + num_speculative_tokens).");
   m.def(
       "default_max_swap_rows",
-      [](int32_t max_num_reqs, int32_t num_speculative_tokens) {
+      [](const PyInt& max_num_reqs, const PyInt& num_speculative_tokens) {
         int32_t rows = 0;
-        check(hs_default_max_swap_rows(max_num_reqs, num_speculative_tokens, &rows));
+        check(hs_default_max_swap_rows(int32_arg(max_num_reqs, "max_num_reqs"),
+                                       int32_arg(num_speculative_tokens, "num_speculative_tokens"), &rows));
         return rows;
       },
       nb::arg("max_num_reqs"), nb::arg("num_speculative_tokens"),
       "The default max_swap_rows: max_num_reqs x (1 + num_speculative_tokens).");
   m.def(
       "resolver_shared_memory_bytes",
-      [](int32_t device_buffer_size, int32_t max_union_rows) {
+      [](const PyInt& device_buffer_size, const PyInt& max_union_rows) {
         uint64_t bytes = 0;
-        check(hs_resolver_shared_memory_bytes(device_buffer_size, max_union_rows, &bytes));
+        check(hs_resolver_shared_memory_bytes(int32_arg(device_buffer_size, "device_buffer_size"),
+                                              int32_arg(max_union_rows, "max_union_rows"), &bytes));
         return bytes;
       },
       nb::arg("device_buffer_size"), nb::arg("max_union_rows"));

@@ -1,6 +1,9 @@
 // hisparse._C.HostPool: owns an hs_host_pool_t and hands out zero-copy NumPy
-// views whose owners count themselves, so release() can refuse to unmap
-// memory a live tensor still points to.
+// views whose owners count themselves, so that no view ever shows unmapped
+// memory: release() refuses while views live, and release(force=True)
+// releases the pool for hisparse at once (hs_host_pool_retire: new views and
+// every hisparse call given its memory are refused) but unmaps it only when
+// the last view is gone.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -22,24 +25,29 @@ namespace {
 // instance, which nanobind would report as a reference leak at exit.
 struct PoolState {
   hs_host_pool_t handle = nullptr;
-  int live_views = 0;  // changed with the GIL held
+  int live_views = 0;             // changed with the GIL held
+  bool unmap_with_last_view = false;  // retired by a forced release while views lived
   ~PoolState() { hs_host_pool_destroy(handle); }
+  // The last view of a force-released pool is gone: unregister and unmap now.
+  void view_dropped() noexcept {
+    if (--live_views == 0 && unmap_with_last_view) hs_host_pool_release(handle);
+  }
 };
 
 class HostPool {
  public:
-  HostPool(uint64_t size_bytes, int populate_threads, int registration, int device, bool huge_pages, bool check_memory,
-           uint64_t max_segment_bytes)
+  HostPool(const PyInt& size_bytes, const PyInt& populate_threads, const PyInt& registration, const PyInt& device,
+           const PyBool& huge_pages, const PyBool& check_memory, const PyInt& max_segment_bytes)
       : state_(std::make_shared<PoolState>()) {
     hs_host_pool_options_t options;
     hs_host_pool_options_init(&options);
-    options.size_bytes = size_bytes;
-    options.populate_threads = populate_threads;
-    options.registration = registration;
-    options.device_index = device;
-    options.huge_pages = huge_pages ? 1 : 0;
-    options.check_memory = check_memory ? 1 : 0;
-    options.max_segment_bytes = max_segment_bytes;
+    options.size_bytes = uint64_arg(size_bytes, "size_bytes");
+    options.populate_threads = int32_arg(populate_threads, "populate_threads");
+    options.registration = int32_arg(registration, "registration");
+    options.device_index = int32_arg(device, "device");
+    options.huge_pages = bool_arg(huge_pages, "huge_pages") ? 1 : 0;
+    options.check_memory = bool_arg(check_memory, "check_memory") ? 1 : 0;
+    options.max_segment_bytes = uint64_arg(max_segment_bytes, "max_segment_bytes");
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // populating a large pool takes seconds
@@ -49,15 +57,23 @@ class HostPool {
   }
 
   // This rank's view of a shared pool: the same object as a private pool.
-  static HostPool shared(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args) {
+  static HostPool shared(const PyBytes& id, const PyInt& rank, const PyInt& nranks, const SharedPoolArgs& args) {
     return HostPool(create_shared_host_pool(id, rank, nranks, args));
   }
 
-  void release(bool force) {
-    if (state_->live_views > 0 && !force) {
-      throw std::runtime_error("HostPool.release(): " + std::to_string(state_->live_views) +
-                               " tensor view(s) of the pool are still alive; delete them before releasing "
-                               "(or pass force=True if nothing will touch them again)");
+  void release(const PyBool& force_arg) {
+    const bool force = bool_arg(force_arg, "force");
+    if (state_->unmap_with_last_view) return;  // released already; the last view unmaps it
+    if (state_->live_views > 0) {
+      if (!force) {
+        throw std::runtime_error("HostPool.release(): " + std::to_string(state_->live_views) +
+                                 " tensor view(s) of the pool are still alive; delete them before releasing "
+                                 "(or pass force=True: the pool is then released at once and unmapped when the last "
+                                 "view is gone)");
+      }
+      check(hs_host_pool_retire(state_->handle));
+      state_->unmap_with_last_view = true;
+      return;
     }
     hs_status_t status;
     {
@@ -108,7 +124,9 @@ class HostPool {
 
   // A uint8 NumPy array over [offset, offset + nbytes) that keeps the pool
   // mapped and counted as viewed until the array is gone.
-  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> view_bytes(uint64_t offset, uint64_t nbytes) {
+  nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>> view_bytes(const PyInt& offset_arg, const PyInt& nbytes_arg) {
+    const uint64_t offset = uint64_arg(offset_arg, "offset");
+    const uint64_t nbytes = uint64_arg(nbytes_arg, "nbytes");
     hs_host_pool_info_t info{};
     info.struct_size = sizeof(info);
     check(hs_host_pool_get_info(state_->handle, &info));
@@ -123,7 +141,7 @@ class HostPool {
     ++state_->live_views;
     nb::capsule owner(owner_state, [](void* p) noexcept {
       auto* state = static_cast<std::shared_ptr<PoolState>*>(p);
-      --(*state)->live_views;
+      (*state)->view_dropped();
       delete state;
     });
     const size_t shape[1] = {static_cast<size_t>(nbytes)};
@@ -144,8 +162,9 @@ class HostPool {
 
 void register_host_pool(nb::module_& m) {
   nb::class_<HostPool>(m, "HostPool")
-      .def(nb::init<uint64_t, int, int, int, bool, bool, uint64_t>(), nb::arg("size_bytes"),
-           nb::arg("populate_threads") = 0, nb::arg("registration") = 0, nb::arg("device") = -1,
+      .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyBool&, const PyBool&,
+                    const PyInt&>(),
+           nb::arg("size_bytes"), nb::arg("populate_threads") = 0, nb::arg("registration") = 0, nb::arg("device") = -1,
            nb::arg("huge_pages") = true, nb::arg("check_memory") = true, nb::arg("max_segment_bytes") = 0)
       .def("release", &HostPool::release, nb::arg("force") = false)
       .def_prop_ro("data_ptr", &HostPool::data_ptr)
@@ -156,19 +175,20 @@ void register_host_pool(nb::module_& m) {
       .def_prop_ro("handle", &HostPool::handle)
       .def_static(
           "shared",
-          [](const nb::bytes& id, int rank, int nranks, uint64_t size_bytes, int writer_rank, int populate_threads,
-             int registration, int device, bool huge_pages, bool check_memory, uint64_t max_segment_bytes,
-             double timeout_seconds) {
+          [](const PyBytes& id, const PyInt& rank, const PyInt& nranks, const PyInt& size_bytes,
+             const PyInt& writer_rank, const PyInt& populate_threads, const PyInt& registration, const PyInt& device,
+             const PyBool& huge_pages, const PyBool& check_memory, const PyInt& max_segment_bytes,
+             const PyFloat& timeout_seconds) {
             SharedPoolArgs args;
-            args.size_bytes = size_bytes;
-            args.writer_rank = writer_rank;
-            args.populate_threads = populate_threads;
-            args.registration = registration;
-            args.device = device;
-            args.huge_pages = huge_pages;
-            args.check_memory = check_memory;
-            args.max_segment_bytes = max_segment_bytes;
-            args.timeout_seconds = timeout_seconds;
+            args.size_bytes = uint64_arg(size_bytes, "size_bytes");
+            args.writer_rank = int32_arg(writer_rank, "writer_rank");
+            args.populate_threads = int32_arg(populate_threads, "populate_threads");
+            args.registration = int32_arg(registration, "registration");
+            args.device = int32_arg(device, "device");
+            args.huge_pages = bool_arg(huge_pages, "huge_pages");
+            args.check_memory = bool_arg(check_memory, "check_memory");
+            args.max_segment_bytes = uint64_arg(max_segment_bytes, "max_segment_bytes");
+            args.timeout_seconds = float_arg(timeout_seconds, "timeout_seconds");
             return HostPool::shared(id, rank, nranks, args);
           },
           nb::arg("id"), nb::arg("rank"), nb::arg("nranks"), nb::arg("size_bytes"), nb::arg("writer_rank") = 0,

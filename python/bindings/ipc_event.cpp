@@ -13,22 +13,21 @@ namespace {
 
 class IpcEvent {
  public:
-  IpcEvent(int device_type, int device_index) { check(hs_ipc_event_create(device_type, device_index, &handle_)); }
+  IpcEvent(const PyInt& device_type, const PyInt& device_index) {
+    check(
+        hs_ipc_event_create(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"), &handle_));
+  }
   IpcEvent(IpcEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   IpcEvent(const IpcEvent&) = delete;
   IpcEvent& operator=(const IpcEvent&) = delete;
   ~IpcEvent() { hs_ipc_event_destroy(handle_); }
 
-  static IpcEvent open(const nb::bytes& handle, int device_index) {
-    if (handle.size() != HS_IPC_EVENT_HANDLE_BYTES) {
-      throw nb::value_error(("handle: expected " + std::to_string(HS_IPC_EVENT_HANDLE_BYTES) + " bytes, got " +
-                             std::to_string(handle.size()))
-                                .c_str());
-    }
+  static IpcEvent open(const PyBytes& handle, const PyInt& device_index) {
+    const std::string given = bytes_arg(handle, "handle", HS_IPC_EVENT_HANDLE_BYTES);
     hs_ipc_event_handle_t bytes;
-    std::memcpy(bytes.internal, handle.c_str(), HS_IPC_EVENT_HANDLE_BYTES);
+    std::memcpy(bytes.internal, given.data(), HS_IPC_EVENT_HANDLE_BYTES);
     IpcEvent event;
-    check(hs_ipc_event_import(&bytes, device_index, &event.handle_));
+    check(hs_ipc_event_import(&bytes, int32_arg(device_index, "device_index"), &event.handle_));
     return event;
   }
 
@@ -37,8 +36,8 @@ class IpcEvent {
     check(hs_ipc_event_export(handle_, &bytes));
     return nb::bytes(bytes.internal, HS_IPC_EVENT_HANDLE_BYTES);
   }
-  void record(uintptr_t stream) { check(hs_ipc_event_record(handle_, as_stream(stream))); }
-  void wait(uintptr_t stream) { check(hs_ipc_event_wait(handle_, as_stream(stream))); }
+  void record(const PyInt& stream) { check(hs_ipc_event_record(handle_, stream_arg(stream))); }
+  void wait(const PyInt& stream) { check(hs_ipc_event_wait(handle_, stream_arg(stream))); }
   void synchronize() {
     hs_status_t status;
     {
@@ -70,7 +69,7 @@ class IpcEvent {
 
 void register_ipc_event(nb::module_& m) {
   nb::class_<IpcEvent>(m, "IpcEvent")
-      .def(nb::init<int, int>(), nb::arg("device_type"), nb::arg("device_index") = -1)
+      .def(nb::init<const PyInt&, const PyInt&>(), nb::arg("device_type"), nb::arg("device_index") = -1)
       .def_static("open", &IpcEvent::open, nb::arg("handle"), nb::arg("device_index") = -1)
       .def("export_handle", &IpcEvent::export_handle)
       .def("record", &IpcEvent::record, nb::arg("stream") = 0)

@@ -10,14 +10,13 @@
 
 namespace hisparse_py {
 
-hs_host_pool_t create_shared_host_pool(const nb::bytes& id, int rank, int nranks, const SharedPoolArgs& args) {
-  if (id.size() != HS_SHARED_POOL_ID_BYTES) {
-    throw nb::value_error(
-        ("pool_id: expected " + std::to_string(HS_SHARED_POOL_ID_BYTES) + " bytes, got " + std::to_string(id.size()))
-            .c_str());
-  }
+hs_host_pool_t create_shared_host_pool(const PyBytes& id, const PyInt& rank_arg, const PyInt& nranks_arg,
+                                       const SharedPoolArgs& args) {
+  const std::string bytes = bytes_arg(id, "pool_id", HS_SHARED_POOL_ID_BYTES);
+  const int32_t rank = int32_arg(rank_arg, "rank");
+  const int32_t nranks = int32_arg(nranks_arg, "nranks");
   hs_shared_pool_id_t pool_id;
-  std::memcpy(pool_id.internal, id.c_str(), HS_SHARED_POOL_ID_BYTES);
+  std::memcpy(pool_id.internal, bytes.data(), HS_SHARED_POOL_ID_BYTES);
   hs_shared_host_pool_options_t options;
   hs_shared_host_pool_options_init(&options);
   options.size_bytes = args.size_bytes;
@@ -62,9 +61,9 @@ void register_shared_host_pool(nb::module_& m) {
   });
   m.def(
       "supports_shared_host_pool",
-      [](int device_type) {
+      [](const PyInt& device_type) {
         int32_t supported = 0;
-        check(hs_supports_shared_host_pool(device_type, &supported));
+        check(hs_supports_shared_host_pool(int32_arg(device_type, "device_type"), &supported));
         return supported != 0;
       },
       nb::arg("device_type"));

@@ -17,45 +17,8 @@
 namespace hisparse_py {
 namespace {
 
-using ReadArray = nb::ndarray<nb::ro>;
-using WriteArray = nb::ndarray<>;
-
-std::string type_of(nb::handle value) { return nb::type_name(value.type()).c_str(); }
-
-// An int argument given from Python, refusing bool, float and str with a
-// message naming it (nanobind's own conversion error names nothing).
-int64_t int_arg(nb::handle value, const char* name) {
-  if (PyBool_Check(value.ptr()) || !PyLong_Check(value.ptr())) {
-    throw nb::type_error((std::string(name) + ": expected an int, got " + type_of(value)).c_str());
-  }
-  int overflow = 0;
-  const long long result = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
-  if (overflow != 0) {
-    throw nb::value_error(
-        (std::string(name) + ": expected an int of at most 64 bits, got " + nb::cast<std::string>(nb::str(value)))
-            .c_str());
-  }
-  return static_cast<int64_t>(result);
-}
-
-int32_t int32_arg(nb::handle value, const char* name) {
-  const int64_t result = int_arg(value, name);
-  if (result < INT32_MIN || result > INT32_MAX) {
-    throw nb::value_error((std::string(name) + ": expected an int32, got " + std::to_string(result)).c_str());
-  }
-  return static_cast<int32_t>(result);
-}
-
-// An array (anything DLPack or the buffer protocol gives) or a named TypeError.
-template <typename Array>
-Array array_arg(nb::handle value, const char* name) {
-  Array array;
-  if (value.is_none() || !nb::try_cast(value, array)) {
-    throw nb::type_error(
-        (std::string(name) + ": expected a tensor (torch.Tensor or numpy.ndarray), got " + type_of(value)).c_str());
-  }
-  return array;
-}
+constexpr Access kRead = Access::kRead;
+constexpr Access kWrite = Access::kWrite;
 
 // Arrays handed to a method straight from Python cross the way
 // hisparse._args converts them (CUDA tensors without a stream sync), and
@@ -66,7 +29,7 @@ nb::object exported(nb::handle value, const char* name) {
 
 hs_stream_t stream_of(nb::handle stream, nb::handle a, nb::handle b) {
   const nb::object handle = nb::module_::import_("hisparse._args").attr("stream")(stream, a, b);
-  return as_stream(nb::cast<uintptr_t>(handle));
+  return stream_arg(PyInt{handle});
 }
 
 bool is_torch_tensor(nb::handle value) {
@@ -81,8 +44,8 @@ struct PlanState {
   ~PlanState() { hs_staging_plan_destroy(handle); }
 };
 
-hs_staging_plan_options_t plan_options(nb::handle device_type, nb::handle device_index, nb::handle num_rows,
-                                       nb::handle num_cols, nb::handle block_size, nb::handle capacity) {
+hs_staging_plan_options_t plan_options(const PyInt& device_type, const PyInt& device_index, const PyInt& num_rows,
+                                       const PyInt& num_cols, const PyInt& block_size, const PyInt& capacity) {
   hs_staging_plan_options_t options;
   hs_staging_plan_options_init(&options);
   options.device_type = int32_arg(device_type, "device_type");
@@ -96,15 +59,15 @@ hs_staging_plan_options_t plan_options(nb::handle device_type, nb::handle device
 
 class StagingPlan {
  public:
-  StagingPlan(nb::handle device_type, nb::handle device_index, nb::handle num_rows, nb::handle num_cols,
-              nb::handle block_size, nb::handle capacity, nb::handle storage)
+  StagingPlan(const PyInt& device_type, const PyInt& device_index, const PyInt& num_rows, const PyInt& num_cols,
+              const PyInt& block_size, const PyInt& capacity, nb::handle storage)
       : state_(std::make_shared<PlanState>()) {
     hs_staging_plan_options_t options =
         plan_options(device_type, device_index, num_rows, num_cols, block_size, capacity);
-    std::optional<TensorDesc> storage_desc;
+    std::optional<TensorArg> storage_array;
     if (!storage.is_none()) {
-      storage_desc.emplace(WriteArray(array_arg<WriteArray>(exported(storage, "storage"), "storage")), "storage");
-      options.storage = storage_desc->get();
+      storage_array.emplace(exported(storage, "storage"), "storage", kWrite);
+      options.storage = storage_array->get();
     }
     hs_status_t status;
     {
@@ -121,8 +84,7 @@ class StagingPlan {
       owner = nb::borrow(storage);
       framework = is_torch_tensor(storage) ? Framework::kTorch : Framework::kNumpy;
     } else {
-      owner = nb::capsule(new std::shared_ptr<PlanState>(state_),
-                          [](void* p) noexcept { delete static_cast<std::shared_ptr<PlanState>*>(p); });
+      owner = state_owner(state_);
       framework = plan_info.device_type == HS_DEVICE_CUDA ? Framework::kTorch : Framework::kNumpy;
     }
     for (int which = 0; which < HS_STAGING_PLAN_NUM_TENSORS; ++which) {
@@ -130,8 +92,8 @@ class StagingPlan {
     }
   }
 
-  static uint64_t storage_bytes(nb::handle device_type, nb::handle device_index, nb::handle num_rows,
-                                nb::handle num_cols, nb::handle block_size, nb::handle capacity) {
+  static uint64_t storage_bytes(const PyInt& device_type, const PyInt& device_index, const PyInt& num_rows,
+                                const PyInt& num_cols, const PyInt& block_size, const PyInt& capacity) {
     const hs_staging_plan_options_t options =
         plan_options(device_type, device_index, num_rows, num_cols, block_size, capacity);
     uint64_t bytes = 0;
@@ -149,21 +111,17 @@ class StagingPlan {
   }
 
   void build(nb::handle block_table, nb::handle seq_lens, nb::handle stream) {
-    const TensorDesc table(WriteArray(array_arg<ReadArray>(exported(block_table, "block_table"), "block_table")),
-                           "block_table");
-    const TensorDesc lens(WriteArray(array_arg<ReadArray>(exported(seq_lens, "seq_lens"), "seq_lens")), "seq_lens");
+    const TensorArg table(exported(block_table, "block_table"), "block_table", kRead);
+    const TensorArg lens(exported(seq_lens, "seq_lens"), "seq_lens", kRead);
     const hs_stream_t s = stream_of(stream, block_table, seq_lens);
     check(hs_staging_plan_build(state_->handle, table.get(), lens.get(), s));
   }
 
   void ensure_gpu_sources(nb::handle resident_state_rows, nb::handle state_indices, nb::handle resident_block_size,
                           nb::handle stream) {
-    const TensorDesc resident(
-        WriteArray(array_arg<ReadArray>(exported(resident_state_rows, "resident_state_rows"), "resident_state_rows")),
-        "resident_state_rows");
-    const TensorDesc states(WriteArray(array_arg<ReadArray>(exported(state_indices, "state_indices"), "state_indices")),
-                            "state_indices");
-    const int64_t block_size = int_arg(resident_block_size, "resident_block_size");
+    const TensorArg resident(exported(resident_state_rows, "resident_state_rows"), "resident_state_rows", kRead);
+    const TensorArg states(exported(state_indices, "state_indices"), "state_indices", kRead);
+    const int64_t block_size = int_arg(PyInt{resident_block_size}, "resident_block_size");
     const hs_stream_t s = stream_of(stream, resident_state_rows, state_indices);
     check(hs_staging_plan_ensure_gpu_sources(state_->handle, resident.get(), states.get(), block_size, s));
   }
@@ -212,27 +170,23 @@ class StagingPlan {
   std::array<nb::object, HS_STAGING_PLAN_NUM_TENSORS> views_;
 };
 
-void gather_prefill_cache(const StagingPlan& plan, nb::handle host_cache, nb::handle resident_cache, nb::handle staged,
-                          uintptr_t stream) {
-  const TensorDesc host(WriteArray(array_arg<ReadArray>(host_cache, "host_cache")), "host_cache");
-  std::optional<TensorDesc> resident;
-  if (!resident_cache.is_none()) {
-    resident.emplace(WriteArray(array_arg<ReadArray>(resident_cache, "resident_cache")), "resident_cache");
-  }
-  const TensorDesc out(array_arg<WriteArray>(staged, "staged"), "staged");
-  check(hs_gather_prefill_cache(plan.handle(), host.get(), resident ? resident->get() : nullptr, out.get(),
-                                as_stream(stream)));
+void gather_prefill_cache(nb::handle plan_arg, const PyArray& host_cache, const PyOptionalArray& resident_cache,
+                          const PyArray& staged, const PyInt& stream) {
+  const StagingPlan& plan = *object_arg<StagingPlan>(plan_arg, "plan", "a hisparse.StagingPlan");
+  const TensorArg host(host_cache, "host_cache", kRead);
+  const OptionalTensorArg resident(resident_cache, "resident_cache", kRead);
+  const TensorArg out(staged, "staged", kWrite);
+  check(hs_gather_prefill_cache(plan.handle(), host.get(), resident.get(), out.get(), stream_arg(stream)));
 }
 
-void gather_resident_rows(nb::handle source, nb::handle destination, nb::handle row_ids, uintptr_t stream) {
-  const TensorDesc src(WriteArray(array_arg<ReadArray>(source, "source")), "source");
-  const TensorDesc dst(array_arg<WriteArray>(destination, "destination"), "destination");
-  const TensorDesc ids(WriteArray(array_arg<ReadArray>(row_ids, "row_ids")), "row_ids");
-  check(hs_gather_resident_rows(src.get(), dst.get(), ids.get(), as_stream(stream)));
+void gather_resident_rows(const PyArray& source, const PyArray& destination, const PyArray& row_ids,
+                          const PyInt& stream) {
+  const TensorArg src(source, "source", kRead), dst(destination, "destination", kWrite), ids(row_ids, "row_ids", kRead);
+  check(hs_gather_resident_rows(src.get(), dst.get(), ids.get(), stream_arg(stream)));
 }
 
-uint64_t staging_remap_workspace_bytes(nb::handle device_type, nb::handle device_index, nb::handle num_entries,
-                                       nb::handle block_size) {
+uint64_t staging_remap_workspace_bytes(const PyInt& device_type, const PyInt& device_index, const PyInt& num_entries,
+                                       const PyInt& block_size) {
   uint64_t bytes = 0;
   check(hs_staging_remap_workspace_bytes(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"),
                                          int_arg(num_entries, "num_entries"), int_arg(block_size, "block_size"),
@@ -240,12 +194,10 @@ uint64_t staging_remap_workspace_bytes(nb::handle device_type, nb::handle device
   return bytes;
 }
 
-void staging_remap(nb::handle block_table, nb::handle block_size, nb::handle out_block_table, nb::handle out_row_ids,
-                   nb::handle workspace, uintptr_t stream) {
-  const TensorDesc table(WriteArray(array_arg<ReadArray>(block_table, "block_table")), "block_table");
-  const TensorDesc new_table(array_arg<WriteArray>(out_block_table, "out_block_table"), "out_block_table");
-  const TensorDesc rows(array_arg<WriteArray>(out_row_ids, "out_row_ids"), "out_row_ids");
-  const TensorDesc scratch(array_arg<WriteArray>(workspace, "workspace"), "workspace");
+void staging_remap(const PyArray& block_table, const PyInt& block_size, const PyArray& out_block_table,
+                   const PyArray& out_row_ids, const PyArray& workspace, const PyInt& stream) {
+  const TensorArg table(block_table, "block_table", kRead), new_table(out_block_table, "out_block_table", kWrite),
+      rows(out_row_ids, "out_row_ids", kWrite), scratch(workspace, "workspace", kWrite);
   hs_staging_remap_args_t args;
   hs_staging_remap_args_init(&args);
   args.block_table = table.get();
@@ -253,7 +205,7 @@ void staging_remap(nb::handle block_table, nb::handle block_size, nb::handle out
   args.out_block_table = new_table.get();
   args.out_row_ids = rows.get();
   args.workspace = scratch.get();
-  check(hs_staging_remap(&args, as_stream(stream)));
+  check(hs_staging_remap(&args, stream_arg(stream)));
 }
 
 }  // namespace
@@ -265,7 +217,7 @@ void register_staging(nb::module_& m) {
                           "The staging plan of a prefill batch (hisparse/staging.h): its distinct host blocks "
                           "renumbered 0, 1, 2, ... (0 = the null block), the renumbered block table, and where each "
                           "staged row comes from. Build one with hisparse.build_staging_plan.")
-      .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(),
+      .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, nb::handle>(),
            nb::arg("device_type"), nb::arg("device_index"), nb::arg("num_rows"), nb::arg("num_cols"),
            nb::arg("block_size"), nb::arg("staging_block_capacity"), nb::arg("storage").none() = nb::none(),
            nb::sig("def __init__(self, device_type: int, device_index: int, num_rows: int, num_cols: int, "
@@ -278,13 +230,14 @@ void register_staging(nb::module_& m) {
                   nb::sig("def storage_bytes(device_type: int, device_index: int, num_rows: int, num_cols: int, "
                           "block_size: int, staging_block_capacity: int) -> int"),
                   "Bytes of storage a plan of these sizes needs.")
-      .def("build", &StagingPlan::build, nb::arg("block_table"), nb::arg("seq_lens"),
+      .def("build", &StagingPlan::build, nb::arg("block_table").none(), nb::arg("seq_lens").none(),
            nb::arg("stream").none() = nb::none(),
            nb::sig("def build(self, block_table: object, seq_lens: object, stream: object | None = None) -> None"),
            "Build the plan of a batch (block_table [num_rows, num_cols], seq_lens [>= num_rows]); drops GPU sources. "
            "Runs on torch's current stream unless `stream` is given.")
-      .def("ensure_gpu_sources", &StagingPlan::ensure_gpu_sources, nb::arg("resident_state_rows"),
-           nb::arg("state_indices"), nb::arg("resident_block_size"), nb::arg("stream").none() = nb::none(),
+      .def("ensure_gpu_sources", &StagingPlan::ensure_gpu_sources, nb::arg("resident_state_rows").none(),
+           nb::arg("state_indices").none(), nb::arg("resident_block_size").none(),
+           nb::arg("stream").none() = nb::none(),
            nb::sig("def ensure_gpu_sources(self, resident_state_rows: object, state_indices: object, "
                    "resident_block_size: int, stream: object | None = None) -> None"),
            "Serve staged rows that have a GPU-resident copy from the resident cache (docs/staging.md); cached per "
@@ -322,7 +275,7 @@ void register_staging(nb::module_& m) {
           "built", [](const StagingPlan& p) { return p.info().built != 0; }, "True once build succeeded.")
       .def("__repr__", &StagingPlan::repr);
 
-  m.def("gather_prefill_cache", &gather_prefill_cache, nb::arg("plan"), nb::arg("host_cache"),
+  m.def("gather_prefill_cache", &gather_prefill_cache, nb::arg("plan").none(), nb::arg("host_cache"),
         nb::arg("resident_cache").none(), nb::arg("staged"), nb::arg("stream") = 0,
         nb::sig("def gather_prefill_cache(plan: StagingPlan, host_cache: object, resident_cache: object | None, "
                 "staged: object, stream: int = 0) -> None"),

@@ -75,7 +75,7 @@ nb::ndarray<nb::array_api> owned_view(const hs_tensor_t& t, nb::handle owner) {
                                     device_type, cuda ? t.device_index : 0);
 }
 
-TensorDesc::TensorDesc(const nb::ndarray<>& array, const char* name) {
+TensorDesc::TensorDesc(const nb::ndarray<nb::ro>& array, const char* name) {
   const size_t ndim = array.ndim();
   if (ndim > HS_MAX_DIMS) {
     throw nb::value_error((std::string(name) + ": expected at most " + std::to_string(HS_MAX_DIMS) +
@@ -93,16 +93,6 @@ TensorDesc::TensorDesc(const nb::ndarray<>& array, const char* name) {
   tensor_.ndim = static_cast<int32_t>(ndim);
   tensor_.shape = shape_.data();
   tensor_.strides = strides_.data();
-}
-
-TensorDescList::TensorDescList(const std::vector<nb::ndarray<>>& arrays, const char* name) {
-  descs_.reserve(arrays.size());
-  pointers_.reserve(arrays.size());
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    const std::string element = std::string(name) + "[" + std::to_string(i) + "]";
-    descs_.emplace_back(arrays[i], element.c_str());
-    pointers_.push_back(descs_.back().get());
-  }
 }
 
 }  // namespace hisparse_py

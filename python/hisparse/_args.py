@@ -15,6 +15,7 @@ the stream hisparse is given instead.
 from __future__ import annotations
 
 import numbers
+import re
 import sys
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
@@ -22,6 +23,8 @@ from . import _C
 from ._tensors import torch_or_none
 
 __all__ = [
+    "check_tensor",
+    "shown",
     "choice",
     "device",
     "dtype_code",
@@ -35,7 +38,9 @@ __all__ = [
     "optional_int",
     "stream",
     "tensor",
+    "tensor_problem",
     "optional_tensor",
+    "renamed",
     "tensor_list",
 ]
 
@@ -45,6 +50,21 @@ _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "f
 
 
 # ---------------------------------------------------------------- scalars
+def shown(value: Any) -> str:
+    """A refused value as a message shows it: the repr of a plain scalar, string or dtype, else only its type.
+
+    Arbitrary objects are never printed: the repr of an array reads its
+    memory, which for a view with impossible strides is not there.
+    """
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    kind = type(value)
+    if kind.__name__ in ("dtype", "device") or (kind.__module__ == "numpy" and kind.__name__.startswith("dtype")):
+        return repr(value)
+    return f"a {kind.__name__}"
+
+
 def require_int(name: str, value: Any, minimum: Optional[int] = None, *, bits: Optional[int] = None) -> int:
     """``value`` as an int (bool refused), at least ``minimum``, within ``bits``-bit signed range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -59,9 +79,9 @@ def require_int(name: str, value: Any, minimum: Optional[int] = None, *, bits: O
     return value
 
 
-def optional_int(name: str, value: Any, default: int, minimum: Optional[int] = None) -> int:
+def optional_int(name: str, value: Any, default: int, minimum: Optional[int] = None, *, bits: int = 64) -> int:
     """``default`` for None, else :func:`require_int`."""
-    return default if value is None else require_int(name, value, minimum, bits=64)
+    return default if value is None else require_int(name, value, minimum, bits=bits)
 
 
 def require_bool(name: str, value: Any) -> bool:
@@ -84,7 +104,7 @@ def choice(name: str, value: Any, choices: Sequence[str]) -> int:
     """The index of ``value`` in ``choices`` (a name), or ``value`` itself (an int)."""
     if isinstance(value, str):
         if value not in choices:
-            raise ValueError(f"{name}: expected one of {list(choices)}, got {value!r}")
+            raise ValueError(f"{name}: expected one of {list(choices)}, got {shown(value)}")
         return list(choices).index(value)
     return require_int(name, value, bits=32)
 
@@ -92,6 +112,8 @@ def choice(name: str, value: Any, choices: Sequence[str]) -> int:
 # ---------------------------------------------------------------- dtypes
 def dtype_name(dtype: Any) -> str:
     """The library's name of a torch dtype, NumPy dtype or dtype name ('int32', 'bfloat16', ...)."""
+    if dtype is None or isinstance(dtype, bool):
+        raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {shown(dtype)}")
     if isinstance(dtype, str):
         name = dtype.removeprefix("torch.")
     elif type(dtype).__module__.startswith("torch"):
@@ -102,7 +124,7 @@ def dtype_name(dtype: Any) -> str:
 
             name = numpy.dtype(dtype).name
         except (ImportError, TypeError) as error:
-            raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {dtype!r}") from error
+            raise TypeError(f"dtype: expected a torch dtype, NumPy dtype or dtype name, got {shown(dtype)}") from error
     return _DTYPE_ALIASES.get(name, name)
 
 
@@ -110,7 +132,7 @@ def dtype_code(name: str, dtype: Any) -> int:
     """The hs_dtype_t code of ``dtype``."""
     key = dtype_name(dtype)
     if key not in _C.DTYPES:
-        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {shown(dtype)}")
     return _C.DTYPES[key][0]
 
 
@@ -121,7 +143,7 @@ def dtype_itemsize(dtype: Any, name: str = "dtype") -> int:
         return itemsize
     key = dtype_name(dtype)
     if key not in _C.DTYPES:
-        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {dtype!r}")
+        raise TypeError(f"{name}: expected one of {sorted(_C.DTYPES)}, got {shown(dtype)}")
     return _C.DTYPES[key][1]
 
 
@@ -131,16 +153,19 @@ def device(value: Any, name: str = "device") -> Tuple[int, int]:
     if value is None:
         return _C.DEVICE_CPU, 0
     if isinstance(value, bool):
-        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{name}: expected a CUDA device index >= 0, got {value}")
+        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {shown(value)}")
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+        if not 0 <= value < 2**31:
+            raise ValueError(f"{name}: expected a CUDA device index from 0 to 2**31 - 1, got {value}")
         return _C.DEVICE_CUDA, value
+    if not isinstance(value, str) and type(value).__name__ != "device":
+        raise TypeError(f"{name}: expected a torch.device, 'cpu', 'cuda[:N]' or an int, got {type(value).__name__}")
     text = str(value)
     kind, _, index = text.partition(":")
     if kind == "cpu" and not index:
         return _C.DEVICE_CPU, 0
-    if kind == "cuda" and (not index or index.isdigit()):
+    if kind == "cuda" and (not index or (index.isdigit() and int(index) < 2**31)):
         return _C.DEVICE_CUDA, int(index) if index else -1
     raise ValueError(f"{name}: expected 'cpu', 'cuda' or 'cuda:N', got {text!r}")
 
@@ -152,6 +177,8 @@ def handle(name: str, value: Any, attribute: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{name}: expected None, an int handle or a torch object, got a bool")
     if isinstance(value, int):
+        if not 0 <= value < 2**64:
+            raise ValueError(f"{name}: expected a handle from 0 to 2**64 - 1, got {value}")
         return value
     result = getattr(value, attribute, None)
     if result is None:
@@ -167,6 +194,8 @@ def stream(value: Any, *tensors: Any) -> int:
     """
     if value is not None:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < 2**64:
+                raise ValueError(f"stream: expected a stream handle from 0 to 2**64 - 1, got {value}")
             return value
         result = getattr(value, "cuda_stream", None)
         if result is None:
@@ -185,12 +214,63 @@ def _is_torch_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+def tensor_problem(value: Any) -> str:
+    """What ``value`` is, in the words of a refusal ("a list", "a tensor on the meta device (it has no data)").
+
+    The C library's bindings use it too, so that a value refused there is
+    described as it is here.
+    """
+    if _is_torch_tensor(value):
+        torch = sys.modules["torch"]
+        if value.is_meta:
+            return "a tensor on the meta device (it has no data)"
+        if value.layout != torch.strided:
+            layout = str(value.layout).removeprefix("torch.")
+            return f"a {layout} tensor (only dense, strided tensors have data to read)"
+        if value.device.type not in ("cpu", "cuda"):
+            return f"a tensor on {value.device} (hisparse reads CPU and CUDA memory)"
+        try:
+            value.__dlpack__(stream=-1) if value.device.type == "cuda" else value.__dlpack__()
+        except Exception as error:  # noqa: BLE001 - its reason is the answer
+            return f"a torch.Tensor that DLPack cannot export ({error})"
+        return f"a torch.Tensor of dtype {value.dtype}"
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return f"a NumPy array of dtype {value.dtype}"
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
+
+
+def check_tensor(name: str, value: Any, *, sliceable: bool = False) -> Any:
+    """``value`` itself if it is a tensor hisparse can read (torch or another DLPack array), else a named error.
+
+    ``sliceable``: the caller indexes it, so only a torch tensor or a NumPy
+    array will do.
+    """
+    if _is_torch_tensor(value):
+        kind = value.device.type
+        if kind != "cpu" and kind != "cuda":
+            raise ValueError(f"{name}: expected a CPU or CUDA tensor, got {tensor_problem(value)}")
+        if value.layout is not sys.modules["torch"].strided:
+            raise TypeError(f"{name}: expected a dense tensor, got {tensor_problem(value)}")
+        return value
+    if value is None or not hasattr(value, "__dlpack__"):
+        raise TypeError(f"{name}: expected a tensor (torch or NumPy), got {tensor_problem(value)}")
+    if sliceable and type(value).__module__ != "numpy":
+        raise TypeError(f"{name}: expected a torch.Tensor or NumPy array, got {tensor_problem(value)}")
+    return value
+
+
 def tensor(name: str, value: Any) -> Any:
     """What _C receives for a tensor argument: a torch tensor or another DLPack array."""
-    if _is_torch_tensor(value):
-        return value.__dlpack__(stream=-1) if value.device.type == "cuda" else value
-    if value is None or not hasattr(value, "__dlpack__"):
-        raise TypeError(f"{name}: expected a tensor (torch or NumPy), got {type(value).__name__}")
+    value = check_tensor(name, value)
+    if _is_torch_tensor(value) and value.device.type == "cuda":
+        try:
+            return value.__dlpack__(stream=-1)
+        except Exception as error:  # sparse or autograd-tracked CUDA tensors have no export
+            raise TypeError(f"{name}: expected a tensor DLPack can export, got {tensor_problem(value)}") from error
     return value
 
 
@@ -208,3 +288,20 @@ def sequence(name: str, values: Iterable[Any]) -> List[Any]:
 def tensor_list(name: str, values: Iterable[Any]) -> List[Any]:
     """Each tensor of a sequence, element i named ``name[i]``."""
     return [tensor(f"{name}[{i}]", value) for i, value in enumerate(sequence(name, values))]
+
+
+# ---------------------------------------------------------------- errors
+def renamed(error: Exception, names: dict) -> Exception:
+    """``error`` with the C library's names of arguments replaced by the caller's (``names``: C name -> Python name).
+
+    A wrapper whose arguments are named otherwise than the C ABI's (for
+    example ``attention_indices_out`` for ``out_attention``) re-raises the
+    library's error through this, so that the message names what its caller
+    passed. Errors that mention none of the names come back unchanged.
+    """
+    text = str(error)
+    pattern = re.compile(r"\b(" + "|".join(re.escape(name) for name in names) + r")\b")
+    new_text = pattern.sub(lambda match: names[match.group(1)], text)
+    if new_text == text:
+        return error
+    return type(error)(new_text)

@@ -174,6 +174,8 @@ class CacheHandle:
 
     def write_target(self, num_input_rows: int, num_slot_rows: int) -> Tuple[Any, Any, int]:
         """(resident cache view, slot mapping of the rows to write, row count) for this layer's KV update."""
+        _args.require_int("num_input_rows", num_input_rows, 0)
+        _args.require_int("num_slot_rows", num_slot_rows, 0)
         if self.view is None or self.slot_mapping is None:
             raise RuntimeError("write_target: the handle has no bound cache (call bind_cache first)")
         num_rows = min(num_input_rows, num_slot_rows, self.num_actual_tokens)
@@ -210,6 +212,12 @@ class CacheHandle:
         rows to the runtime's ``request_state_indices``. The rows of the last
         :meth:`write_target` (or ``num_actual_tokens``) are stored.
         """
+        if written_rows is not None:
+            _args.check_tensor("written_rows", written_rows, sliceable=True)
+        if host_slot_mapping is not None:
+            _args.check_tensor("host_slot_mapping", host_slot_mapping, sliceable=True)
+        if req_id_per_token is not None:
+            _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
         if self.dummy_batch:
             return
         slots = host_slot_mapping if host_slot_mapping is not None else self.mirror_slot_mapping
@@ -227,17 +235,20 @@ class CacheHandle:
         num_rows = min(num_rows, written_rows.shape[0])
         if num_rows == 0:
             return
-        req_ids = req_id_per_token if req_id_per_token is not None else self.req_id_per_token
-        if req_ids is None:
-            raise ValueError("req_id_per_token: required when the batch gave none (BatchInfo.req_id_per_token)")
-        self.runtime.write(
-            written_rows[:num_rows],
-            req_ids[:num_rows],
-            slots[:num_rows],
-            request_state_indices=request_state_indices,
-            skip_host_store=not self.host_mirror_required,
-            stream=stream,
-        )
+        try:
+            req_ids = req_id_per_token if req_id_per_token is not None else self.req_id_per_token
+            if req_ids is None:
+                raise ValueError("req_id_per_token: required when the batch gave none (BatchInfo.req_id_per_token)")
+            self.runtime.write(
+                written_rows[:num_rows],
+                req_ids[:num_rows],
+                slots[:num_rows],
+                request_state_indices=request_state_indices,
+                skip_host_store=not self.host_mirror_required,
+                stream=stream,
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, {"rows": "written_rows", "positions": "host_slot_mapping"}) from None
 
     def swap_in(
         self,
@@ -271,6 +282,16 @@ class CacheHandle:
                 "topk_indices: a follower's handle reuses its group leader's resolution and reads no top-k; "
                 "pass num_tokens (the step's token rows) instead"
             )
+        if self.runtime.is_group_leader:
+            # The leader resolves the step: both tensors are required, and sliced here.
+            _args.check_tensor("topk_indices", topk_indices, sliceable=True)
+            _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+            if len(topk_indices.shape) != 2:
+                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {tuple(topk_indices.shape)}")
+            if len(req_id_per_token.shape) != 1:
+                raise ValueError(
+                    f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}"
+                )
         if req_id_per_token is not None and topk_indices is not None:
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         return self.runtime.swap_in(

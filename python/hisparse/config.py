@@ -89,5 +89,10 @@ class Config:
         (:func:`hisparse.ops.resolver_workspace_bytes`, allocated by index
         groups). ``device`` is an index, a torch.device, or None for device 0.
         """
-        index = 0 if device is None else getattr(device, "index", device)
-        self._validate(_args.require_int("device", 0 if index is None else index))
+        index = 0
+        if device is not None:
+            kind, index = _args.device(device)
+            if kind != _C.DEVICE_CUDA:
+                given = _args.shown(device)
+                raise ValueError(f"device: expected a CUDA device (an index, 'cuda[:N]', a torch.device), got {given}")
+        self._validate(max(index, 0))

@@ -88,7 +88,7 @@ class HostPool:
             if value is not None:
                 _args.require_int(name, value, 0, bits=32)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+            raise ValueError(f"timeout: expected a positive number of seconds, got {_args.shown(timeout)}")
         if pool_id is None:
             if rank is not None or ranks is not None:
                 raise ValueError("rank, ranks: give them with pool_id; with a group they come from the group")
@@ -167,6 +167,7 @@ class HostPool:
         """
         itemsize = _args.dtype_itemsize(dtype)
         _args.require_int("offset", offset, 0)
+        numpy = _args.require_bool("numpy", numpy)
         if offset % itemsize != 0:
             raise ValueError(f"offset: expected a multiple of the {itemsize}-byte element size, got {offset}")
         if shape is None:
@@ -183,6 +184,11 @@ class HostPool:
         # leaves no view behind.
         element = _numpy_dtype(dtype) if torch is None else _torch_dtype(torch, dtype)
         nbytes = math.prod(shape) * itemsize
+        if offset + nbytes > self._size:
+            raise ValueError(
+                f"shape: {shape} of {itemsize}-byte elements from offset {offset} ends at byte {offset + nbytes}, "
+                f"which exceeds the pool's {self._size} bytes"
+            )
         raw = self._pool.view_bytes(offset, nbytes)
         if torch is None:
             return raw.view(element).reshape(shape)
@@ -216,8 +222,10 @@ def _pool_options(
 ) -> tuple:
     """The arguments every pool takes, private or shared, as _C takes them (0 and -1 for the defaults)."""
     size = _args.require_int("size_bytes", size_bytes, 1, bits=64)
+    if not isinstance(register, str):
+        raise TypeError(f"register: expected one of {sorted(_REGISTRATION)}, got {type(register).__name__}")
     if register not in _REGISTRATION:
-        raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {register!r}")
+        raise ValueError(f"register: expected one of {sorted(_REGISTRATION)}, got {_args.shown(register)}")
     return (
         size,
         _args.optional_int("populate_threads", populate_threads, 0, 1),
@@ -234,7 +242,7 @@ def _torch_dtype(torch: Any, dtype: Any) -> Any:
         return dtype
     element = getattr(torch, _args.dtype_name(dtype), None)
     if not isinstance(element, torch.dtype):
-        raise TypeError(f"dtype: {dtype!r} is not a torch dtype")
+        raise TypeError(f"dtype: {_args.shown(dtype)} is not a torch dtype")
     return element
 
 
@@ -245,7 +253,7 @@ def _numpy_dtype(dtype: Any) -> Any:
         return np.dtype(_args.dtype_name(dtype))
     except TypeError as error:
         raise TypeError(
-            f"dtype: NumPy has no {dtype!r}; view the pool as a torch tensor or as same-sized integers"
+            f"dtype: NumPy has no {_args.shown(dtype)}; view the pool as a torch tensor or as same-sized integers"
         ) from error
 
 

@@ -85,16 +85,19 @@ class IndexGroup:
             _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
 
         device_type, device_index = _args.device(device)
-        self._group = _C.IndexGroup(
-            device_type,
-            device_index,
-            max_num_reqs,
-            sizes["device_buffer_size"],
-            max_swap_rows or 0,
-            sizes["top_k"],
-            sizes["max_union_rows"] or 0,
-            config.num_speculative_tokens if config is not None else 0,
-        )
+        try:
+            self._group = _C.IndexGroup(
+                device_type,
+                device_index,
+                max_num_reqs,
+                sizes["device_buffer_size"],
+                max_swap_rows or 0,
+                sizes["top_k"],
+                sizes["max_union_rows"] or 0,
+                config.num_speculative_tokens if config is not None else 0,
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, {"device_type": "device", "device_index": "device"}) from None
         self._config = config
         self._info = self._group.info()
         self._views = {name: self._view(which) for name, which in _TENSORS.items()}
@@ -263,7 +266,7 @@ class IndexGroup:
             row_bytes = self._config.row_bytes
         if row_bytes is not None:
             _args.require_int("row_bytes", row_bytes, 0)
-        if synchronize:
+        if _args.require_bool("synchronize", synchronize):
             handle = self._stream(stream)
             self._group.copy_stats_async(handle)
             self._synchronize(stream, handle)

@@ -38,7 +38,10 @@ class IpcEvent:
 
     def __init__(self, device: Any = None) -> None:
         device_type, index = _args.device(_default_device() if device is None else device)
-        self._event = _C.IpcEvent(device_type, index)
+        try:
+            self._event = _C.IpcEvent(device_type, index)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, {"device_type": "device", "device_index": "device"}) from None
 
     @classmethod
     def from_bytes(cls, handle: bytes, device: Any = None) -> "IpcEvent":

@@ -295,6 +295,9 @@ def table_pointers(tables: Sequence[Any]) -> Any:
     tables = _args.sequence("tables", tables)
     if not tables:
         raise ValueError("tables: expected at least one table")
+    for i, table in enumerate(tables):
+        if not isinstance(_args.check_tensor(f"tables[{i}]", table), torch.Tensor):
+            raise TypeError(f"tables[{i}]: expected a torch.Tensor, got {type(table).__name__}")
     device = tables[0].device
     return torch.tensor([t.data_ptr() for t in tables], dtype=torch.int64, device=device)
 

@@ -24,6 +24,12 @@ __all__ = ["Runtime", "SlotInvalidator", "paged_cache_view"]
 _TENSORS = _C.INDEX_GROUP_TENSORS
 # hs_host_role_t by name, in code order.
 _HOST_ROLES = ("auto", "writer", "reader")
+# C ABI names -> the names the methods below give those arguments.
+_SWAP_IN_NAMES = {"out_attention": "attention_indices_out", "out_valid_counts": "valid_counts_out",
+                  "source_block_table": "block_table"}
+_CREATE_NAMES = {"kv_dtype": "dtype", "topk_ready_event": "topk_ready", "device_type": "device",
+                 "device_index": "device"}
+_SOURCE_NAMES = {"host_cache": "kv_cache"}
 
 
 def _torch():
@@ -34,7 +40,11 @@ def _torch():
 
 
 def _torch_dtype(dtype: Any) -> Any:
-    return getattr(_torch(), _args.dtype_name(dtype))
+    torch = _torch()
+    element = getattr(torch, _args.dtype_name(dtype), None)
+    if not isinstance(element, torch.dtype):
+        raise TypeError(f"dtype: expected a torch dtype or dtype name, got {_args.shown(dtype)}")
+    return element
 
 
 def _strided_view(raw_tensor: Any, geometry: Tuple[int, tuple, tuple], dtype: Any) -> Any:
@@ -147,24 +157,27 @@ class Runtime:
         if leader is not None and device is None:
             device_type, device_index = leader._info["device_type"], leader._info["device_index"]
         self._config = config
-        self._rt = _C.Runtime(
-            config.top_k,
-            config.device_buffer_size,
-            config.max_union_rows,
-            config.num_speculative_tokens,
-            config.row_bytes,
-            config.block_size,
-            config.hot_block_size,
-            config.eager_host_mirror,
-            device_type,
-            device_index,
-            max_num_reqs,
-            max_swap_rows or 0,
-            kv_code,
-            leader._rt if leader is not None else None,
-            _args.handle("copy_stream", copy_stream, "cuda_stream"),
-            self._event_handle(topk_ready, device_type, device_index),
-        )
+        try:
+            self._rt = _C.Runtime(
+                config.top_k,
+                config.device_buffer_size,
+                config.max_union_rows,
+                config.num_speculative_tokens,
+                config.row_bytes,
+                config.block_size,
+                config.hot_block_size,
+                config.eager_host_mirror,
+                device_type,
+                device_index,
+                max_num_reqs,
+                max_swap_rows or 0,
+                kv_code,
+                leader._rt if leader is not None else None,
+                _args.handle("copy_stream", copy_stream, "cuda_stream"),
+                self._event_handle(topk_ready, device_type, device_index),
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _CREATE_NAMES) from None
         self._info = self._rt.info()
         torch = _torch()
         self._dtype = _torch_dtype(dtype)
@@ -187,6 +200,10 @@ class Runtime:
     def _event_handle(event: Any, device_type: int, device_index: int) -> int:
         if event is None or isinstance(event, int):
             return _args.handle("topk_ready", event, "cuda_event")
+        if not hasattr(event, "cuda_event"):
+            raise TypeError(
+                f"topk_ready: expected None, an int handle or a torch.cuda.Event, got {type(event).__name__}"
+            )
         if device_type != _C.DEVICE_CUDA:
             raise ValueError("topk_ready: a top-k-ready event needs a CUDA runtime")
         handle = _args.handle("topk_ready", event, "cuda_event")
@@ -316,9 +333,12 @@ class Runtime:
         pinned or registered (e.g. a :class:`hisparse.HostPool` view).
         ``registered_host_pool`` is the registered range that holds it.
         """
-        self._rt.bind_source_cache(
-            _args.tensor("host_cache", kv_cache), _args.optional_tensor("registered_host_pool", registered_host_pool)
-        )
+        try:
+            self._rt.bind_source_cache(
+                _args.tensor("kv_cache", kv_cache), _args.optional_tensor("registered_host_pool", registered_host_pool)
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _SOURCE_NAMES) from None
         self._bound["host_cache"] = kv_cache
         self._bound["registered_host_pool"] = registered_host_pool
 
@@ -430,32 +450,45 @@ class Runtime:
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
+        if topk_indices is not None:
+            _args.check_tensor("topk_indices", topk_indices)
         if not self.is_group_leader and topk_indices is not None:
             raise ValueError(
                 "topk_indices: a follower reuses its group leader's resolution of the step and reads no top-k; "
                 "pass num_tokens (the step's token rows) instead"
             )
         if self.is_group_leader and topk_indices is not None and req_id_per_token is not None:
+            _args.check_tensor("topk_indices", topk_indices, sliceable=True)
+            if len(topk_indices.shape) != 2:
+                shape = tuple(topk_indices.shape)
+                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {shape}")
+            req_id_per_token = _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
+            if len(req_id_per_token.shape) != 1:
+                raise ValueError(f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}")
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
-        first, count, _ = self._rt.swap_in(
-            _args.optional_tensor("topk_indices", topk_indices),
-            _args.optional_tensor("req_id_per_token", req_id_per_token),
-            _args.optional_tensor("request_state_indices", request_state_indices),
-            _args.optional_tensor("block_table", block_table),
-            _args.optional_int("block_size", block_size, 0),
-            _args.optional_tensor("resident_block_table", resident_block_table),
-            _args.optional_int("resident_block_size", resident_block_size, 0),
-            _args.optional_tensor("num_valid_rows", num_valid_rows),
-            _args.optional_tensor("attention_indices_out", attention_indices_out),
-            _args.optional_tensor("valid_counts_out", valid_counts_out),
-            bool(prefetch),
-            bool(ignore_topk_ready),
-            _args.optional_int("num_tokens", num_tokens, 0, 0),
-            _args.flag("fused_gather", fused_gather),
-            _args.flag("group_gather", group_gather),
-            self._stream(stream, topk_indices),
-            _args.optional_tensor("seq_lens", seq_lens),
-        )
+        return_valid_counts = _args.require_bool("return_valid_counts", return_valid_counts)
+        try:
+            first, count, _ = self._rt.swap_in(
+                _args.optional_tensor("topk_indices", topk_indices),
+                _args.optional_tensor("req_id_per_token", req_id_per_token),
+                _args.optional_tensor("request_state_indices", request_state_indices),
+                _args.optional_tensor("block_table", block_table),
+                _args.optional_int("block_size", block_size, 0, 0, bits=32),
+                _args.optional_tensor("resident_block_table", resident_block_table),
+                _args.optional_int("resident_block_size", resident_block_size, 0, 0, bits=32),
+                _args.optional_tensor("num_valid_rows", num_valid_rows),
+                _args.optional_tensor("attention_indices_out", attention_indices_out),
+                _args.optional_tensor("valid_counts_out", valid_counts_out),
+                _args.require_bool("prefetch", prefetch),
+                _args.require_bool("ignore_topk_ready", ignore_topk_ready),
+                _args.optional_int("num_tokens", num_tokens, 0, 0),
+                _args.flag("fused_gather", fused_gather),
+                _args.flag("group_gather", group_gather),
+                self._stream(stream, topk_indices),
+                _args.optional_tensor("seq_lens", seq_lens),
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _SWAP_IN_NAMES) from None
         rows = slice(first, first + count)
         attention = self._views["attention_indices"][rows] if attention_indices_out is None else attention_indices_out
         if topk_indices is not None and attention_indices_out is None:
@@ -594,6 +627,7 @@ class Runtime:
             raise ValueError(f"plan: expected a plan on the runtime's device {expected}, got one on {plan_device}")
         if min_rows is None:
             min_rows = staging.MIN_STAGED_PREFILL_ROWS
+        _args.require_int("min_rows", min_rows, 0, bits=32)
         return staging.gather_prefill_cache(plan, host_cache, resident_cache, min_rows=min_rows)
 
     # ------------------------------------------------------------------ counters
@@ -608,7 +642,7 @@ class Runtime:
         stream is synchronised first; otherwise the last ``copy_stats_async``
         is read as it is.
         """
-        if synchronize:
+        if _args.require_bool("synchronize", synchronize):
             handle = self._stream(stream)
             self._rt.copy_stats_async(handle)
             if self._info["device_type"] == _C.DEVICE_CUDA:
@@ -655,7 +689,7 @@ class SlotInvalidator:
     def __call__(
         self, leaders: Sequence[Runtime], written_slots: Any, req_id_per_token: Any, *, stream: Any = None
     ) -> None:
-        leaders = list(leaders)
+        leaders = _args.sequence("leaders", leaders)
         for i, leader in enumerate(leaders):
             if not isinstance(leader, Runtime):
                 raise TypeError(f"leaders[{i}]: expected a hisparse.Runtime, got {type(leader).__name__}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _C
+from . import _C, _args
 from ._tensors import torch_or_none
 
 __all__ = ["shared_pool_id", "use_shared_host_pool"]
@@ -60,10 +60,7 @@ def _backend_device_type(device: Any) -> int:
     if device is None:
         cuda = _C.build_info()["cuda_compiled"] and _C.cuda_device_count() > 0
         return _C.DEVICE_CUDA if cuda else _C.DEVICE_CPU
-    kind = str(device).partition(":")[0]
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(f"device: expected None, 'cpu' or 'cuda[:N]', got {device!r}")
-    return _C.DEVICE_CUDA if kind == "cuda" else _C.DEVICE_CPU
+    return _args.device(device)[0]
 
 
 def use_shared_host_pool(
@@ -93,10 +90,15 @@ def use_shared_host_pool(
     """
 
     def setting(name: str, given: Any, default: Any) -> Any:
-        if given is not None:
+        if given is None:
+            given = getattr(parallel_config, name, None) if parallel_config is not None else None
+        if given is None:
+            return default
+        if name == "distributed_executor_backend":
+            if not isinstance(given, str):
+                raise TypeError(f"{name}: expected a str, got {type(given).__name__}")
             return given
-        value = getattr(parallel_config, name, None) if parallel_config is not None else None
-        return default if value is None else value
+        return _args.require_int(name, given, 1, bits=32)
 
     tp = setting("tensor_parallel_size", tensor_parallel_size, 1)
     return bool(

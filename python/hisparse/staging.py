@@ -47,6 +47,7 @@ _CPU, _CUDA = 1, 2  # hs_device_type_t
 
 def _array_module(value: Any, name: str) -> Any:
     """torch or numpy, whichever ``value`` is an array of (a named TypeError otherwise)."""
+    _args.check_tensor(name, value, sliceable=True)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return torch
@@ -195,10 +196,7 @@ def gather_prefill_cache(
     _same_module("host_cache", host_cache, module)
     if resident_cache is not None:
         _same_module("resident_cache", resident_cache, module)
-    if isinstance(min_rows, bool) or not isinstance(min_rows, int):
-        raise TypeError(f"min_rows: expected an int, got {type(min_rows).__name__}")
-    if min_rows < 0:
-        raise ValueError(f"min_rows: expected an int >= 0, got {min_rows}")
+    _args.require_int("min_rows", min_rows, 0, bits=32)
     block_size, num_blocks = plan.block_size, plan.num_blocks
     width = host_cache.shape[-1] if len(host_cache.shape) > 0 else 1
     min_blocks = -(-min_rows // block_size)

@@ -41,7 +41,7 @@ TEST(Layout, ExactBoundaryOfMinimumBlocks) {
 
   layout = fresh_layout();
   expect_invalid(hs_plan_host_layout(page, 64, 640, 12 * page - 1, &layout),
-                 {"11 blocks", "max_model_len=640", "needs 12", "host_pool_gib"});
+                 {"11 blocks", "max_model_len=640", "needs 12", "host_budget_bytes", "--host-budget-gib"});
   EXPECT_EQ(layout.host_num_blocks, 0) << "a failed plan must not write its output";
 }
 
@@ -60,7 +60,7 @@ TEST(Layout, PartialBlocksRoundUp) {
 TEST(Layout, BudgetSmallerThanOneBlock) {
   hs_host_layout_t layout = fresh_layout();
   expect_invalid(hs_plan_host_layout(4096, 64, 64, 4095, &layout),
-                 {"no allocatable host blocks", "host_budget_bytes=4095", "host_pool_gib"});
+                 {"no allocatable host blocks", "host_budget_bytes=4095", "increase host_budget_bytes"});
   expect_invalid(hs_plan_host_layout(4096, 64, 64, 0, &layout), {"no allocatable host blocks"});
 }
 

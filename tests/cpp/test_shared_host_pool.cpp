@@ -758,7 +758,8 @@ TEST(SharedHostPool, RankZerosMemoryRefusalReachesEveryRank) {
   EXPECT_EQ(refused.status, HS_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(refused.message.find("GiB of RAM is available"), std::string::npos) << refused.message;
   EXPECT_EQ(told.status, HS_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(told.message.find("shared host pool: rank 0 failed: hisparse pinned host pool needs ~"), std::string::npos)
+  EXPECT_NE(told.message.find("shared host pool: rank 0 failed: size_bytes: hisparse pinned host pool needs ~"),
+            std::string::npos)
       << told.message;
   EXPECT_FALSE(object_exists(id));
 }

@@ -356,7 +356,7 @@ TEST(StagingRemap, RenumbersByHandIntoCallerTensors) {
   expect_error(hs_staging_remap(&args, nullptr), HS_ERROR_INVALID_ARGUMENT, {"args", "struct_size"});
   uint64_t ignored = 0;
   expect_error(hs_staging_remap_workspace_bytes(HS_DEVICE_CPU, -1, int64_t{1} << 30, 4, &ignored),
-               HS_ERROR_INVALID_ARGUMENT, {"block_table", "int32 row ids"});
+               HS_ERROR_INVALID_ARGUMENT, {"num_entries", "int32 row ids"});
   expect_error(hs_staging_remap_workspace_bytes(7, -1, 4, 4, &ignored), HS_ERROR_INVALID_ARGUMENT,
                {"device_type", "7"});
 }

@@ -352,7 +352,7 @@ def test_recommend_reports_an_unmet_target():
 def test_host_plan_refuses_a_budget_too_small_for_one_request():
     plan = host_plan(max_model_len=8192, max_requests=2, layers=61, row_bytes=656, block_size=64,
                      host_budget_bytes=1 << 20)
-    assert "increase host_pool_gib" in plan["budget"]["error"]
+    assert "increase host_budget_bytes" in plan["budget"]["error"]
 
 
 # ------------------------------------------------------------------------- output

@@ -217,7 +217,7 @@ def test_plan_host_layout_errors_name_the_argument(args, name):
 def test_plan_host_layout_seed_errors():
     with pytest.raises(ValueError, match="no allocatable host blocks"):
         hisparse.plan_host_layout(4096, 64, 640, 4095)
-    with pytest.raises(ValueError, match=r"11 blocks but max_model_len=640 needs 12.*host_pool_gib"):
+    with pytest.raises(ValueError, match=r"11 blocks but max_model_len=640 needs 12.*host_budget_bytes"):
         hisparse.plan_host_layout(4096, 64, 640, 12 * 4096 - 1)
     layout = hisparse.plan_host_layout(4096, 64, 640, 12 * 4096)
     assert layout == hisparse.HostLayout(host_num_blocks=12, host_block_stride=4096, min_host_blocks=12)
@@ -305,8 +305,10 @@ def test_config_device_check_without_a_device():
         pytest.skip("a CUDA device is present (covered by test_gpu_smoke)")
     with pytest.raises(RuntimeError):
         hisparse.Config(row_bytes=656).check_device(0)
-    with pytest.raises(TypeError, match="device"):
+    with pytest.raises(ValueError, match="device"):
         hisparse.Config(row_bytes=656).check_device("zero")
+    with pytest.raises(TypeError, match="device"):
+        hisparse.Config(row_bytes=656).check_device(0.0)
 
 
 def test_check_host_memory_errors():
@@ -316,7 +318,7 @@ def test_check_host_memory_errors():
         hisparse.check_host_memory(-1)
     hisparse.check_host_memory(1 << 20)
     available = hisparse.layout.available_host_memory()
-    with pytest.raises(ValueError, match=r"needs ~\d+ GiB .* only \d+ GiB of RAM is available.*host_pool_gib"):
+    with pytest.raises(ValueError, match=r"needs ~\d+ GiB .* only \d+ GiB of RAM is available.*size_bytes"):
         hisparse.check_host_memory(2 * available + (1 << 30))
 
 
@@ -326,8 +328,10 @@ def test_native_errors_are_python_exceptions():
         hisparse._C.plan_host_layout(0, 1, 1, 1)
     with pytest.raises(ValueError, match="device_buffer_size"):
         hisparse._C.resolver_shared_memory_bytes(0, 1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="page_size_bytes"):
         hisparse._C.plan_host_layout(-1, 1, 1, 1)  # negative into an unsigned argument
+    with pytest.raises(TypeError, match="block_size: expected an int, got float"):
+        hisparse._C.plan_host_layout(16, 1.0, 1, 1)
 
 
 # ---------------------------------------------------------------------- README

@@ -149,15 +149,25 @@ def test_release_refused_while_views_live(pool):
 
 
 def test_force_release_with_live_views():
+    # A forced release releases the pool for hisparse at once and unmaps it
+    # with its last view: the view never shows unmapped memory.
     p = hisparse.HostPool(1 << 16, register="never")
     address = p.data_ptr
     view = p.view(torch.uint8, (16,))
+    view.fill_(5)
     p.release(force=True)
     assert p.released
-    assert not mapped(address, 1 << 16)
-    del view  # dropping a dangling view is safe; reading it would not be
+    assert mapped(address, 1 << 16), "a live view's memory was unmapped"
+    assert view.tolist() == [5] * 16
+    with pytest.raises(RuntimeError, match="released"):
+        p.view("uint8", (4,))
+    with pytest.raises(RuntimeError, match="src: .*released"):
+        hisparse.ops.copy_bytes(torch.zeros(16, dtype=torch.uint8), view)
+    p.release()  # already released: nothing to do
+    del view
     gc.collect()
     assert p._pool.live_views == 0
+    assert not mapped(address, 1 << 16), "the last view of a released pool unmaps it"
 
 
 def test_release_is_idempotent_and_use_after_release_raises():
@@ -226,7 +236,7 @@ def test_ram_refusal_message():
         hisparse.HostPool(too_big)
     message = str(error.value)
     assert f"~{too_big / 2**30:.0f} GiB" in message
-    assert "GiB of RAM is available" in message and "host_pool_gib" in message
+    assert "GiB of RAM is available" in message and "size_bytes" in message and "host_pool_gib" not in message
 
 
 @pytest.mark.parametrize(

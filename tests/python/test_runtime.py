@@ -64,9 +64,9 @@ def test_bind_errors_name_the_argument(device):
     setup = GroupSetup(device, num_layers=2)
     leader, follower = setup.runtimes
     gen = torch.Generator().manual_seed(1)
-    with pytest.raises(TypeError, match="host_cache.*mismatched layout"):
+    with pytest.raises(TypeError, match="kv_cache.*mismatched layout"):
         leader.bind_source_cache(setup.hosts[0].view(torch.int32))
-    with pytest.raises(ValueError, match="host_cache.*mismatched layout"):
+    with pytest.raises(ValueError, match="kv_cache.*mismatched layout"):
         leader.bind_source_cache(setup.hosts[0].view(-1, 2 * setup.row_bytes))
     with pytest.raises(ValueError, match="raw_tensor.*too small"):
         leader.bind_hot_cache(setup.slab[: -setup.block_stride], byte_offset=0, block_stride=setup.block_stride,

@@ -16,7 +16,10 @@
  * Every call validates shapes, dtypes, devices, strides and alignment on
  * the host and fails with a message naming the argument. Device *data*
  * (indices inside the tensors) is never read on the host: out-of-range
- * entries are skipped or zero-filled by the kernels as documented per call.
+ * entries are skipped or zero-filled by the kernels as documented per call,
+ * with offsets computed without overflow for any int32 index. A call whose
+ * output shares memory with one of its inputs or with another output is
+ * refused (HS_ERROR_INVALID_ARGUMENT naming both), before anything runs.
  * The backend is chosen by the device of the destination (CPU tensors run
  * the CPU reference). All calls are stream-ordered, never block the host,
  * never allocate, and can be captured into a CUDA graph.
@@ -87,8 +90,9 @@ typedef struct hs_gather_compact_args {
   const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
   const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
   const hs_tensor_t* swap_counts;      /* int32 [>= R] */
-  int64_t hot_block_size;              /* rows per hot block, > 0 */
-  int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
+  int64_t hot_block_size;              /* rows per hot block, 1 .. INT32_MAX */
+  int64_t hot_block_stride;            /* rows between hot blocks, hot_block_size .. INT32_MAX (the range of
+                                          an attention index); 0 = hot_block_size */
   int32_t variant;                     /* hs_gather_variant_t */
   int32_t max_blocks;                  /* CUDA: thread blocks of SORTED and ROW_PERSISTENT; 0 = half the SMs
                                           for SORTED (fewer concurrent rows translate fewer host pages at
@@ -145,8 +149,8 @@ typedef struct hs_gather_compact_group_args {
   const hs_tensor_t* swap_host_rows;   /* int32 [R, K] */
   const hs_tensor_t* swap_device_rows; /* int32 [R, K] */
   const hs_tensor_t* swap_counts;      /* int32 [>= R] */
-  int64_t hot_block_size;              /* rows per hot block, > 0 */
-  int64_t hot_block_stride;            /* rows between hot blocks, >= hot_block_size; 0 = hot_block_size */
+  int64_t hot_block_size;              /* rows per hot block, 1 .. INT32_MAX */
+  int64_t hot_block_stride;            /* as in hs_gather_compact: hot_block_size .. INT32_MAX; 0 = hot_block_size */
   int32_t max_blocks;                  /* CUDA thread blocks; 0 = one per SM */
   int32_t reserved0;
 } hs_gather_compact_group_args_t;
@@ -187,7 +191,8 @@ HS_API hs_status_t hs_gather_plan(const hs_tensor_t* src_rows, const hs_tensor_t
  * (all duplicates). Nothing else changes.
  *
  * tables: num_tables descriptors of int32 [S, H] contiguous tensors of one
- *   shape, on one device (the index groups' device_global_indices).
+ *   shape, on one device (the index groups' device_global_indices), each
+ *   listed once (tables that share memory are refused, naming both).
  * table_pointers: optional int64 [num_tables] on the same device holding the
  *   tables' data pointers in order (the seed's cached group table). When
  *   absent the pointers travel as kernel arguments (64 tables per launch),
@@ -234,10 +239,15 @@ HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t
  * stream, by a kernel, so it is capturable). src, dst, sizes: int64 1-D of
  * equal length on the executing device (host tensors run the CPU backend,
  * which copies with memmove). Entries with a size <= 0 or a null address
- * are skipped. The CPU backend refuses addresses of CUDA device memory. The
- * addresses themselves live in device data and cannot be checked on the host:
- * the caller guarantees that each range is device memory of the executing
- * device or registered host memory, and that ranges do not overlap. */
+ * are skipped. The CPU backend reads the addresses on the host, so it checks
+ * every used entry before copying anything: each range must be host memory
+ * mapped in this process with the access its copy needs (read for src,
+ * write for dst; never CUDA device memory), and no destination may overlap
+ * another range of the batch or the address arrays themselves; otherwise
+ * HS_ERROR_INVALID_ARGUMENT naming the entry. On CUDA the addresses live in
+ * device data the host cannot see: the caller guarantees that each range is
+ * device memory of the executing device or registered host memory, and that
+ * destinations overlap nothing else of the batch. */
 HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_t* dst, const hs_tensor_t* sizes,
                                         hs_stream_t stream);
 

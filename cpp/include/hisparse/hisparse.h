@@ -17,6 +17,14 @@
  *   - functions that take a stream never block the host and never allocate
  *     memory; they are safe to capture into a CUDA graph.
  *
+ * Bad input: handles are followed only while they are live (a NULL,
+ * destroyed or made-up handle fails with HS_ERROR_INVALID_ARGUMENT naming
+ * it); a tensor descriptor is refused before its memory is touched when no
+ * real tensor could have it (more than 2^56 bytes, addresses that wrap) or
+ * when it lies in a released host pool (HS_ERROR_INVALID_STATE); an output
+ * that shares memory with an input, the state a call updates or another
+ * output is refused naming both. A failed call changes nothing.
+ *
  * Thread safety: functions on different handles may be called concurrently.
  * A handle must not be used concurrently from two threads unless its
  * documentation says so. hs_last_error() is thread-local.
@@ -215,8 +223,19 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
 
 /* Unregister every segment, then unmap. Idempotent: later calls succeed and
  * do nothing. Blocking. The caller guarantees no GPU work still reads the
- * pool (synchronise first). */
+ * pool (synchronise first). From the release on, hisparse refuses the pool's
+ * memory: a runtime whose source cache was bound in it fails
+ * (HS_ERROR_INVALID_STATE naming host_cache) instead of reading it. */
 HS_API hs_status_t hs_host_pool_release(hs_host_pool_t pool);
+
+/* Release the pool for hisparse now, but keep its pages mapped and
+ * registered until hs_host_pool_release or hs_host_pool_destroy: for a
+ * caller that hands out views of the pool and unmaps it when the last one
+ * is gone. From this call on, hs_host_pool_data fails, the info reports
+ * released = 1, and every call given a tensor that lies in the pool's memory
+ * (a kernel, a runtime bound in it) fails with HS_ERROR_INVALID_STATE naming
+ * the argument. Idempotent. */
+HS_API hs_status_t hs_host_pool_retire(hs_host_pool_t pool);
 
 /* Release (if not yet) and free the handle. NULL is accepted. */
 HS_API hs_status_t hs_host_pool_destroy(hs_host_pool_t pool);
@@ -227,7 +246,7 @@ HS_API hs_status_t hs_host_pool_data(hs_host_pool_t pool, void** data);
 typedef struct hs_host_pool_info {
   size_t struct_size;
   uint32_t struct_version;
-  int32_t released;
+  int32_t released;             /* 1 after hs_host_pool_release or hs_host_pool_retire */
   int32_t registered;           /* 1 when registered with a GPU */
   int32_t device_index;         /* device registered with, -1 if none */
   int32_t num_segments;         /* registration segments */

@@ -131,13 +131,15 @@ HS_API hs_status_t hs_index_group_reset(hs_index_group_t group, hs_stream_t stre
 
 /* For each state row s in `state_indices` (int32 [N], contiguous, on the
  * group's device), every hot slot j whose host slot device_global_indices[s, j]
- * occurs in `sorted_slots` (int32 [M], ascending, contiguous, on the group's
- * device) becomes -1. The seed's semantics: membership is a lower-bound
- * binary search, so an unsorted `sorted_slots` gives the same (defined, but
- * meaningless) answer on every backend. Duplicates in either tensor are
+ * occurs in `sorted_slots` (int32 [M], contiguous, on the group's device)
+ * becomes -1. The result does not depend on the order of `sorted_slots`:
+ * ascending (non-decreasing) lists take a binary search per hot slot, any
+ * other order (device data the host cannot see) a scan of the list, so an
+ * unsorted list is slower, never wrong. Duplicates in either tensor are
  * harmless. State rows outside [0, S) (padding -1) are skipped: device data
- * the host cannot check. M == 0 or N == 0 is a no-op. Stream-ordered, no
- * host sync, no allocation, capturable. */
+ * the host cannot check. Neither tensor may share memory with the group's
+ * state (HS_ERROR_INVALID_ARGUMENT naming it). M == 0 or N == 0 is a no-op.
+ * Stream-ordered, no host sync, no allocation, capturable. */
 HS_API hs_status_t hs_index_group_invalidate_sorted_slots(hs_index_group_t group, const hs_tensor_t* sorted_slots,
                                                           const hs_tensor_t* state_indices, hs_stream_t stream);
 

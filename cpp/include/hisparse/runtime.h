@@ -201,7 +201,13 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
  * else HS_ERROR_INVALID_ARGUMENT naming host_cache. `registered_host_pool`
  * (optional) is the registered range the cache lies in (the seed's
  * registered_host_pool); the cache must lie within it. Replaces an earlier
- * binding. Non-blocking (host checks only); not for the decode path. */
+ * binding. The cache must not share memory with the group's state or with
+ * a hot view or block table bound in the group (two runtimes may read one
+ * host cache). When it lies in a hisparse host pool, every later call that
+ * reads or writes it (swap_in, mirror_rows, a leader staging this follower)
+ * fails with HS_ERROR_INVALID_STATE naming host_cache once that pool is
+ * released, instead of touching the memory. Non-blocking (host checks only);
+ * not for the decode path. */
 HS_API hs_status_t hs_runtime_bind_source_cache(hs_runtime_t runtime, const hs_tensor_t* host_cache,
                                                 const hs_tensor_t* registered_host_pool);
 
@@ -211,7 +217,9 @@ HS_API hs_status_t hs_runtime_bind_source_cache(hs_runtime_t runtime, const hs_t
  * Physical hot row r is row r % block_size of block r / block_size; the
  * attention kernel addresses it as (r / block_size) * attention_block_stride
  * + r % block_size rows from the view's start, attention_block_stride =
- * block_stride / row_bytes. */
+ * block_stride / row_bytes. The view (written by the gathers) must not share
+ * a byte with its block table, the group's state, or another binding of the
+ * group; views of layers interleaved block by block in one slab do not. */
 typedef struct hs_hot_cache_binding {
   size_t struct_size;
   uint32_t struct_version;
@@ -337,8 +345,11 @@ typedef struct hs_runtime_swap_in_result {
  * its rows in this forward, a follower whose leader was destroyed, or a
  * follower whose staged rows differ from the rows it asks for;
  * HS_ERROR_INVALID_ARGUMENT for rows past max_swap_rows, a follower whose
- * block size or attention_block_stride differs from its leader's, and bad
- * tensors (named). A failed call takes no rows.
+ * block size or attention_block_stride differs from its leader's, bad
+ * tensors, and tensors that share memory with what the call writes (its
+ * outputs, the group's state, the bound hot views) or an output over what
+ * it reads (named); HS_ERROR_INVALID_STATE for a source cache whose host
+ * pool was released. A failed call takes no rows.
  *
  * fused_gather = 1 on the leader: the resolve launch itself copies the
  * leader's own missed rows into its hot cache (hs_resolve_residency's fused
