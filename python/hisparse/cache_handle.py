@@ -287,7 +287,9 @@ class CacheHandle:
             _args.check_tensor("topk_indices", topk_indices, sliceable=True)
             _args.check_tensor("req_id_per_token", req_id_per_token, sliceable=True)
             if len(topk_indices.shape) != 2:
-                raise ValueError(f"topk_indices: expected 2 dimensions [T, top_k], got shape {tuple(topk_indices.shape)}")
+                raise ValueError(
+                    f"topk_indices: expected 2 dimensions [T, top_k], got shape {tuple(topk_indices.shape)}"
+                )
             if len(req_id_per_token.shape) != 1:
                 raise ValueError(
                     f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}"
