@@ -343,6 +343,74 @@ def test_a_runtime_bound_in_a_released_pool_refuses_to_run() -> None:
     runtime.swap_in(topk, req)
 
 
+def test_a_kv_cache_keeps_its_borrowed_pool_mapped_for_its_views() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    sizes = dict(num_layers=2, max_requests=2, max_seq_len=16)
+    pool = hisparse.HostPool(max(hisparse.KVCache.host_bytes(config, **sizes), 1 << 16), register="never")
+    address = pool.data_ptr
+    kv = hisparse.KVCache(config, **sizes, host_pool=pool)
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([3, 0], dtype=torch.int32))
+    rows = torch.arange(3 * 32, dtype=torch.int32).to(torch.uint8).view(3, 32)
+    kv.write(0, rows, torch.zeros(3, dtype=torch.int32), torch.arange(3, dtype=torch.int32))
+    host = kv.host_cache
+    with pytest.raises(RuntimeError, match="view.*still alive"):
+        pool.release()  # the cache holds its host cache in the pool
+    del kv
+    gc.collect()
+    with pytest.raises(RuntimeError, match="view.*still alive"):
+        pool.release()  # and so does the view of it
+    del pool
+    gc.collect()
+    assert _mapped(address)
+    slot = 4  # request 0's first host block is block 1
+    assert torch.equal(host[slot: slot + 3, 0], rows), "the view still shows the rows written"
+    del host
+    gc.collect()
+    assert not _mapped(address), "the last view of the cache's host cache unmaps the pool"
+
+
+def test_a_released_borrowed_pool_refuses_the_cache_and_keeps_its_views_mapped() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    sizes = dict(num_layers=1, max_requests=1, max_seq_len=8)
+    pool = hisparse.HostPool(1 << 16, register="never")
+    kv = hisparse.KVCache(config, **sizes, host_pool=pool)
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([1], dtype=torch.int32))
+    pool.release(force=True)
+    row = torch.full((1, 32), 7, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="host_cache.*released"):
+        kv.write(0, row, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="host_cache.*released"):
+        kv.swap_in(0, torch.tensor([[0, -1, -1, -1]], dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    assert int(kv.host_cache.sum()) == 0, "mapped, not written"
+
+
+def test_runtimes_and_caches_keep_their_host_events_alive() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    runtime = hisparse.Runtime(config, max_num_reqs=1)
+    runtime.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))
+    runtime.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                           num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    c_runtime = hisparse.Runtime(config, max_num_reqs=1)
+    c_runtime.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))
+    c_runtime.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                             num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    runtime.set_host_sharing("writer", hisparse.IpcEvent("cpu"))
+    c_runtime._rt.set_host_sharing(1, _C.IpcEvent(_C.DEVICE_CPU, 0))  # the only reference is the runtime's
+    kv = hisparse.KVCache(config, num_layers=1, max_requests=1, max_seq_len=8, host_event=hisparse.IpcEvent("cpu"))
+    gc.collect()
+    row, zero = torch.full((1, 32), 5, dtype=torch.uint8), torch.zeros(1, dtype=torch.int32)
+    for r in (runtime, c_runtime):
+        r.write(row, zero, torch.tensor([3], dtype=torch.int32), request_state_indices=zero)  # records the event
+        assert torch.equal(r.host_cache[3], row[0])
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([1], dtype=torch.int32))
+    kv.write(0, row, zero, zero)
+    with pytest.raises(TypeError, match="event: expected a hisparse._C.IpcEvent or None, got int"):
+        c_runtime._rt.set_host_sharing(1, 12345)
+
+
 @pytest.mark.slow
 def test_views_alive_at_exit_leave_stderr_empty() -> None:
     code = textwrap.dedent("""
@@ -367,6 +435,11 @@ def test_views_alive_at_exit_leave_stderr_empty() -> None:
                                                       4, 4).row_ids
         kept_pool_view = pool.view("uint8", (16,), numpy=True)
         pool.release(force=True)
+        kv = hisparse.KVCache(config, num_layers=1, max_requests=1, max_seq_len=8,
+                              host_pool=hisparse.HostPool(1 << 16, register="never"),
+                              host_event=hisparse.IpcEvent("cpu"))
+        kept_kv_host, kept_kv_slab = kv.host_cache, kv.slab
+        del kv
         print("done")
         """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
