@@ -8,7 +8,9 @@ entries this module derives the cases: one per argument and kind of bad
 value, plus one per aliased pair of arguments. A case
 
 1. builds valid arguments and replaces one of them by a bad value (or makes
-   two of them share memory);
+   two of them share memory); a value only the entry's objects can make (the
+   library's own memory, a row its state holds) is an `Of`, made when the
+   case runs;
 2. expects the call to raise one of the allowed exception types, with a
    message that names the argument;
 3. checks that the rejected call changed none of the tensors it was given;
