@@ -5,6 +5,7 @@
 #include "core/config.hpp"
 #include "core/layout.hpp"
 #include "core/resolver_shared_memory.hpp"
+#include "core/tensor.hpp"
 
 using namespace hisparse;
 
@@ -50,6 +51,13 @@ HS_API hs_status_t hs_resolver_workspace_bytes(int64_t num_state_rows, int32_t d
       invalid_argument("num_state_rows: expected a non-negative number of state rows, got ", num_state_rows);
     }
     check_resolver_shape(device_buffer_size, max_union_rows);
+    // Rows of a device_global_indices tensor hisparse could be given; it
+    // also keeps the product of rows and slice bytes far from overflowing.
+    const int64_t max_rows = kMaxTensorBytes / (int64_t{4} * device_buffer_size);
+    if (num_state_rows > max_rows) {
+      invalid_argument("num_state_rows: expected at most ", max_rows, " state rows (device_global_indices of ",
+                       device_buffer_size, " int32 per row within ", kMaxTensorBytes, " bytes), got ", num_state_rows);
+    }
     if (device < 0) invalid_argument("device: expected a CUDA device index >= 0, got ", device);
     *bytes = resolver_workspace_bytes_on_device(backend_for(Device{Device::kCuda, device}, "device"), device,
                                                 num_state_rows, device_buffer_size, max_union_rows);

@@ -103,12 +103,12 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
 
 HS_API hs_status_t hs_runtime_bind_source_cache(hs_runtime_t runtime, const hs_tensor_t* host_cache,
                                                 const hs_tensor_t* registered_host_pool) {
-  return api_guard([&] { from_handle(runtime, "runtime").bind_source_cache(host_cache, registered_host_pool); });
+  return api_guard([&] { bindable_runtime(runtime, "runtime").bind_source_cache(host_cache, registered_host_pool); });
 }
 
 HS_API hs_status_t hs_runtime_bind_hot_cache(hs_runtime_t runtime, const hs_hot_cache_binding_t* binding) {
   return api_guard([&] {
-    Runtime& r = from_handle(runtime, "runtime");
+    Runtime& r = bindable_runtime(runtime, "runtime");
     r.bind_hot_cache(read_struct<HS_HOT_CACHE_BINDING_VERSION>(binding, "binding"));
   });
 }
@@ -131,7 +131,7 @@ HS_API hs_status_t hs_paged_cache_view(const hs_tensor_t* raw_tensor, int32_t dt
 }
 
 HS_API hs_status_t hs_runtime_unbind(hs_runtime_t runtime) {
-  return api_guard([&] { from_handle(runtime, "runtime").unbind(); });
+  return api_guard([&] { bindable_runtime(runtime, "runtime").unbind(); });
 }
 
 HS_API hs_status_t hs_runtime_get_host_cache(hs_runtime_t runtime, hs_tensor_t* out) {

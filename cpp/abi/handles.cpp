@@ -49,12 +49,17 @@ bool take_handle(const void* handle, HandleKind kind, const char* name, const ch
   std::lock_guard<std::mutex> lock(list.mutex);
   const auto found = list.live.find(handle);
   if (found == list.live.end() || found->second != kind) {
-    const bool borrowed = found != list.live.end() && found->second == HandleKind::kRuntimeIndexGroup;
-    invalid_argument(name, borrowed ? ": the index group of a runtime (hs_runtime_get_index_group) lives with its "
-                                      "runtimes and is not destroyed on its own"
-                                    : str(": not a live ", type,
-                                          " (never returned by its create call, already "
-                                          "destroyed, or a handle of another kind)"));
+    const HandleKind given = found != list.live.end() ? found->second : kind;
+    if (kind == HandleKind::kIndexGroup && given == HandleKind::kRuntimeIndexGroup) {
+      invalid_argument(name, ": the index group of a runtime (hs_runtime_get_index_group) lives with its runtimes and "
+                             "is not destroyed on its own");
+    }
+    if (kind == HandleKind::kRuntime && given == HandleKind::kKvCacheRuntime) {
+      invalid_argument(name, ": the runtime of a KV cache (hs_kv_cache_get_runtime) lives with its cache and is not "
+                             "destroyed on its own");
+    }
+    invalid_argument(name, ": not a live ", type,
+                     " (never returned by its create call, already destroyed, or a handle of another kind)");
   }
   list.live.erase(found);
   return true;
@@ -84,6 +89,17 @@ Device device_from(int32_t device_type, int32_t device_index, const Device* fall
                      static_cast<int>(HS_DEVICE_CUDA), "), got ", device_type);
   }
   return device;
+}
+
+Runtime& bindable_runtime(hs_runtime_t runtime, const char* name) {
+  Runtime& r = from_handle(runtime, name);
+  HandleList& list = handle_list();
+  std::lock_guard<std::mutex> lock(list.mutex);
+  if (list.live.at(runtime) == HandleKind::kKvCacheRuntime) {
+    invalid_argument(name, ": the runtime of a KV cache (hs_kv_cache_get_runtime) is bound by its cache, and is not "
+                           "rebound or unbound on its own");
+  }
+  return r;
 }
 
 }  // namespace hisparse

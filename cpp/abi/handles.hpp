@@ -56,6 +56,11 @@ inline Runtime& from_handle(hs_runtime_t runtime, const char* name) {
   return *reinterpret_cast<Runtime*>(runtime);
 }
 
+// The runtime behind a live hs_runtime_t that its caller binds: a KV cache's
+// runtime (hs_kv_cache_get_runtime) is bound by its cache, so binding or
+// unbinding it is refused naming `name`.
+Runtime& bindable_runtime(hs_runtime_t runtime, const char* name);
+
 inline hs_slot_invalidator_t to_handle(SlotInvalidator* invalidator) {
   return reinterpret_cast<hs_slot_invalidator_t>(invalidator);
 }

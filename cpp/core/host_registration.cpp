@@ -8,6 +8,8 @@
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/host_regions.hpp"
+#include "core/process_memory.hpp"
 
 namespace hisparse {
 namespace {
@@ -46,6 +48,12 @@ void register_host_memory(void* data, uint64_t bytes, const Device& device) {
   if (device.is_cuda() && backend.is_device_memory(data)) {
     invalid_argument("data: expected host memory, got memory of a CUDA device");
   }
+  // Refused on every backend, so that what registers here registers on a
+  // GPU too: memory the process has not mapped, and a released host pool's.
+  if (!ProcessMemoryMap().covers(begin, bytes, false)) {
+    invalid_argument("data, bytes: [", data, ", +", bytes, ") is not host memory mapped readable in this process");
+  }
+  check_not_in_released_host_pool(begin, begin + bytes, "data");
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   // The first range starting after `begin`, and the one before it.
@@ -98,6 +106,7 @@ void unregister_host_memory(void* data) {
 
 bool host_memory_registered(const void* data, uint64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  if (begin + bytes < begin) invalid_argument("bytes: the range at ", data, " of ", bytes, " bytes wraps around");
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   const auto next = reg.ranges.upper_bound(begin);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/aliasing.hpp"
 #include "core/checked_math.hpp"
 #include "core/config.hpp"
 #include "core/device_memory.hpp"
@@ -19,7 +20,8 @@ constexpr uint64_t kTensorAlignment = 256;
 
 uint64_t align_up(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// For a >= 0 and b > 0, without the overflow of (a + b - 1) / b near INT64_MAX.
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 int32_t checked_int32(int64_t value, const char* name, const char* why) {
   if (value > kInt32Max) invalid_argument(name, ": ", why, " must fit in int32, got ", value);
@@ -99,8 +101,13 @@ KvCacheLayout kv_cache_layout(const KvCacheOptions& o) {
   const int64_t ring = checked_mul(static_cast<int64_t>(o.resident_pages), l.blocks_per_page, "resident_pages");
   l.num_blocks =
       checked_add(1, checked_mul(S, checked_add(l.hot_blocks, ring, "resident_pages"), "max_requests"), "max_requests");
-  checked_int32(checked_mul(l.num_blocks, config.hot_block_size, "max_requests"), "max_requests",
-                "slab rows per layer (attention indices)");
+  // Attention indices are int32 rows of a layer's slab.
+  const int64_t slab_rows = checked_mul(l.num_blocks, config.hot_block_size, "max_requests");
+  if (slab_rows > kInt32Max) {
+    invalid_argument("max_requests, resident_pages: a layer's slab of (1 + max_requests x (", l.hot_blocks,
+                     " hot blocks + resident_pages x ", l.blocks_per_page,
+                     " blocks per page)) x hot_block_size = ", slab_rows, " rows exceeds the int32 attention indices");
+  }
   l.host_bytes = static_cast<uint64_t>(
       checked_mul(checked_mul(l.host_rows, o.num_layers, "num_layers"), l.row_bytes, "num_layers"));
   l.layer_bytes = static_cast<uint64_t>(
@@ -350,8 +357,14 @@ void KvCache::begin_forward(const hs_tensor_t* seq_lens_t, hs_stream_t stream) {
   lengths.dtype_is(HS_DTYPE_INT32).ndim_is(1).contiguous().on(options_.device, "the cache");
   lengths.size_is(0, layout_.max_requests, "one length per request row");
   const hs_tensor_t& own = tensors_[HS_KV_CACHE_SEQ_LENS];
-  backend_.copy_async(own.data, lengths.data<void>(), static_cast<size_t>(layout_.max_requests) * sizeof(int32_t),
-                      stream);
+  // The cache's own lengths given back are already in place; lengths that
+  // overlap them otherwise would be copied over themselves.
+  if (lengths.data<void>() != own.data) {
+    const TensorArg own_lengths(&own, "the cache's seq_lens table");
+    check_apart(lengths.bytes(), false, own_lengths.bytes(), true);
+    backend_.copy_async(own.data, lengths.data<void>(), static_cast<size_t>(layout_.max_requests) * sizeof(int32_t),
+                        stream);
+  }
   if (layout_.resident_pages > 0) {
     ResidencyParams p;
     p.device = options_.device.index;
@@ -421,10 +434,29 @@ void KvCache::read(int32_t layer, const hs_tensor_t* indices, const hs_tensor_t*
   std::array<int64_t, 3> shape{};
   const hs_tensor_t view = layer_view(layer, &shape);
   ReadRowsParams p;
+  const TensorArg indices_arg(indices, "indices");
+  const TensorArg out_arg(out, "out");
   read_rows_args(paged_rows(TensorArg(&view, "slab"), options_.device, "the cache", false), options_.kv_dtype,
-                 TensorArg(indices, "indices"), TensorArg(out, "out"), options_.device, &p);
+                 indices_arg, out_arg, options_.device, &p);
+  // `out` is written: apart from the indices and from everything the cache
+  // owns (its slab, which the call reads, and the state it keeps).
+  AliasCheck().writes(out_arg).reads(indices_arg).check();
+  check_apart_from_own_memory(out_arg.bytes(), true);
   if (p.num_rows == 0 || p.width == 0) return;
   backend_.read_rows(p, stream);
+}
+
+void KvCache::check_apart_from_own_memory(const ByteRange& range, bool written) const {
+  const uintptr_t device_begin = reinterpret_cast<uintptr_t>(memory_->data());
+  const uintptr_t host_begin = reinterpret_cast<uintptr_t>(tensors_[HS_KV_CACHE_HOST_CACHE].data);
+  check_apart(range, written, ByteRange{"the cache's slab and tables", device_begin, device_begin + device_bytes_},
+              false);
+  check_apart(range, written, ByteRange{"the cache's host cache", host_begin, host_begin + layout_.host_bytes}, false);
+  for (int32_t leader : layout_.leader_of) {
+    ByteRange state = runtimes_[leader]->group().index_group().memory();
+    state.name = "the state of an index group of the cache";
+    check_apart(range, written, state, false);
+  }
 }
 
 // ------------------------------------------------------------------ counters

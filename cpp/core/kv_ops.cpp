@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/aliasing.hpp"
 #include "core/backend.hpp"
 #include "core/checked_math.hpp"
 #include "core/data_movement.hpp"
@@ -151,13 +152,22 @@ void write_rows_resident(const TensorArg& cache, const TensorArg& table, hs_dtyp
       block_table(table, p.num_batch_rows, device, "rows", &p.resident_row_stride, &p.resident_width);
 }
 
+bool destinations_in_one_view(const WriteRowsParams& p) {
+  return p.resident != nullptr && p.resident == p.hot && p.resident_block_size == p.hot_block_size &&
+         p.resident_block_stride == p.hot_block_stride;
+}
+
+const ByteRange& wider(const ByteRange& a, const ByteRange& b) { return a.end - a.begin >= b.end - b.begin ? a : b; }
+
 WriteRowsParams write_rows_params(const hs_write_rows_args_t& a, Device* device_out) {
   WriteRowsParams p;
   const TensorArg rows(a.rows, "rows");
   const Device device = rows.device();
   *device_out = device;
-  write_rows_tokens(rows, TensorArg(a.req_id_per_token, "req_id_per_token"), TensorArg(a.positions, "positions"),
-                    TensorArg(a.request_state_indices, "request_state_indices"), HS_NUM_DTYPES, 0, device, &p);
+  const TensorArg req(a.req_id_per_token, "req_id_per_token");
+  const TensorArg positions(a.positions, "positions");
+  const TensorArg states(a.request_state_indices, "request_state_indices");
+  write_rows_tokens(rows, req, positions, states, HS_NUM_DTYPES, 0, device, &p);
   const TensorArg host(a.host_cache, "host_cache", true);
   int64_t host_rows = a.host_rows;
   if (host.present()) {
@@ -177,10 +187,12 @@ WriteRowsParams write_rows_params(const hs_write_rows_args_t& a, Device* device_
     p.host = slots.base;
     p.host_pitch = slots.pitch;
   }
-  write_rows_source(TensorArg(a.source_block_table, "source_block_table", true), a.block_size, host_rows, device, &p);
+  const TensorArg source(a.source_block_table, "source_block_table", true);
+  write_rows_source(source, a.block_size, host_rows, device, &p);
   if (host.present() && host_rows == 0) p.host_rows = 0;  // an empty host cache holds no slot
-  write_rows_resident(TensorArg(a.resident_cache, "resident_cache", true),
-                      TensorArg(a.resident_block_table, "resident_block_table", true), rows.dtype(), device, &p);
+  const TensorArg resident(a.resident_cache, "resident_cache", true);
+  const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
+  write_rows_resident(resident, resident_table, rows.dtype(), device, &p);
 
   const TensorArg hot(a.hot_cache, "hot_cache", true);
   const TensorArg hot_table(a.hot_block_table, "hot_block_table", true);
@@ -208,6 +220,23 @@ WriteRowsParams write_rows_params(const hs_write_rows_args_t& a, Device* device_
     p.hot_span_rows = view.span_rows;
     p.hot_block_table = block_table(hot_table, p.num_batch_rows, device, "rows", &p.hot_row_stride, &p.hot_width);
   }
+  // The three caches are written, everything else is read.
+  AliasCheck aliases;
+  if (destinations_in_one_view(p)) {
+    aliases.writes(wider(resident.bytes(), hot.bytes()));
+  } else {
+    aliases.writes(resident).writes(hot);
+  }
+  aliases.writes(host)
+      .reads(rows)
+      .reads(req)
+      .reads(positions)
+      .reads(states)
+      .reads(source)
+      .reads(resident_table)
+      .reads(hot_table)
+      .reads(dgi)
+      .check();
   return p;
 }
 
@@ -242,8 +271,10 @@ ReadRowsParams read_rows_params(const hs_tensor_t* cache_t, const hs_tensor_t* i
   const Device device = cache.device();
   *device_out = device;
   ReadRowsParams p;
-  read_rows_args(paged_rows(cache, device, "cache", true), cache.dtype(), TensorArg(indices_t, "indices"),
-                 TensorArg(out_t, "out"), device, &p);
+  const TensorArg indices(indices_t, "indices");
+  const TensorArg out(out_t, "out");
+  read_rows_args(paged_rows(cache, device, "cache", true), cache.dtype(), indices, out, device, &p);
+  AliasCheck().writes(out).reads(cache).reads(indices).check();
   return p;
 }
 
@@ -284,6 +315,7 @@ ResidencyParams residency_params(const hs_update_residency_args_t& a, Device* de
   p.resident_blocks = blocks.data<int32_t>();
   p.resident_blocks_row_stride = blocks.stride(0);
   p.num_state_rows = checked_int32(blocks.size(0), "resident_blocks rows");
+  AliasCheck().writes(table).reads(states).reads(lengths).reads(blocks).check();
   return p;
 }
 

@@ -41,6 +41,15 @@ void write_rows_source(const TensorArg& source_block_table, int64_t block_size, 
 void write_rows_resident(const TensorArg& resident_cache, const TensorArg& resident_block_table, hs_dtype_t dtype,
                          const Device& device, WriteRowsParams* params);
 
+// Whether the write's resident and hot copies are one paged view (one base
+// address, block size and block stride): resident pages may be blocks of the
+// cache that holds the hot blocks, as in the KV cache's slab, and rows of one
+// view written through two tables alias nothing. Then the wider of the two
+// ranges stands for both in the alias check; otherwise the two, like every
+// destination, share no byte with each other or with any input.
+bool destinations_in_one_view(const WriteRowsParams& params);
+const ByteRange& wider(const ByteRange& a, const ByteRange& b);
+
 // rows (a PagedRows cache), indices int32 [T, k] with unit column stride and
 // out [T, k, W] contiguous, of the cache's dtype and width, on its device.
 void read_rows_args(const PagedRows& cache, hs_dtype_t dtype, const TensorArg& indices, const TensorArg& out,

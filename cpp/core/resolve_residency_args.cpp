@@ -209,6 +209,10 @@ void resolve_gather_schedule(int32_t schedule, ResolveResidencyParams* params) {
 
 void resolve_workspace_params(const TensorArg& workspace, const Device& device, ResolveResidencyParams* params) {
   ResolveResidencyParams& p = *params;
+  // A workspace given is checked on every backend, so a call that runs here
+  // runs on CUDA; only there is its size read.
+  if (workspace.present()) workspace.dtype_is(HS_DTYPE_UINT8).ndim_is(1).contiguous().on(device, "topk_indices");
+  if (workspace.present() && workspace.numel() > 0) workspace.aligned(16);
   if (!device.is_cuda()) return;
   const uint64_t required = resolver_workspace_bytes_on_device(backend_for(device, "topk_indices"), device.index,
                                                                p.num_state_rows, p.hot_size, p.max_union_rows);
@@ -219,7 +223,6 @@ void resolve_workspace_params(const TensorArg& workspace, const Device& device, 
                      required, " B for ", p.num_state_rows,
                      " state rows (hs_resolver_workspace_bytes; an index group allocates its own), got NULL");
   }
-  workspace.dtype_is(HS_DTYPE_UINT8).contiguous().on(device, "topk_indices").aligned(16);
   if (static_cast<uint64_t>(workspace.numel()) < required) {
     invalid_argument("workspace: expected at least ", required, " B (hs_resolver_workspace_bytes for ",
                      p.num_state_rows, " state rows, device_buffer_size=", p.hot_size,

@@ -735,15 +735,18 @@ void Runtime::write(const hs_runtime_write_args_t& a, hs_stream_t stream) {
   if (a.block_size < 0)
     invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
   WriteRowsParams p;
+  const TensorArg rows(a.rows, "rows");
+  const TensorArg req(a.req_id_per_token, "req_id_per_token");
+  const TensorArg positions(a.positions, "positions");
   const TensorArg states(a.request_state_indices, "request_state_indices");
-  write_rows_tokens(TensorArg(a.rows, "rows"), TensorArg(a.req_id_per_token, "req_id_per_token"),
-                    TensorArg(a.positions, "positions"), states, options_.kv_dtype, row_bytes(), options_.device, &p);
-  write_rows_source(TensorArg(a.source_block_table, "source_block_table", true),
-                    a.block_size == 0 ? options_.config.block_size : a.block_size, source_.rows, options_.device, &p);
+  write_rows_tokens(rows, req, positions, states, options_.kv_dtype, row_bytes(), options_.device, &p);
+  const TensorArg source(a.source_block_table, "source_block_table", true);
+  write_rows_source(source, a.block_size == 0 ? options_.config.block_size : a.block_size, source_.rows,
+                    options_.device, &p);
   if (source_.rows == 0) p.host_rows = 0;
-  write_rows_resident(TensorArg(a.resident_cache, "resident_cache", true),
-                      TensorArg(a.resident_block_table, "resident_block_table", true), options_.kv_dtype,
-                      options_.device, &p);
+  const TensorArg resident(a.resident_cache, "resident_cache", true);
+  const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
+  write_rows_resident(resident, resident_table, options_.kv_dtype, options_.device, &p);
   // The bound caches and the group's state, checked at bind and creation.
   const bool store_host = a.skip_host_store == 0 && is_writer();
   const int64_t itemsize = static_cast<int64_t>(dtype_size(options_.kv_dtype));
@@ -764,6 +767,20 @@ void Runtime::write(const hs_runtime_write_args_t& a, hs_stream_t stream) {
   p.hot_block_size = hot_.block_size;
   p.hot_block_stride = hot_.attention_block_stride;
   p.hot_span_rows = (hot_.num_blocks - 1) * hot_.attention_block_stride + hot_.block_size;
+  // Written: the resident copy (the caller's), the bound host cache (when
+  // stored) and hot view; read: the caller's other tensors, the hot block
+  // table and the group's state (which hot slots hold which host slot).
+  ByteRange host = source_.bytes, view = hot_.view_bytes, hot_table = hot_.table_bytes;
+  host.name = "the source cache bound to this runtime (host_cache)";
+  view.name = "the hot view bound to this runtime (raw_tensor)";
+  hot_table.name = "the hot block table bound to this runtime";
+  const bool one_view = destinations_in_one_view(p);
+  AliasCheck aliases;
+  if (!one_view) aliases.writes(resident);
+  aliases.reads(rows).reads(req).reads(positions).reads(states).reads(source).reads(resident_table);
+  aliases.writes(one_view ? wider(resident.bytes(), view) : view);
+  if (store_host) aliases.writes(host);
+  aliases.reads(hot_table).reads(group.memory()).check();
   if (p.num_tokens == 0) return;
   // The rows the leader prefetched for this layer in this forward land
   // before the write, which then rewrites any stale copy among them.

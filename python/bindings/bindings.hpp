@@ -77,4 +77,14 @@ hs_host_pool_t create_shared_host_pool(const PyBytes& id, const PyInt& rank, con
 // The sharing facts of any pool, as HostPool.info() reports them.
 void add_shared_pool_info(nb::dict& out, hs_host_pool_t pool);
 
+// Borrows of library objects by other objects (a KV cache of its host pool,
+// a runtime of its host event), for as long as the returned owner lives:
+// `value` is the hisparse._C.HostPool / hisparse._C.IpcEvent argument `name`
+// (None: no borrow, a null owner and *handle NULL; anything else a TypeError
+// naming it). A pool's borrow counts as one of its views, so the pool stays
+// mapped and refuses a plain release while it lives; an event's keeps the
+// event alive. The owners hold C++ state only, never a nanobind instance.
+std::shared_ptr<void> borrow_host_pool(nb::handle value, const char* name, hs_host_pool_t* handle);
+std::shared_ptr<void> borrow_ipc_event(nb::handle value, const char* name, hs_ipc_event_t* handle);
+
 }  // namespace hisparse_py

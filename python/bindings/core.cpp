@@ -183,9 +183,12 @@ void register_core(nb::module_& m) {
       nb::arg("device_buffer_size"), nb::arg("max_union_rows"));
   m.def(
       "resolver_workspace_bytes",
-      [](int64_t num_state_rows, int32_t device_buffer_size, int32_t max_union_rows, int device) {
+      [](const PyInt& num_state_rows, const PyInt& device_buffer_size, const PyInt& max_union_rows,
+         const PyInt& device) {
         uint64_t bytes = 0;
-        check(hs_resolver_workspace_bytes(num_state_rows, device_buffer_size, max_union_rows, device, &bytes));
+        check(hs_resolver_workspace_bytes(
+            int_arg(num_state_rows, "num_state_rows"), int32_arg(device_buffer_size, "device_buffer_size"),
+            int32_arg(max_union_rows, "max_union_rows"), int32_arg(device, "device"), &bytes));
         return bytes;
       },
       nb::arg("num_state_rows"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("device"),

@@ -67,7 +67,8 @@ class HostPool {
     if (state_->live_views > 0) {
       if (!force) {
         throw std::runtime_error("HostPool.release(): " + std::to_string(state_->live_views) +
-                                 " tensor view(s) of the pool are still alive; delete them before releasing "
+                                 " tensor view(s) of the pool (or KV caches holding their host cache in it) are "
+                                 "still alive; delete them before releasing "
                                  "(or pass force=True: the pool is then released at once and unmapped when the last "
                                  "view is gone)");
       }
@@ -151,6 +152,7 @@ class HostPool {
   int live_views() const { return state_->live_views; }
   // The hs_host_pool_t, for C calls that borrow the pool (the KV cache).
   uintptr_t handle() const { return reinterpret_cast<uintptr_t>(state_->handle); }
+  const std::shared_ptr<PoolState>& state() const { return state_; }
 
  private:
   explicit HostPool(hs_host_pool_t handle) : state_(std::make_shared<PoolState>()) { state_->handle = handle; }
@@ -159,6 +161,16 @@ class HostPool {
 };
 
 }  // namespace
+
+std::shared_ptr<void> borrow_host_pool(nb::handle value, const char* name, hs_host_pool_t* handle) {
+  *handle = nullptr;
+  const HostPool* pool = object_arg<HostPool>(value, name, "a hisparse._C.HostPool", true);
+  if (pool == nullptr) return nullptr;
+  std::shared_ptr<PoolState> state = pool->state();
+  *handle = state->handle;
+  ++state->live_views;
+  return std::shared_ptr<void>(state.get(), [state](void*) mutable noexcept { state->view_dropped(); });
+}
 
 void register_host_pool(nb::module_& m) {
   nb::class_<HostPool>(m, "HostPool")

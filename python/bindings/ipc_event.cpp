@@ -3,55 +3,59 @@
 #include <nanobind/stl/string.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
-#include <utility>
 
 #include "bindings.hpp"
 
 namespace hisparse_py {
 namespace {
 
+// The event itself, shared by the Python object and whatever borrows it (a
+// runtime's or a KV cache's host sharing), so that it outlives them all.
+struct EventState {
+  hs_ipc_event_t handle = nullptr;
+  ~EventState() { hs_ipc_event_destroy(handle); }
+};
+
 class IpcEvent {
  public:
-  IpcEvent(const PyInt& device_type, const PyInt& device_index) {
-    check(
-        hs_ipc_event_create(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"), &handle_));
+  IpcEvent(const PyInt& device_type, const PyInt& device_index) : state_(std::make_shared<EventState>()) {
+    check(hs_ipc_event_create(int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"),
+                              &state_->handle));
   }
-  IpcEvent(IpcEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
-  IpcEvent(const IpcEvent&) = delete;
-  IpcEvent& operator=(const IpcEvent&) = delete;
-  ~IpcEvent() { hs_ipc_event_destroy(handle_); }
 
   static IpcEvent open(const PyBytes& handle, const PyInt& device_index) {
     const std::string given = bytes_arg(handle, "handle", HS_IPC_EVENT_HANDLE_BYTES);
     hs_ipc_event_handle_t bytes;
     std::memcpy(bytes.internal, given.data(), HS_IPC_EVENT_HANDLE_BYTES);
     IpcEvent event;
-    check(hs_ipc_event_import(&bytes, int32_arg(device_index, "device_index"), &event.handle_));
+    check(hs_ipc_event_import(&bytes, int32_arg(device_index, "device_index"), &event.state_->handle));
     return event;
   }
 
   nb::bytes export_handle() const {
     hs_ipc_event_handle_t bytes;
-    check(hs_ipc_event_export(handle_, &bytes));
+    check(hs_ipc_event_export(get(), &bytes));
     return nb::bytes(bytes.internal, HS_IPC_EVENT_HANDLE_BYTES);
   }
-  void record(const PyInt& stream) { check(hs_ipc_event_record(handle_, stream_arg(stream))); }
-  void wait(const PyInt& stream) { check(hs_ipc_event_wait(handle_, stream_arg(stream))); }
+  void record(const PyInt& stream) { check(hs_ipc_event_record(get(), stream_arg(stream))); }
+  void wait(const PyInt& stream) { check(hs_ipc_event_wait(get(), stream_arg(stream))); }
   void synchronize() {
     hs_status_t status;
     {
       nb::gil_scoped_release release;
-      status = hs_ipc_event_synchronize(handle_);
+      status = hs_ipc_event_synchronize(get());
     }
     check(status);
   }
   // The hs_ipc_event_t, for C calls that borrow the event (host sharing).
-  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(handle_); }
+  uintptr_t handle() const { return reinterpret_cast<uintptr_t>(state_->handle); }
+  const std::shared_ptr<EventState>& state() const { return state_; }
   nb::dict info() const {
     hs_ipc_event_info_t info{};
     info.struct_size = sizeof(info);
-    check(hs_ipc_event_get_info(handle_, &info));
+    check(hs_ipc_event_get_info(get(), &info));
     nb::dict out;
     out["device_type"] = info.device_type;
     out["device_index"] = info.device_index;
@@ -61,11 +65,20 @@ class IpcEvent {
   }
 
  private:
-  IpcEvent() = default;
-  hs_ipc_event_t handle_ = nullptr;
+  IpcEvent() : state_(std::make_shared<EventState>()) {}
+  hs_ipc_event_t get() const { return state_->handle; }
+  std::shared_ptr<EventState> state_;
 };
 
 }  // namespace
+
+std::shared_ptr<void> borrow_ipc_event(nb::handle value, const char* name, hs_ipc_event_t* handle) {
+  *handle = nullptr;
+  const IpcEvent* event = object_arg<IpcEvent>(value, name, "a hisparse._C.IpcEvent", true);
+  if (event == nullptr) return nullptr;
+  *handle = event->state()->handle;
+  return event->state();
+}
 
 void register_ipc_event(nb::module_& m) {
   nb::class_<IpcEvent>(m, "IpcEvent")

@@ -3,8 +3,9 @@
 // The cache's tensors and its groups' shared tensors come out as zero-copy
 // DLPack arrays (byte views for the row tensors, whose dtype Python
 // restores). The handle lives in a state shared by the Python object and
-// every view's owner, so a view keeps the cache's memory alive, and one that
-// outlives the interpreter's teardown leaves no nanobind instance behind.
+// every view's owner, so a view keeps the cache's memory alive (a borrowed
+// host pool and event included), and one that outlives the interpreter's
+// teardown leaves no nanobind instance behind.
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
@@ -22,16 +23,21 @@ constexpr Access kRead = Access::kRead;
 constexpr Access kWrite = Access::kWrite;
 using View = nb::ndarray<nb::array_api>;
 
+// The cache, and the host pool and event it borrows (released after it).
 struct CacheState {
+  std::shared_ptr<void> host_pool, host_event;
   hs_kv_cache_t handle = nullptr;
   ~CacheState() { hs_kv_cache_destroy(handle); }
 };
 
-// The layer -> group map: a sequence of ints (empty: one group per layer).
+// The layer -> group map: a sequence of ints (a list, tuple, range or 1-D
+// array; empty: one group per layer). Strings, mappings and sets are no
+// ordered list of ints.
 std::vector<int32_t> layer_groups_arg(nb::handle value, int32_t num_layers) {
   std::vector<int32_t> groups;
   if (value.is_none()) return groups;
-  if (nb::isinstance<nb::str>(value) || !nb::hasattr(value, "__iter__")) {
+  PyObject* object = value.ptr();
+  if (PyUnicode_Check(object) || PyBytes_Check(object) || PyByteArray_Check(object) || !PySequence_Check(object)) {
     throw nb::type_error(
         ("layer_groups: expected a sequence of ints, got " + std::string(nb::type_name(value.type()).c_str())).c_str());
   }
@@ -40,7 +46,8 @@ std::vector<int32_t> layer_groups_arg(nb::handle value, int32_t num_layers) {
     const std::string name = "layer_groups[" + std::to_string(i++) + "]";
     groups.push_back(int32_arg(PyInt{item}, name.c_str()));
   }
-  if (!groups.empty() && static_cast<int64_t>(groups.size()) != num_layers) {
+  // A count of layers the library refuses is named as such there.
+  if (num_layers >= 1 && !groups.empty() && static_cast<int64_t>(groups.size()) != num_layers) {
     throw nb::value_error(("layer_groups: expected one group per layer (" + std::to_string(num_layers) + "), got " +
                            std::to_string(groups.size()))
                               .c_str());
@@ -73,18 +80,19 @@ class KvCache {
           const PyInt& hot_block_size, const PyInt& num_layers, nb::handle layer_groups, const PyInt& max_requests,
           const PyInt& max_seq_len, const PyInt& resident_pages, const PyInt& resident_page_size,
           const PyInt& device_type, const PyInt& device_index, const PyInt& kv_dtype, const PyInt& max_swap_rows,
-          const PyInt& host_pool, const PyInt& host_event)
+          nb::handle host_pool, nb::handle host_event)
       : state_(std::make_shared<CacheState>()) {
     const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
                                            block_size, hot_block_size, PyBool{nb::handle(Py_False)});
     const int32_t layers = int32_arg(num_layers, "num_layers");
     const std::vector<int32_t> groups = layer_groups_arg(layer_groups, layers);
-    const hs_kv_cache_options_t o =
+    hs_kv_cache_options_t o =
         options(config, layers, groups, int32_arg(max_requests, "max_requests"), int_arg(max_seq_len, "max_seq_len"),
                 int32_arg(resident_pages, "resident_pages"), int_arg(resident_page_size, "resident_page_size"),
                 int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"),
-                int32_arg(kv_dtype, "kv_dtype"), int32_arg(max_swap_rows, "max_swap_rows"),
-                uint64_arg(host_pool, "host_pool"), uint64_arg(host_event, "host_event"));
+                int32_arg(kv_dtype, "kv_dtype"), int32_arg(max_swap_rows, "max_swap_rows"));
+    state_->host_pool = borrow_host_pool(host_pool, "host_pool", &o.host_pool);
+    state_->host_event = borrow_ipc_event(host_event, "host_event", &o.host_event);
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // allocates, populates and registers a private pool
@@ -107,7 +115,7 @@ class KvCache {
         options(config, layers, groups, int32_arg(max_requests, "max_requests"), int_arg(max_seq_len, "max_seq_len"),
                 int32_arg(resident_pages, "resident_pages"), int_arg(resident_page_size, "resident_page_size"),
                 int32_arg(device_type, "device_type"), int32_arg(device_index, "device_index"),
-                int32_arg(kv_dtype, "kv_dtype"), 0, 0, 0);
+                int32_arg(kv_dtype, "kv_dtype"), 0);
     uint64_t bytes = 0;
     check(hs_kv_cache_host_bytes(&o, &bytes));
     return bytes;
@@ -237,8 +245,7 @@ class KvCache {
   static hs_kv_cache_options_t options(const hs_config_t& config, int32_t num_layers,
                                        const std::vector<int32_t>& layer_groups, int32_t max_requests,
                                        int64_t max_seq_len, int32_t resident_pages, int64_t resident_page_size,
-                                       int device_type, int device_index, int32_t kv_dtype, int32_t max_swap_rows,
-                                       uint64_t host_pool, uint64_t host_event) {
+                                       int device_type, int device_index, int32_t kv_dtype, int32_t max_swap_rows) {
     hs_kv_cache_options_t o;
     hs_kv_cache_options_init(&o);
     o.config = &config;
@@ -252,8 +259,6 @@ class KvCache {
     o.device_index = device_index;
     o.kv_dtype = kv_dtype;
     o.max_swap_rows = max_swap_rows;
-    o.host_pool = reinterpret_cast<hs_host_pool_t>(static_cast<uintptr_t>(host_pool));
-    o.host_event = reinterpret_cast<hs_ipc_event_t>(static_cast<uintptr_t>(host_event));
     return o;
   }
 
@@ -354,12 +359,13 @@ void register_kv_cache(nb::module_& m) {
   nb::class_<KvCache>(m, "KvCache", "A model-level KV cache (hs_kv_cache_t). Use hisparse.KVCache.")
       .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&,
                     const PyInt&, nb::handle, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&,
-                    const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&>(),
+                    const PyInt&, const PyInt&, const PyInt&, nb::handle, nb::handle>(),
            nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
            nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
            nb::arg("num_layers"), nb::arg("layer_groups"), nb::arg("max_requests"), nb::arg("max_seq_len"),
            nb::arg("resident_pages"), nb::arg("resident_page_size"), nb::arg("device_type"), nb::arg("device_index"),
-           nb::arg("kv_dtype"), nb::arg("max_swap_rows"), nb::arg("host_pool") = 0, nb::arg("host_event") = 0)
+           nb::arg("kv_dtype"), nb::arg("max_swap_rows"), nb::arg("host_pool") = nb::none(),
+           nb::arg("host_event") = nb::none())
       .def_static("host_bytes", &KvCache::host_bytes, nb::arg("top_k"), nb::arg("device_buffer_size"),
                   nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"), nb::arg("row_bytes"),
                   nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("num_layers"), nb::arg("layer_groups"),

@@ -43,8 +43,10 @@ ViewGeometry paged_cache_view(const PyArray& raw_tensor, const PyInt& dtype, con
   return geometry(view.data, view.shape, view.strides);
 }
 
-// The runtime handle and the Python objects its bindings borrow.
+// The runtime handle and the Python objects its bindings borrow, and its
+// host event (released after the runtime).
 struct RuntimeState {
+  std::shared_ptr<void> host_event;
   hs_runtime_t handle = nullptr;
   nb::object host_cache, registered_host_pool, raw_tensor, block_table;
   ~RuntimeState() { hs_runtime_destroy(handle); }
@@ -247,12 +249,13 @@ class Runtime {
     check(hs_runtime_write(handle(), &a, stream_arg(stream)));
   }
 
-  void set_host_sharing(const PyInt& role, const PyInt& event) {
+  void set_host_sharing(const PyInt& role, nb::handle event) {
     hs_runtime_host_sharing_t sharing;
     hs_runtime_host_sharing_init(&sharing);
     sharing.role = int32_arg(role, "role");
-    sharing.event = reinterpret_cast<hs_ipc_event_t>(static_cast<uintptr_t>(uint64_arg(event, "event")));
+    std::shared_ptr<void> borrowed = borrow_ipc_event(event, "event", &sharing.event);
     check(hs_runtime_set_host_sharing(handle(), &sharing));
+    state_->host_event = std::move(borrowed);  // the one the runtime now holds
   }
 
   nb::dict stats() const {
@@ -341,7 +344,7 @@ void register_runtime(nb::module_& m) {
            nb::arg("source_block_table").noconvert().none(), nb::arg("block_size"),
            nb::arg("resident_cache").noconvert().none(), nb::arg("resident_block_table").noconvert().none(),
            nb::arg("skip_host_store"), nb::arg("stream"))
-      .def("set_host_sharing", &Runtime::set_host_sharing, nb::arg("role"), nb::arg("event") = 0);
+      .def("set_host_sharing", &Runtime::set_host_sharing, nb::arg("role"), nb::arg("event") = nb::none());
 
   nb::class_<SlotInvalidator>(m, "SlotInvalidator",
                               "Invalidates rewritten host slots in many index groups (hs_slot_invalidator_t).")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numbers
 import re
 import sys
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from . import _C
@@ -41,6 +43,8 @@ __all__ = [
     "tensor_problem",
     "optional_tensor",
     "renamed",
+    "int_sequence",
+    "name_of",
     "tensor_list",
 ]
 
@@ -97,6 +101,26 @@ def flag(name: str, value: Any) -> int:
     value = int(value)
     if not -(2**31) <= value < 2**31:  # past int32 the library never sees it
         raise ValueError(f"{name}: expected 0 or 1, got {value}")
+    return value
+
+
+def int_sequence(name: str, values: Any, *, bits: int = 32) -> List[int]:
+    """A sequence of ints (list, tuple, range, 1-D array) as a list, element i named ``name[i]``.
+
+    Strings, mappings and sets are refused: none of them is an ordered list of ints.
+    """
+    if isinstance(values, (str, bytes, bytearray, Mapping, AbstractSet)) or not (
+            hasattr(values, "__len__") and hasattr(values, "__getitem__")):
+        raise TypeError(f"{name}: expected a sequence of ints, got {shown(values)}")
+    return [require_int(f"{name}[{i}]", value, bits=bits) for i, value in enumerate(values)]
+
+
+def name_of(name: str, value: Any, names: Iterable[str]) -> str:
+    """``value`` if it is one of ``names`` (a str), else TypeError or ValueError naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {sorted(names)}, got {shown(value)}")
+    if value not in names:
+        raise ValueError(f"{name}: expected one of {sorted(names)}, got {shown(value)}")
     return value
 
 

@@ -91,18 +91,17 @@ class KVCache:
         if max_swap_rows is not None:
             _args.require_int("max_swap_rows", max_swap_rows, 1, bits=32)
         self._config = config
+        # _C.KvCache borrows the pool (as one of its views: mapped, and refusing a plain release, while the cache
+        # or any view of its host cache lives) and the event.
         self._kv = _C.KvCache(
             *args,
             max_swap_rows or 0,
-            0 if host_pool is None else host_pool._pool.handle,
-            0 if host_event is None else host_event._event.handle,
+            None if host_pool is None else host_pool._pool,
+            None if host_event is None else host_event._event,
         )
         torch = _torch()
-        # Kept so that the borrowed pool (and its pages) and event outlive the cache;
-        # the view also keeps the pool from being released under it.
         self._host_pool = host_pool
         self._host_event = host_event
-        self._pool_view = None if host_pool is None else host_pool.view(torch.uint8, (1,))
         self._info = self._kv.info()
         self._torch_dtype = getattr(torch, _args.dtype_name(self._dtype))
         self._views = {name: torch.from_dlpack(self._kv.tensor(which)) for name, which in _TENSORS.items()}
@@ -120,7 +119,7 @@ class KVCache:
         num_layers = _args.require_int("num_layers", num_layers, 1, bits=32)
         groups: List[int] = []
         if layer_groups is not None:
-            groups = [_args.require_int(f"layer_groups[{i}]", g, bits=32) for i, g in enumerate(layer_groups)]
+            groups = _args.int_sequence("layer_groups", layer_groups)
             if len(groups) != num_layers:
                 raise ValueError(f"layer_groups: expected one group per layer ({num_layers}), got {len(groups)}")
         device_type, device_index = _args.device(device)
@@ -196,12 +195,18 @@ class KVCache:
         """Sizes and state (groups, blocks, host and device bytes, admitted requests, writer)."""
         return self._kv.info()
 
+    def _layer(self, layer: Any) -> int:
+        layer = _args.require_int("layer", layer)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer: expected 0 <= layer < num_layers = {self.num_layers}, got {layer}")
+        return layer
+
     def group_of(self, layer: int) -> int:
-        return self._groups[_args.require_int("layer", layer)][0]
+        return self._groups[self._layer(layer)][0]
 
     def leader_of(self, layer: int) -> int:
         """The layer that leads ``layer``'s index group (``layer`` itself on a leader)."""
-        return self._groups[_args.require_int("layer", layer)][1]
+        return self._groups[self._layer(layer)][1]
 
     @property
     def host_cache(self) -> Any:
@@ -217,14 +222,14 @@ class KVCache:
     def layer_view(self, layer: int) -> Any:
         """Layer ``layer``'s paged cache ``[num_blocks, hot_block_size, W]``: attention index ``a`` is its
         row ``a`` (``view.flatten(0, 1)[a]``), the paged KV view a sparse attention kernel reads."""
-        return self._slab[_args.require_int("layer", layer)]
+        return self._slab[self._layer(layer)]
 
     def group_tensor(self, layer: int, name: str) -> Any:
         """A tensor of layer ``layer``'s index group (``hisparse._C.INDEX_GROUP_TENSORS`` names, e.g.
         device_global_indices, lru_slots, attention_indices, counters): the library's own memory."""
-        if name not in _GROUP_TENSORS:
-            raise ValueError(f"name: expected one of {sorted(_GROUP_TENSORS)}, got {name!r}")
-        key = (self._groups[_args.require_int("layer", layer)][0], name)
+        layer = self._layer(layer)
+        name = _args.name_of("name", name, _GROUP_TENSORS)
+        key = (self._groups[layer][0], name)
         if key not in self._group_views:
             self._group_views[key] = _torch().from_dlpack(self._kv.group_tensor(layer, _GROUP_TENSORS[name]))
         return self._group_views[key]
@@ -232,9 +237,7 @@ class KVCache:
     def table(self, name: str) -> Any:
         """One of the cache's int32 tables by name (request_state_indices, source_block_table,
         hot_block_table, resident_blocks, resident_block_table, seq_lens): read them, do not write them."""
-        if name not in self._views:
-            raise ValueError(f"name: expected one of {sorted(self._views)}, got {name!r}")
-        return self._views[name]
+        return self._views[_args.name_of("name", name, self._views)]
 
     # ------------------------------------------------------------------ requests
     def _stream(self, stream: Any, *tensors: Any) -> int:
@@ -309,6 +312,7 @@ class KVCache:
         """The rows attention ``indices`` (int32 [T, k]) name in layer ``layer``'s view, zeros for -1:
         ``out`` [T, k, W] of the cache's dtype (allocated when None)."""
         if out is None:
+            _args.check_tensor("indices", indices, sliceable=True)
             torch = _torch()
             out = torch.empty((*indices.shape, self._slab.shape[-1]), dtype=self._torch_dtype, device=self.device)
         self._kv.read(
@@ -333,8 +337,8 @@ class KVCache:
         ``synchronize`` the counters are copied on the stream and the stream
         is synchronised first; otherwise the last copy is read as it is.
         """
-        if synchronize:
-            handle = self._stream(stream)
+        handle = self._stream(stream)
+        if _args.require_bool("synchronize", synchronize):
             self._kv.copy_stats_async(handle)
             if self.device.type == "cuda":
                 torch = _torch()

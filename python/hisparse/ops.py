@@ -111,8 +111,10 @@ def resolve_residency(
     block's shared memory (large hot buffers with speculative unions, see
     docs/residency.md) needs a contiguous uint8 tensor on the device of at
     least :func:`resolver_workspace_bytes` bytes for the rows of
-    ``device_global_indices``; allocate it once with the state. It is not
-    read otherwise (and never by the CPU backend). Launches sharing one
+    ``device_global_indices``; allocate it once with the state. A workspace
+    given is checked on every backend (1-D uint8, contiguous, 16-byte
+    aligned, on the device, sharing no memory with another argument); it is
+    not read otherwise (and never by the CPU backend). Launches sharing one
     workspace must be stream-ordered.
     """
     _C.resolve_residency(

@@ -27,6 +27,7 @@ _HOST_ROLES = ("auto", "writer", "reader")
 # C ABI names -> the names the methods below give those arguments.
 _SWAP_IN_NAMES = {"out_attention": "attention_indices_out", "out_valid_counts": "valid_counts_out",
                   "source_block_table": "block_table"}
+_WRITE_NAMES = {"source_block_table": "block_table"}
 _CREATE_NAMES = {"kv_dtype": "dtype", "topk_ready_event": "topk_ready", "device_type": "device",
                  "device_index": "device"}
 _SOURCE_NAMES = {"host_cache": "kv_cache"}
@@ -541,18 +542,21 @@ class Runtime:
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
-        self._rt.write(
-            _args.tensor("rows", rows),
-            _args.tensor("req_id_per_token", req_id_per_token),
-            _args.tensor("positions", positions),
-            _args.tensor("request_state_indices", request_state_indices),
-            _args.optional_tensor("block_table", block_table),
-            _args.optional_int("block_size", block_size, 0),
-            _args.optional_tensor("resident_cache", resident_cache),
-            _args.optional_tensor("resident_block_table", resident_block_table),
-            _args.flag("skip_host_store", skip_host_store),
-            self._stream(stream, rows),
-        )
+        try:
+            self._rt.write(
+                _args.tensor("rows", rows),
+                _args.tensor("req_id_per_token", req_id_per_token),
+                _args.tensor("positions", positions),
+                _args.tensor("request_state_indices", request_state_indices),
+                _args.optional_tensor("block_table", block_table),
+                _args.optional_int("block_size", block_size, 0),
+                _args.optional_tensor("resident_cache", resident_cache),
+                _args.optional_tensor("resident_block_table", resident_block_table),
+                _args.flag("skip_host_store", skip_host_store),
+                self._stream(stream, rows),
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _WRITE_NAMES) from None
 
     def set_host_sharing(self, role: str = "auto", event: Any = None) -> None:
         """Who writes the host cache: ``role`` "auto" (learned from the pool at
@@ -565,10 +569,8 @@ class Runtime:
 
         if event is not None and not isinstance(event, IpcEvent):
             raise TypeError(f"event: expected a hisparse.IpcEvent or None, got {type(event).__name__}")
-        self._rt.set_host_sharing(
-            _args.choice("role", role, _HOST_ROLES), 0 if event is None else event._event.handle
-        )
-        self._host_event = event
+        # _C.Runtime keeps the event alive while it holds it.
+        self._rt.set_host_sharing(_args.choice("role", role, _HOST_ROLES), None if event is None else event._event)
 
     @property
     def is_writer(self) -> bool:

@@ -7,6 +7,7 @@ import functools
 from typing import Dict, List
 
 import bad_input_entries as entries
+import bad_input_kv_entries as kv_entries
 from bad_input_support import Case, Entry, cases_of, cuda_present, run_case
 
 __all__ = ["all_cases", "all_entries", "run_case"]
@@ -15,7 +16,8 @@ __all__ = ["all_cases", "all_entries", "run_case"]
 @functools.cache
 def all_entries() -> List[Entry]:
     found = (entries.ops_entries() + entries.group_entries() + entries.runtime_entries() + entries.pool_entries()
-             + entries.staging_entries() + entries.misc_entries() + entries.more_entries())
+             + entries.staging_entries() + entries.misc_entries() + entries.more_entries()
+             + kv_entries.all_kv_entries())
     names = [e.name for e in found]
     duplicates = {n for n in names if names.count(n) > 1}
     assert not duplicates, f"entries named twice: {duplicates}"

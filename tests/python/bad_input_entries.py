@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 import torch
-from bad_input_support import Arg, B, C, D, Entry, I, L, O, R, S, T, as_numpy, cuda_present
+from bad_input_support import Arg, B, C, D, Entry, I, L, O, Of, R, S, T, as_numpy, cuda_present
 
 import hisparse
 from hisparse import _C, ops
@@ -191,6 +191,8 @@ def resolve_fixture(state: Any, seed: int) -> Dict[str, Any]:
     kw["out_valid_counts"] = torch.full((T_,), -7, dtype=torch.int32)
     kw["out_swap_counts"] = torch.full((T_,), -7, dtype=torch.int32)
     kw["stats"] = torch.zeros(5, dtype=torch.int64)
+    kw["workspace"] = None  # the CPU backend needs none; a workspace given is checked all the same
+    kw["gather_schedule"] = "auto"
     return kw
 
 
@@ -228,6 +230,13 @@ RESOLVE_ARGS = [
     T("out_swap_device_rows", "dtype short", role="out"),
     T("out_swap_counts", "dtype short", role="out"),
     T("stats", "dtype short", role="out", optional=True),
+    T("workspace", "dtype rank_up noncontig misaligned released", role="out", optional=True,
+      like=torch.zeros(256, dtype=torch.uint8),
+      **{"over_device_global_indices": (Of(lambda s, kw: kw["device_global_indices"].view(torch.uint8).view(-1), True),
+                                        (ValueError,)),
+         "over_topk_indices": (Of(lambda s, kw: kw["topk_indices"].view(torch.uint8).view(-1), True),
+                               (ValueError,))}),
+    R("gather_schedule", ["bogus", "FUSED", ""]),
     S(),
 ]
 RESOLVE_ALIAS = [("out_attention", "device_global_indices"), ("out_hot_rows", "topk_indices"),
@@ -279,7 +288,8 @@ def call_c_resolve(state: Any, kw: Dict[str, Any]) -> None:
         kw["max_union_rows"], kw["out_attention"], kw["out_hot_rows"], kw["out_resolved"], kw["out_miss_mask"],
         kw["out_valid_counts"], kw["out_swap_host_rows"], kw["out_swap_device_rows"], kw["out_swap_counts"],
         stats=kw["stats"], gather_host_cache=kw.get("gather_host_cache"), gather_hot_cache=kw.get("gather_hot_cache"),
-        gather_hot_block_stride=kw.get("gather_hot_block_stride", 0), stream=_c_stream(kw))
+        gather_hot_block_stride=kw.get("gather_hot_block_stride", 0), workspace=kw.get("workspace"),
+        gather_schedule=kw.get("gather_schedule", 0), stream=_c_stream(kw))
 
 
 def ops_entries() -> List[Entry]:
@@ -372,10 +382,11 @@ def ops_entries() -> List[Entry]:
               outputs(*RESOLVE_OUTPUTS), RESOLVE_ARGS, RESOLVE_ALIAS, resolve_check),
         Entry("ops.resolve_residency(fused)", setup, fused_fixture, lambda s, kw: ops.resolve_residency(**kw),
               outputs(*RESOLVE_OUTPUTS, "gather_hot_cache"), fused_args, fused_alias, resolve_check),
-        Entry("_C.resolve_residency", setup, fused_fixture, call_c_resolve,
+        Entry("_C.resolve_residency", setup, c_args(fused_fixture, gather_schedule=0), call_c_resolve,
               outputs(*RESOLVE_OUTPUTS, "gather_hot_cache"),
-              [a for a in fused_args if a.name not in ("stats",)], RESOLVE_ALIAS[:3] + fused_alias[:1],
-              resolve_check),
+              [a for a in fused_args if a.name not in ("stats", "gather_schedule")]
+              + [I("gather_schedule", "neg 2**31", **{"two": (2, (ValueError,))})],
+              RESOLVE_ALIAS[:3] + fused_alias[:1], resolve_check),
         Entry("ops.table_pointers", setup, table_pointers_fixture, lambda s, kw: ops.table_pointers(**kw),
               lambda s, kw, result: [as_numpy(result) - np.array([t.data_ptr() for t in kw["tables"]])],
               [L("tables", "list meta sparse"),

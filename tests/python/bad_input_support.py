@@ -8,7 +8,9 @@ entries this module derives the cases: one per argument and kind of bad
 value, plus one per aliased pair of arguments. A case
 
 1. builds valid arguments and replaces one of them by a bad value (or makes
-   two of them share memory);
+   two of them share memory); a value only the entry's objects can make (the
+   library's own memory, a row its state holds) is an `Of`, made when the
+   case runs;
 2. expects the call to raise one of the allowed exception types, with a
    message that names the argument;
 3. checks that the rejected call changed none of the tensors it was given;
@@ -44,6 +46,19 @@ INT_RANGE_VALUES = {
 }
 # Values of the wrong type for an int, and what each must raise.
 INT_TYPE_VALUES = {"float": 4.0, "str": "4", "list": [4], "bool": True, "bytes": b"4"}
+
+
+@dataclass
+class Of:
+    """A bad value made when the case runs from the entry's objects (memory the library owns or has bound, a row a
+    state holds) or, `with_arguments`, from them and the call's valid arguments (a view into one of them): what no
+    value fixed in advance can be."""
+
+    make: Callable[..., Any]
+    with_arguments: bool = False
+
+    def value(self, subject: Any, kw: Dict[str, Any]) -> Any:
+        return self.make(subject, kw) if self.with_arguments else self.make(subject)
 
 
 class FakeCudaTensor:
@@ -382,8 +397,8 @@ def cases_of(entry: Entry, *, cuda_present: bool) -> List[Case]:
     return out
 
 
-def make_bad_arguments(case: Case, kw: Dict[str, Any]) -> Dict[str, Any]:
-    """The case's bad version of valid arguments `kw` (a copy)."""
+def make_bad_arguments(case: Case, kw: Dict[str, Any], subject: Any = None) -> Dict[str, Any]:
+    """The case's bad version of valid arguments `kw` (a copy); `subject`: the entry's objects, for values `Of` them."""
     kw = dict(kw)
     if case.alias is not None:
         a, b = case.alias
@@ -406,7 +421,7 @@ def make_bad_arguments(case: Case, kw: Dict[str, Any]) -> Dict[str, Any]:
         items[-1] = tensor_mutation(case.value, items[-1])
         kw[arg.name] = items
     else:
-        kw[arg.name] = case.value
+        kw[arg.name] = case.value.value(subject, kw) if isinstance(case.value, Of) else case.value
     return kw
 
 
@@ -475,7 +490,7 @@ def run_case(case: Case, subject: Any, twin: Any, seed: int) -> Optional[str]:
     """Runs one case; returns None when it passes, else what went wrong."""
     entry = case.entry
     try:
-        kw = make_bad_arguments(case, entry.fixture(subject, seed))
+        kw = make_bad_arguments(case, entry.fixture(subject, seed), subject)
     except Exception as error:  # noqa: BLE001 - a broken case is a failure, said as such
         return f"could not build the case: {type(error).__name__}: {error}"
     before = snapshot(kw)

@@ -273,6 +273,28 @@ def test_read_only_inputs_are_accepted_and_read_only_outputs_refused() -> None:
         ops.copy_bytes(src, dst)
 
 
+def test_read_only_inputs_of_the_kv_kernels_are_accepted() -> None:
+    def frozen(values: Any, dtype: Any) -> np.ndarray:
+        array = np.array(values, dtype=dtype)
+        array.flags.writeable = False
+        return array
+
+    rows = frozen(np.full((2, 32), 6), np.uint8)
+    host = np.zeros((8, 32), dtype=np.uint8)
+    ops.write_rows(rows, frozen([0, 0], np.int32), frozen([1, 2], np.int32), frozen([0], np.int32), host_cache=host)
+    assert (host[1:3] == 6).all() and not host[0].any()
+    out = np.zeros((1, 2, 32), dtype=np.uint8)
+    ops.read_rows(frozen(host, np.uint8), frozen([[2, -1]], np.int32), out)
+    assert (out[0, 0] == 6).all() and not out[0, 1].any()
+    table = np.full((1, 2), 9, dtype=np.int32)
+    ops.update_residency(table, frozen([0], np.int32), frozen([3], np.int32), frozen([[4]], np.int32),
+                         table_block_size=2, num_pages=1)
+    assert table.tolist() == [[0, 4]]
+    with pytest.raises(TypeError, match="resident_block_table: expected a writable array"):
+        ops.update_residency(frozen(table, np.int32), frozen([0], np.int32), frozen([3], np.int32),
+                             frozen([[4]], np.int32), table_block_size=2, num_pages=1)
+
+
 # ---------------------------------------------------------------------- lifetimes
 def _mapped(address: int) -> bool:
     with open("/proc/self/maps") as maps:
@@ -343,6 +365,74 @@ def test_a_runtime_bound_in_a_released_pool_refuses_to_run() -> None:
     runtime.swap_in(topk, req)
 
 
+def test_a_kv_cache_keeps_its_borrowed_pool_mapped_for_its_views() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    sizes = dict(num_layers=2, max_requests=2, max_seq_len=16)
+    pool = hisparse.HostPool(max(hisparse.KVCache.host_bytes(config, **sizes), 1 << 16), register="never")
+    address = pool.data_ptr
+    kv = hisparse.KVCache(config, **sizes, host_pool=pool)
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([3, 0], dtype=torch.int32))
+    rows = torch.arange(3 * 32, dtype=torch.int32).to(torch.uint8).view(3, 32)
+    kv.write(0, rows, torch.zeros(3, dtype=torch.int32), torch.arange(3, dtype=torch.int32))
+    host = kv.host_cache
+    with pytest.raises(RuntimeError, match="view.*still alive"):
+        pool.release()  # the cache holds its host cache in the pool
+    del kv
+    gc.collect()
+    with pytest.raises(RuntimeError, match="view.*still alive"):
+        pool.release()  # and so does the view of it
+    del pool
+    gc.collect()
+    assert _mapped(address)
+    slot = 4  # request 0's first host block is block 1
+    assert torch.equal(host[slot: slot + 3, 0], rows), "the view still shows the rows written"
+    del host
+    gc.collect()
+    assert not _mapped(address), "the last view of the cache's host cache unmaps the pool"
+
+
+def test_a_released_borrowed_pool_refuses_the_cache_and_keeps_its_views_mapped() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    sizes = dict(num_layers=1, max_requests=1, max_seq_len=8)
+    pool = hisparse.HostPool(1 << 16, register="never")
+    kv = hisparse.KVCache(config, **sizes, host_pool=pool)
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([1], dtype=torch.int32))
+    pool.release(force=True)
+    row = torch.full((1, 32), 7, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="host_cache.*released"):
+        kv.write(0, row, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="host_cache.*released"):
+        kv.swap_in(0, torch.tensor([[0, -1, -1, -1]], dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    assert int(kv.host_cache.sum()) == 0, "mapped, not written"
+
+
+def test_runtimes_and_caches_keep_their_host_events_alive() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    runtime = hisparse.Runtime(config, max_num_reqs=1)
+    runtime.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))
+    runtime.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                           num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    c_runtime = hisparse.Runtime(config, max_num_reqs=1)
+    c_runtime.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))
+    c_runtime.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                             num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    runtime.set_host_sharing("writer", hisparse.IpcEvent("cpu"))
+    c_runtime._rt.set_host_sharing(1, _C.IpcEvent(_C.DEVICE_CPU, 0))  # the only reference is the runtime's
+    kv = hisparse.KVCache(config, num_layers=1, max_requests=1, max_seq_len=8, host_event=hisparse.IpcEvent("cpu"))
+    gc.collect()
+    row, zero = torch.full((1, 32), 5, dtype=torch.uint8), torch.zeros(1, dtype=torch.int32)
+    for r in (runtime, c_runtime):
+        r.write(row, zero, torch.tensor([3], dtype=torch.int32), request_state_indices=zero)  # records the event
+        assert torch.equal(r.host_cache[3], row[0])
+    kv.admit(0)
+    kv.begin_forward(torch.tensor([1], dtype=torch.int32))
+    kv.write(0, row, zero, zero)
+    with pytest.raises(TypeError, match="event: expected a hisparse._C.IpcEvent or None, got int"):
+        c_runtime._rt.set_host_sharing(1, 12345)
+
+
 @pytest.mark.slow
 def test_views_alive_at_exit_leave_stderr_empty() -> None:
     code = textwrap.dedent("""
@@ -367,6 +457,11 @@ def test_views_alive_at_exit_leave_stderr_empty() -> None:
                                                       4, 4).row_ids
         kept_pool_view = pool.view("uint8", (16,), numpy=True)
         pool.release(force=True)
+        kv = hisparse.KVCache(config, num_layers=1, max_requests=1, max_seq_len=8,
+                              host_pool=hisparse.HostPool(1 << 16, register="never"),
+                              host_event=hisparse.IpcEvent("cpu"))
+        kept_kv_host, kept_kv_slab = kv.host_cache, kv.slab
+        del kv
         print("done")
         """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -484,6 +579,73 @@ def test_cuda_aliased_outputs_are_refused(cuda: torch.device) -> None:
     with pytest.raises(ValueError, match="hot_cache: shares memory with swap_host_rows"):
         ops.gather_compact(torch.zeros((8, 32), dtype=torch.uint8).pin_memory(), hot,
                            hot.view(-1)[:8].view(torch.int32).view(1, 2), topk[:1, :2], req[:1], hot_block_size=4)
+
+
+@requires_cuda
+@pytest.mark.sanitize
+def test_cuda_kv_kernels_refuse_unregistered_host_memory_other_devices_and_aliases(cuda: torch.device) -> None:
+    i32 = lambda v, device=cuda: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+    rows = torch.full((2, 32), 7, dtype=torch.uint8, device=cuda)
+    req, positions, states = i32([0, 0]), i32([1, 2]), i32([0])
+    with pytest.raises(ValueError, match="host_cache: host memory that is not pinned or registered"):
+        ops.write_rows(rows, req, positions, states, host_cache=torch.zeros((8, 32), dtype=torch.uint8))
+    host = torch.zeros((8, 32), dtype=torch.uint8).pin_memory()
+    with pytest.raises(ValueError, match="req_id_per_token: expected a tensor on cuda"):
+        ops.write_rows(rows, req.cpu(), positions, states, host_cache=host)
+    hot = torch.zeros((2, 4, 32), dtype=torch.uint8, device=cuda)
+    dgi = torch.full((1, 8), -1, dtype=torch.int32, device=cuda)
+    with pytest.raises(ValueError, match="hot_cache: shares memory with device_global_indices"):
+        ops.write_rows(rows, req, positions, states, host_cache=host, hot_cache=dgi.view(torch.uint8).view(1, 1, 32),
+                       hot_block_table=i32([[0, 1]]), device_global_indices=dgi)
+    ops.write_rows(rows, req, positions, states, host_cache=host, hot_cache=hot, hot_block_table=i32([[0, 1]]),
+                   device_global_indices=dgi)
+    torch.cuda.synchronize()
+    assert (host[1:3] == 7).all() and not host[0].any() and not host[3:].any()
+    indices = i32([[1, 2, -1, 40]])
+    with pytest.raises(ValueError, match="out: expected a tensor on cuda"):
+        ops.read_rows(host.to(cuda), indices, torch.zeros((1, 4, 32), dtype=torch.uint8))
+    with pytest.raises(ValueError, match="out: shares memory with cache"):
+        ops.read_rows(hot.view(8, 32), indices, hot[:1])
+    out = torch.zeros((1, 4, 32), dtype=torch.uint8, device=cuda)
+    ops.read_rows(host.to(cuda), indices, out)
+    torch.cuda.synchronize()
+    assert (out[0, :2].cpu() == 7).all() and not out[0, 2:].cpu().any()
+    table = torch.full((1, 4), 9, dtype=torch.int32, device=cuda)
+    with pytest.raises(ValueError, match="seq_lens: expected a tensor on cuda"):
+        ops.update_residency(table, states, i32([5], "cpu"), i32([[3]]), table_block_size=4, num_pages=1)
+    ops.update_residency(table, states, i32([5]), i32([[3]]), table_block_size=4, num_pages=1)
+    torch.cuda.synchronize()
+    assert table.cpu().tolist() == [[0, 3, 0, 0]]
+
+
+@requires_cuda
+@pytest.mark.sanitize
+def test_cuda_kv_cache_refuses_other_devices_and_outputs_over_its_memory(cuda: torch.device) -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    kv = hisparse.KVCache(config, num_layers=2, layer_groups=[0, 0], max_requests=1, max_seq_len=16, resident_pages=1,
+                          device=cuda)
+    kv.admit(0)
+    with pytest.raises(ValueError, match="seq_lens: expected a tensor on cuda"):
+        kv.begin_forward(torch.tensor([3], dtype=torch.int32))
+    kv.begin_forward(torch.tensor([3], dtype=torch.int32, device=cuda))
+    rows = torch.full((3, 32), 5, dtype=torch.uint8, device=cuda)
+    req, positions = torch.zeros(3, dtype=torch.int32, device=cuda), torch.arange(3, dtype=torch.int32, device=cuda)
+    with pytest.raises(ValueError, match="rows: expected a tensor on cuda"):
+        kv.write(0, rows.cpu(), req, positions)
+    with pytest.raises(ValueError, match="rows: shares memory with"):
+        kv.write(0, kv.layer_view(0)[1, :3], req, positions)
+    for layer in range(2):
+        kv.write(layer, rows, req, positions)
+    attention = kv.swap_in(0, torch.tensor([[0, 1, 2, -1]], dtype=torch.int32, device=cuda), req[:1])
+    kv.swap_in(1, num_tokens=1)
+    with pytest.raises(ValueError, match="out: shares memory with the cache's slab and tables"):
+        kv.read(0, attention, kv.layer_view(1)[1:2])
+    with pytest.raises(ValueError, match="out: expected a tensor on cuda"):
+        kv.read(0, attention, torch.zeros((1, 4, 32), dtype=torch.uint8))
+    for layer in range(2):
+        out = kv.read(layer, attention)
+        torch.cuda.synchronize()
+        assert (out[0, :3].cpu() == 5).all() and not out[0, 3].cpu().any()
 
 
 @requires_cuda

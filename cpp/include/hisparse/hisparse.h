@@ -419,11 +419,13 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* gather_hot_cache;      /* paged hot cache, same dtype and W */
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
-  /* Optional: the CUDA resolver's workspace, a contiguous uint8
+  /* Optional: the CUDA resolver's workspace, a contiguous 1-D uint8
    * tensor on the device of topk_indices, 16-byte aligned, of at least
    * hs_resolver_workspace_bytes(S, H, max_union_rows, device) bytes (S, H:
-   * the shape of device_global_indices). Required when that size is not 0,
-   * ignored otherwise and by the CPU backend. Its contents need no
+   * the shape of device_global_indices), sharing no byte with another
+   * argument. Required when that size is not 0; a workspace given is
+   * checked on every backend, and only its size is ignored where that size
+   * is 0 (the CPU backend never reads it). Its contents need no
    * initialisation and are scratch of one launch at a time: launches that
    * share a workspace must be ordered (one stream, or events). */
   const hs_tensor_t* workspace;

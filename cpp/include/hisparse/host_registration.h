@@ -10,10 +10,12 @@
  * (HS_DEVICE_CPU) there is nothing to register: the range is recorded only,
  * so that the same calls work on both backends.
  *
- * Errors: HS_ERROR_INVALID_ARGUMENT for a NULL or empty range, one that
- * overlaps a range registered here, and unregistering a pointer no call
- * registered (naming the argument); HS_ERROR_CUDA with CUDA's message when
- * the driver refuses (a failed registration leaves nothing registered).
+ * Errors: HS_ERROR_INVALID_ARGUMENT for a NULL, empty or wrapping range,
+ * one the process has not mapped readable, one that overlaps a range
+ * registered here, and unregistering a pointer no call registered (naming
+ * the argument); HS_ERROR_INVALID_STATE for memory of a released host pool
+ * (both on every backend); HS_ERROR_CUDA with CUDA's message when the
+ * driver refuses (a failed registration leaves nothing registered).
  * Host-only and blocking (registration pins pages); thread-safe. The caller
  * keeps the memory alive until it unregisters it, and unregisters before
  * freeing it.
@@ -31,7 +33,8 @@ extern "C" {
 
 HS_API hs_status_t hs_host_register(void* data, uint64_t bytes, int32_t device_type, int32_t device_index);
 HS_API hs_status_t hs_host_unregister(void* data);
-/* Whether [data, data + bytes) lies inside one range registered here (*registered 1 or 0). */
+/* Whether [data, data + bytes) lies inside one range registered here (*registered 1 or 0);
+ * HS_ERROR_INVALID_ARGUMENT for a range that wraps around. */
 HS_API hs_status_t hs_host_is_registered(const void* data, uint64_t bytes, int32_t* registered);
 
 #ifdef __cplusplus

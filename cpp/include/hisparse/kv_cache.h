@@ -72,7 +72,10 @@ extern "C" {
  * that write one host slot leave one of their rows (which one is
  * unspecified). rows, tables and caches on one device; host_cache host memory
  * (registered on CUDA); resident_cache and hot_cache paged views [blocks,
- * block size, row width] of rows' dtype and width. Stream-ordered,
+ * block size, row width] of rows' dtype and width. The three caches share no
+ * byte with each other or with any input, except that resident_cache and
+ * hot_cache may be one paged view (one base address, block size and block
+ * stride: resident pages among the hot blocks). Stream-ordered,
  * capturable. */
 typedef struct hs_write_rows_args {
   size_t struct_size;
@@ -106,7 +109,7 @@ HS_API hs_status_t hs_write_rows(const hs_write_rows_args_t* args, hs_stream_t s
  * zeros for an index < 0 or past the cache's rows. cache: a paged view
  * [blocks, bs, W] (rows contiguous within a block) or rows [N, W]; indices
  * int32 [T, k] (unit column stride); out [T, k, W] contiguous, cache's dtype
- * and width, on the cache's device. The read an attention kernel (or a test)
+ * and width, on the cache's device, sharing no byte with cache or indices. The read an attention kernel (or a test)
  * makes of exactly the rows hisparse resolved. Stream-ordered, capturable. */
 HS_API hs_status_t hs_read_rows(const hs_tensor_t* cache, const hs_tensor_t* indices, const hs_tensor_t* out,
                                 hs_stream_t stream);
@@ -128,7 +131,7 @@ HS_API hs_status_t hs_read_rows(const hs_tensor_t* cache, const hs_tensor_t* ind
 typedef struct hs_update_residency_args {
   size_t struct_size;
   uint32_t struct_version;
-  const hs_tensor_t* resident_block_table;  /* int32 [B, Wt], written */
+  const hs_tensor_t* resident_block_table;  /* int32 [B, Wt], written (sharing no byte with the inputs) */
   int64_t table_block_size;                 /* positions per table entry, > 0 */
   int32_t blocks_per_page;                  /* table entries per page, > 0 */
   int32_t num_pages;                        /* newest pages kept resident, >= 0 */
@@ -223,8 +226,9 @@ HS_API hs_status_t hs_kv_cache_get_info(hs_kv_cache_t cache, hs_kv_cache_info_t*
 /* The group of `layer` and its leader layer. */
 HS_API hs_status_t hs_kv_cache_layer_group(hs_kv_cache_t cache, int32_t layer, int32_t* group, int32_t* leader);
 
-/* The runtime of `layer` (borrowed: valid while the cache lives; do not
- * destroy or rebind it). */
+/* The runtime of `layer` (borrowed: valid while the cache lives). Its cache
+ * binds it: hs_runtime_destroy, hs_runtime_bind_source_cache,
+ * hs_runtime_bind_hot_cache and hs_runtime_unbind refuse it. */
 HS_API hs_status_t hs_kv_cache_get_runtime(hs_kv_cache_t cache, int32_t layer, hs_runtime_t* runtime);
 
 typedef enum hs_kv_cache_tensor {
@@ -302,7 +306,9 @@ HS_API hs_status_t hs_kv_cache_swap_in(hs_kv_cache_t cache, int32_t layer, const
                                        hs_runtime_swap_in_result_t* result, hs_stream_t stream);
 
 /* hs_read_rows on the layer's slab view: out[t, k] = the row attention index
- * indices[t, k] names, zeros for -1. Capturable. */
+ * indices[t, k] names, zeros for -1. out shares no byte with indices or with
+ * the cache's own memory (slab, tables, host cache, group state).
+ * Capturable. */
 HS_API hs_status_t hs_kv_cache_read(hs_kv_cache_t cache, int32_t layer, const hs_tensor_t* indices,
                                     const hs_tensor_t* out, hs_stream_t stream);
 
