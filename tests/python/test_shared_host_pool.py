@@ -138,7 +138,13 @@ def test_kill_during_attach_fails_the_others_at_once(tmp_path):
         assert result["type"] == "RuntimeError", result
         assert f"rank 1 (pid {victim.pid}) died during setup" in result["message"], result["message"]
     assert time.monotonic() - killed_at < 30, "a death after attach must be seen long before the 60 s timeout"
-    assert "(seen by rank 0)" in results[2]["message"], "the late rank learns why from the pool it attached to"
+    # Whichever of ranks 0 and 2 notices the death first records it; the other learns why from the pool (which
+    # one notices first is a race on a loaded machine).
+    seen = {rank: "(seen by rank" in results[rank]["message"] for rank in (0, 2)}
+    assert sum(seen.values()) == 1, results
+    observer = 0 if seen[2] else 2
+    witness = 2 if observer == 0 else 0
+    assert f"(seen by rank {observer})" in results[witness]["message"], results[witness]["message"]
     assert not leftover_objects(os.getpid())
 
 
