@@ -8,6 +8,9 @@
 #
 #   bash scripts/gpu_check.sh [build] [tests] [sanitize] [bench]   (default: all)
 #
+# PYTEST_FILES picks the Python tests (default tests/python), PYTEST_TIMEOUT
+# bounds them (seconds; pytest is interrupted, so its summary is kept).
+#
 # Wheels under .whl/ (for example transformers >= 5.24 for the integration
 # tests) are installed into /tmp/hs-site first and put on PYTHONPATH.
 #
@@ -43,12 +46,17 @@ if ls .whl/*.whl > /dev/null 2>&1; then
   export PYTHONPATH=/tmp/hs-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-if has build; then
+# A machine kept warm between calls keeps its build: a second call on the
+# same commit skips the build step.
+if has build && [ -f "$BUILD/.built-$HISPARSE_COMMIT" ] && python3 -c "import hisparse" 2> /dev/null; then
+  echo "build: reusing $BUILD ($HISPARSE_COMMIT)"
+elif has build; then
   step "build (sm_90): the wheel, with the GoogleTest suite in its build tree"
   export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
   python3 -m pip install --no-build-isolation --no-deps -q -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90 \
     -C cmake.define.HISPARSE_BUILD_TESTS=ON -C cmake.define.HISPARSE_CUDA=ON -C build-dir="$BUILD" . \
     > "$LOGS/build.log" 2>&1 || { echo "build FAILED"; tail -50 "$LOGS/build.log"; exit 1; }
+  touch "$BUILD/.built-$HISPARSE_COMMIT"
   python3 -m hisparse info | tee "$LOGS/info.txt"
 fi
 
@@ -57,7 +65,8 @@ if has tests; then
   (cd "$BUILD" && ctest -j 8 --output-on-failure > "$LOGS/ctest.log" 2>&1) || { status=1; echo "ctest FAILED"; }
   tail -3 "$LOGS/ctest.log"
   step "pytest"
-  python3 -m pytest tests/python -q --maxfail=25 -p no:cacheprovider -rfs --junitxml="$LOGS/pytest.xml" \
+  timeout -s INT "${PYTEST_TIMEOUT:-540}" python3 -m pytest ${PYTEST_FILES:-tests/python} -q --maxfail=25 -p no:cacheprovider -rfs \
+    --durations=20 --junitxml="$LOGS/pytest.xml" \
     > "$LOGS/pytest.log" 2>&1 || { status=1; echo "pytest FAILED"; }
   tail -15 "$LOGS/pytest.log"
 fi
