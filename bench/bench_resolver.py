@@ -201,21 +201,22 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     if token_rows != 1 or hot is not None:
         results.update(token_rows=token_rows, hot_size=s.hot, max_union_rows=s.max_union_rows,
                        workspace_bytes=0 if s.workspace is None else s.workspace.numel())
-    variants = {
-        "resolve": None,
-        "resolve+gather_warp_per_row": "warp_per_row",
-        "resolve+gather_default": "auto",
-        "resolve_fused_gather": "fused",
-        "resolve_auto_gather": "auto",
+    # name: (the resolve's fused-gather schedule or None, the separate gather's variant or None)
+    paths = {
+        "resolve": (None, None),
+        "resolve+gather_warp_per_row": (None, "warp_per_row"),
+        "resolve+gather_default": (None, "auto"),
+        "resolve_fused_gather": ("fused", None),
+        "resolve_auto_gather": ("auto", None),
     }
     # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
     timer = measure.Timer(device)
-    for name, variant in variants.items():
+    for name, (schedule, variant) in paths.items():
 
-        def steps(variant=variant):
+        def steps(schedule=schedule, variant=variant):
             for step in range(2, 2 + args.steps):
-                s.resolve(step, schedule=variant if variant in ("fused", "auto") else None)
-                if variant not in (None, "fused", "auto"):
+                s.resolve(step, schedule=schedule)
+                if variant is not None:
                     s.gather(variant)
 
         timing = timer.time(steps, repeats=args.replays, restore=restore)

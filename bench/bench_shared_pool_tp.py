@@ -1,8 +1,9 @@
 """Tensor-parallel ranks of one host on one shared host pool: one host copy, rows written by one rank, read by all.
 
 One process per rank (rank r on GPU r; ``--same-device`` puts every rank on
-GPU 0, which checks the program on a machine with one GPU). torch.distributed
-carries the engine's collectives (NCCL on CUDA) and, over a gloo group, the
+GPU 0, which checks the program on a machine with one GPU; NCCL refuses two
+ranks on one GPU, so that run is gloo only). torch.distributed carries the
+engine's collectives (NCCL on CUDA) and, over a gloo group, the
 shared pool's id, the IPC event's handle and the barriers that order the
 ranks' host-side calls. The ranks create one ``hisparse.HostPool.shared`` of
 ``--pool-gib``, each populating its share and registering the whole region
@@ -108,16 +109,18 @@ class Rank:
             self.device = torch.device("cuda", self.gpu)
         else:
             self.gpu, self.device = -1, torch.device("cpu")
+        # NCCL refuses two ranks on one GPU, so --same-device runs the engine's group over gloo as well.
+        nccl = self.cuda and not args.same_device
         dist.init_process_group(
-            "nccl" if self.cuda else "gloo",
+            "nccl" if nccl else "gloo",
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=args.ranks,
             timeout=timedelta(seconds=300),
-            **({"device_id": self.device} if self.cuda else {}),
+            **({"device_id": self.device} if nccl else {}),
         )
         # Host-side ordering and small objects travel over gloo, as an engine's CPU group would.
-        self.host_group = dist.new_group(backend="gloo") if self.cuda else dist.group.WORLD
+        self.host_group = dist.new_group(backend="gloo") if nccl else dist.group.WORLD
 
     def barrier(self) -> None:
         dist.barrier(group=self.host_group)

@@ -34,6 +34,8 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/hopper_sync.cuh"
+#include "cuda/programmatic_launch.hpp"
 #include "cuda/row_copy.cuh"
 #include "hisparse/hisparse.h"
 
@@ -194,17 +196,35 @@ __device__ void for_each_used_unit(int32_t num_token_rows, int window_rows, Unit
   }
 }
 
-// One warp per used entry (row_persistent): lane 0 resolves the entry, the
-// warp copies the row with all of its loads in flight before the stores.
-__global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherCompactParams p, int window_rows) {
+// One warp per used entry (row_persistent) of the first entries(t) entries
+// of each token row t: lane 0 resolves the entry, the warp copies the row
+// with all of its loads in flight before the stores.
+template <typename Entries>
+__device__ void copy_entries_row_persistent(const GatherCompactParams& p, int window_rows, Entries entries) {
   const int lane = threadIdx.x % kWarpSize;
   const int chunks = static_cast<int>(p.row_bytes / kChunkBytes);
-  const auto entries = [&](int32_t t) { return clamped_count(p, t); };
   for_each_used_unit(p.num_token_rows, window_rows, entries, [&](int32_t t, int k) {
     const uint8_t* src = nullptr;
     uint8_t* dst = nullptr;
     if (lane == 0) resolve_entry(p, t, k, &src, &dst);
     warp_copy_rows<kWarpUnroll>(1, src, dst, chunks, lane);
+  });
+}
+
+__global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherCompactParams p, int window_rows) {
+  copy_entries_row_persistent(p, window_rows, [&](int32_t t) { return clamped_count(p, t); });
+}
+
+// The resolver's tail gather (launch_gather_compact_tail): row_persistent
+// over every token row but a request's first one with at most local_rows
+// entries. Launched right behind the resolve that wrote the swap list.
+__global__ void __launch_bounds__(kThreads)
+    gather_tail_kernel(GatherCompactParams p, int window_rows, const int32_t* req_id_per_token, int32_t local_rows) {
+  wait_for_prior_grid();
+  copy_entries_row_persistent(p, window_rows, [&](int32_t t) {
+    const int32_t count = clamped_count(p, t);
+    const bool first_row = t == 0 || req_id_per_token[t - 1] != req_id_per_token[t];
+    return first_row && count <= local_rows ? 0 : count;
   });
 }
 
@@ -420,6 +440,17 @@ int window_rows(int64_t max_units_per_row, int window) {
 // half of the SMs stays free for compute.
 int64_t automatic_blocks() { return std::max(1, multiprocessor_count() / 2); }
 
+// row_persistent's grid: one block per SM (or max_blocks), no more blocks
+// than the entries need. Larger grids do not move the resolver's swap lists
+// faster and cost a few microseconds when they are nearly empty
+// (docs/performance.md, "Gather schedules").
+unsigned row_persistent_blocks(const GatherCompactParams& params) {
+  constexpr int kWarps = kThreads / kWarpSize;
+  const int64_t needed = (static_cast<int64_t>(params.top_k) * params.num_token_rows + kWarps - 1) / kWarps;
+  const int64_t cap = params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count();
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, cap)));
+}
+
 }  // namespace
 
 void launch_gather_compact(const GatherCompactParams& params, cudaStream_t stream) {
@@ -464,16 +495,20 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
     const dim3 grid((params.top_k + warps_per_block - 1) / warps_per_block, grid_rows(params.num_token_rows));
     gather_warp_per_row_kernel<<<grid, kThreads, 0, stream>>>(params);
   } else {
-    // row_persistent, and sorted past the device's shared memory: one row
-    // per warp on one block per SM.
-    const int64_t needed =
-        (static_cast<int64_t>(params.top_k) * params.num_token_rows + warps_per_block - 1) / warps_per_block;
-    const int64_t blocks =
-        std::min(needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count());
-    gather_row_persistent_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    // row_persistent, and sorted past the device's shared memory.
+    gather_row_persistent_kernel<<<row_persistent_blocks(params), kThreads, 0, stream>>>(
         params, window_rows(params.top_k, kPersistentWindow));
   }
   cuda_check(cudaGetLastError(), "gather_compact kernel launch");
+}
+
+void launch_gather_compact_tail(const GatherCompactParams& params, const int32_t* req_id_per_token, int32_t local_rows,
+                                bool programmatic, cudaStream_t stream) {
+  if (params.num_token_rows <= 0 || params.top_k <= 0) return;
+  const ProgrammaticLaunch launch_config(dim3(row_persistent_blocks(params)), dim3(kThreads), 0, stream, programmatic);
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), gather_tail_kernel, params,
+                                window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows),
+             "resolver tail gather launch");
 }
 
 }  // namespace cuda
