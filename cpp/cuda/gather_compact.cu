@@ -34,8 +34,6 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
-#include "cuda/hopper_sync.cuh"
-#include "cuda/programmatic_launch.hpp"
 #include "cuda/row_copy.cuh"
 #include "hisparse/hisparse.h"
 
@@ -220,7 +218,6 @@ __global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherC
 // entries. Launched right behind the resolve that wrote the swap list.
 __global__ void __launch_bounds__(kThreads)
     gather_tail_kernel(GatherCompactParams p, int window_rows, const int32_t* req_id_per_token, int32_t local_rows) {
-  wait_for_prior_grid();
   copy_entries_row_persistent(p, window_rows, [&](int32_t t) {
     const int32_t count = clamped_count(p, t);
     const bool first_row = t == 0 || req_id_per_token[t - 1] != req_id_per_token[t];
@@ -503,12 +500,11 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
 }
 
 void launch_gather_compact_tail(const GatherCompactParams& params, const int32_t* req_id_per_token, int32_t local_rows,
-                                bool programmatic, cudaStream_t stream) {
+                                cudaStream_t stream) {
   if (params.num_token_rows <= 0 || params.top_k <= 0) return;
-  const ProgrammaticLaunch launch_config(dim3(row_persistent_blocks(params)), dim3(kThreads), 0, stream, programmatic);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(), gather_tail_kernel, params,
-                                window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows),
-             "resolver tail gather launch");
+  gather_tail_kernel<<<row_persistent_blocks(params), kThreads, 0, stream>>>(
+      params, window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows);
+  cuda_check(cudaGetLastError(), "resolver tail gather launch");
 }
 
 }  // namespace cuda

@@ -855,7 +855,7 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
     } else {
       launch<AutoGather<FusedGather>, Placement>(params, constants, layout, device, hopper, stream);
     }
-    launch_resolver_tail_gather(params, constants.auto_local_rows, hopper, stream);
+    launch_resolver_tail_gather(params, constants.auto_local_rows, stream);
   }
 }
 

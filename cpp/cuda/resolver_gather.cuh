@@ -398,8 +398,8 @@ class FusedGatherEarlyStage : public FusedGather {
 // SM. Which requests the tail gather takes follows from the swap counts the
 // resolve writes (resolver_tail_gather.cu), so the two kernels agree
 // without a flag. Staged rows of a request left to the tail are still
-// written by phase G (the same bytes, before the tail gather's: it waits for
-// this grid), so that no bulk copy into shared memory outlives the block.
+// written by phase G (the same bytes, before the tail gather's: it starts
+// after this grid), so that no bulk copy into shared memory outlives the block.
 template <class Fused>
 class AutoGather : public Fused {
  public:
@@ -409,8 +409,7 @@ class AutoGather : public Fused {
     local_ = assigned_total <= c.auto_local_rows;
   }
 
-  // A request left to the tail gather copies nothing in phase E, so the
-  // next programmatic launch (the tail gather) may start at once.
+  // A request left to the tail gather copies nothing in phase E.
   __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {
     return local_ && Fused::copies_assigned(ws);
   }
