@@ -438,9 +438,8 @@ int window_rows(int64_t max_units_per_row, int window) {
 int64_t automatic_blocks() { return std::max(1, multiprocessor_count() / 2); }
 
 // row_persistent's grid: one block per SM (or max_blocks), no more blocks
-// than the entries need. Larger grids do not move the resolver's swap lists
-// faster and cost a few microseconds when they are nearly empty
-// (docs/performance.md, "Gather schedules").
+// than the entries need. Larger grids did not move the resolver's swap
+// lists faster on an H200 and cost microseconds when nearly empty.
 unsigned row_persistent_blocks(const GatherCompactParams& params) {
   constexpr int kWarps = kThreads / kWarpSize;
   const int64_t needed = (static_cast<int64_t>(params.top_k) * params.num_token_rows + kWarps - 1) / kWarps;
