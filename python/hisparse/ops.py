@@ -103,8 +103,9 @@ def resolve_residency(
     (CUDA; the bytes are the same either way): "auto" lets each request
     decide on the device, without a host sync: one with a few misses copies
     them in the resolve launch, while its host reads overlap the resolve; the
-    rows of requests with more are copied right after by a gather kernel
-    spread over the whole GPU (a second launch, on the same stream).
+    rows of requests with more are copied right after it by
+    :func:`gather_compact`'s default schedule over the whole GPU (a second
+    launch, on the same stream).
     "fused" copies every row in the resolve launch (one SM per request).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
