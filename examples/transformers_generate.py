@@ -76,7 +76,7 @@ def main() -> int:
                                do_sample=False)
     cache = HiSparseCache(model, hot_buffer_size=args.hot_buffer_size, max_batch_size=len(lengths),
                           max_cache_len=input_ids.shape[1] + args.new_tokens, hot_block_size=4, block_size=8)
-    tokens = model.generate(input_ids, attention_mask=attention_mask, past_key_values=cache,
+    tokens = model.generate(input_ids, attention_mask=attention_mask, cache=cache,
                             max_new_tokens=args.new_tokens, do_sample=False)
     same = torch.equal(tokens, reference)
     print(f"{args.model} {args.dtype} on {args.device}: {len(lengths)} prompts of {lengths} tokens, "

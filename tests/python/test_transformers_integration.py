@@ -44,7 +44,7 @@ def model_of(kind, dtype, device):
 
 
 def generate(model, ids, mask, cache=None, new_tokens=NEW_TOKENS):
-    kwargs = {} if cache is None else {"past_key_values": cache}
+    kwargs = {} if cache is None else {"cache": cache}
     return model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
                           return_dict_in_generate=True, **kwargs)
 

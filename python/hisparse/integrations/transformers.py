@@ -11,7 +11,7 @@ model: the "hisparse" attention implementation (registered with transformers'
 indexer (GLM's ``"shared"`` layers follow the ``"full"`` layer before them).
 
     cache = HiSparseCache(model, hot_buffer_size=2048, max_batch_size=8, max_cache_len=8192)
-    out = model.generate(input_ids, attention_mask=mask, past_key_values=cache, max_new_tokens=64)
+    out = model.generate(input_ids, attention_mask=mask, cache=cache, max_new_tokens=64)
 
 Prefill attends over the prompt's own rows as the model does; every decode
 step, the layer's new row goes through :meth:`hisparse.KVCache.write`, the
