@@ -47,8 +47,10 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 fi
 
 # A machine kept warm between calls keeps its build: a second call on the
-# same commit skips the build step.
-if has build && [ -f "$BUILD/.built-$HISPARSE_COMMIT" ] && python3 -c "import hisparse" 2> /dev/null; then
+# same clean commit skips the build step (an unknown or dirty tree always
+# rebuilds: its name does not say what it holds).
+reusable() { [[ "$HISPARSE_COMMIT" != unknown && "$HISPARSE_COMMIT" != *-dirty ]]; }
+if has build && reusable && [ -f "$BUILD/.built-$HISPARSE_COMMIT" ] && python3 -c "import hisparse" 2> /dev/null; then
   echo "build: reusing $BUILD ($HISPARSE_COMMIT)"
 elif has build; then
   step "build (sm_90): the wheel, with the GoogleTest suite in its build tree"
