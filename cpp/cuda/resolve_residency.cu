@@ -694,9 +694,12 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 
 // The phases of one request, in order; the fused gather's hooks are
 // Gather's (resolver_gather.cuh). docs/residency.md maps each phase to the
-// contract's steps.
-template <class Gather, class Placement>
-__global__ void __launch_bounds__(kThreads, 1)
+// contract's steps. kBlocksPerSm is the occupancy the registers are
+// budgeted for (resolver_occupancy below): 1 gives a block the whole
+// register file; 2 halves it, which spills a little but lets a batch of up
+// to twice the SM count run in one wave.
+template <class Gather, class Placement, int kBlocksPerSm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const typename Placement::Layout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -732,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather, class Placement>
+template <class Gather, class Placement, int kBlocksPerSm>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -741,7 +744,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement>,
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
@@ -754,25 +757,56 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
 // rest of a large swap list goes through phase E.
 constexpr int32_t kMissStageRows = 8;
 
-int compute_capability_major(int device) {
-  static std::atomic<int> cached_major[kCachedDevices];
-  const bool cached = device >= 0 && device < kCachedDevices;
-  if (cached) {
-    const int known = cached_major[device].load(std::memory_order_relaxed);
-    if (known > 0) return known;
-  }
-  int major = 0;
-  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-             "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-  if (cached) cached_major[device].store(major, std::memory_order_relaxed);
-  return major;
+// What the launcher needs to know of a device, read once per device (each
+// field is a driver round trip).
+struct ResolverDevice {
+  bool hopper = false;             // sm_90 or later: bulk-copy stage, programmatic launch
+  int multiprocessors = 0;
+  uint64_t block_shared_limit = 0;  // opt-in dynamic shared memory of one block
+  uint64_t sm_shared_bytes = 0;     // shared memory of one SM, for all its blocks
+  uint64_t block_reserved_bytes = 0;  // shared memory the system reserves per block
+};
+
+ResolverDevice query_resolver_device(int device) {
+  const auto attribute = [device](cudaDeviceAttr which, const char* name) {
+    int value = 0;
+    cuda_check(cudaDeviceGetAttribute(&value, which, device), name);
+    return value;
+  };
+  ResolverDevice d;
+  d.hopper = attribute(cudaDevAttrComputeCapabilityMajor, "cudaDeviceGetAttribute(ComputeCapabilityMajor)") >= 9;
+  d.multiprocessors = attribute(cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(MultiProcessorCount)");
+  d.block_shared_limit = static_cast<uint64_t>(
+      attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"));
+  d.sm_shared_bytes = static_cast<uint64_t>(attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                                      "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)"));
+  d.block_reserved_bytes = static_cast<uint64_t>(
+      attribute(cudaDevAttrReservedSharedMemoryPerBlock, "cudaDeviceGetAttribute(ReservedSharedMemoryPerBlock)"));
+  return d;
 }
 
-uint64_t shared_memory_limit(int device) {
-  int limit = 0;
-  cuda_check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-  return static_cast<uint64_t>(limit);
+const ResolverDevice& resolver_device(int device) {
+  static ResolverDevice known[kCachedDevices];
+  static std::atomic<bool> ready[kCachedDevices];
+  if (device < 0 || device >= kCachedDevices) {
+    thread_local ResolverDevice uncached;
+    uncached = query_resolver_device(device);
+    return uncached;
+  }
+  if (!ready[device].load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_configure_mutex);
+    if (!ready[device].load(std::memory_order_relaxed)) {
+      known[device] = query_resolver_device(device);
+      ready[device].store(true, std::memory_order_release);
+    }
+  }
+  return known[device];
+}
+
+// Shared memory one of two blocks on an SM may take.
+uint64_t paired_block_shared_limit(const ResolverDevice& d) {
+  const uint64_t half = d.sm_shared_bytes / 2;
+  return std::min(d.block_shared_limit, half > d.block_reserved_bytes ? half - d.block_reserved_bytes : 0);
 }
 
 // The kernel's per-launch constants for `params` with shared memory carved
@@ -816,11 +850,11 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   return constants;
 }
 
-template <class Gather, class Placement>
+template <class Gather, class Placement, int kBlocksPerSm>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather, Placement>(device, shared_bytes);
+  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm>(device, shared_bytes);
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
   const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
@@ -829,34 +863,51 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement>, params, constants,
-                                layout),
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm>,
+                                params, constants, layout),
              "resolve_residency kernel launch");
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
 // Placement; the automatic schedule adds the tail gather after it.
-template <class Placement>
+template <class Placement, int kBlocksPerSm>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
   // The held filter needs the bulk stage and room in it.
   const bool early_stage = hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
   if (!params.fused_gather) {
-    launch<NoGather, Placement>(params, constants, layout, device, hopper, stream);
+    launch<NoGather, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
     if (early_stage) {
-      launch<FusedGatherEarlyStage, Placement>(params, constants, layout, device, hopper, stream);
+      launch<FusedGatherEarlyStage, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
     } else {
-      launch<FusedGather, Placement>(params, constants, layout, device, hopper, stream);
+      launch<FusedGather, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
     }
   } else {
     if (early_stage) {
-      launch<AutoGather<FusedGatherEarlyStage>, Placement>(params, constants, layout, device, hopper, stream);
+      launch<AutoGather<FusedGatherEarlyStage>, Placement, kBlocksPerSm>(params, constants, layout, device, hopper,
+                                                                         stream);
     } else {
-      launch<AutoGather<FusedGather>, Placement>(params, constants, layout, device, hopper, stream);
+      launch<AutoGather<FusedGather>, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
     }
-    launch_resolver_tail_gather(params, constants.auto_local_rows, stream);
+    launch_resolver_tail_gather(params, constants.auto_local_rows, hopper, stream);
   }
+}
+
+// A batch with more blocks than SMs runs in waves when each block holds a
+// whole SM. Two blocks per SM run such a batch (up to twice the SM count)
+// in one wave when the shape fits half an SM's shared memory: the minimum
+// union table, and a miss stage of whatever rows still fit. Batches that fit
+// one wave keep a whole SM per block: more registers, a roomier table and
+// the full stage are faster there.
+bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevice& d, int64_t stage_row_bytes,
+                        int32_t stage_rows, ResolverLaunchLayout* paired) {
+  const int64_t blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
+  if (blocks <= d.multiprocessors) return false;
+  const uint64_t limit = paired_block_shared_limit(d);
+  *paired = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit,
+                                   kResolverMaxSlackHalves);
+  return paired->stage.total_bytes <= limit;
 }
 
 }  // namespace
@@ -871,16 +922,23 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   }
   int device = params.device;
   if (device < 0) cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t limit = shared_memory_limit(device);
-  const bool hopper = compute_capability_major(device) >= 9;
+  const ResolverDevice& d = resolver_device(device);
+  const uint64_t limit = d.block_shared_limit;
+  const bool hopper = d.hopper;
   const int64_t stage_row_bytes = params.fused_gather ? params.gather.row_bytes : 0;
   const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
+    ResolverLaunchLayout paired;
+    if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired)) {
+      launch_placed<SharedPlacement, 2>(params, make_resolver_constants(params, paired, hopper), paired.layout, device,
+                                        hopper, stream);
+      return;
+    }
     const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
                                                                stage_rows, limit, kResolverMaxSlackHalves);
-    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
-                                   hopper, stream);
+    launch_placed<SharedPlacement, 1>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
+                                      hopper, stream);
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.
@@ -897,7 +955,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // SplitPlacement fills from the split layout's runs; these describe the shared part alone.
   constants.ones_vectors = split.shared_ones_vectors;
   constants.zero_vectors = split.shared_zero_vectors;
-  launch_placed<SplitPlacement>(params, constants, split, device, hopper, stream);
+  launch_placed<SplitPlacement, 1>(params, constants, split, device, hopper, stream);
 }
 
 }  // namespace cuda

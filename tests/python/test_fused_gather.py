@@ -693,3 +693,80 @@ def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows, sch
         assert_same(got, reference.step(topk, valid), f"step {step}: cuda vs cpu")
         moved += int(np.clip(got["swap_counts"][: world.T], 0, shape.K).sum())
     assert moved == got["stats"][2] > 0
+
+
+# ----------------------------------------------------------------- batches past the SM count
+
+
+# New positions per step of request b: NEW_POSITIONS[b % 7], so one batch
+# holds requests that hit everything, requests whose few misses the resolve
+# copies itself and requests left to the automatic schedule's tail gather.
+NEW_POSITIONS = [0, 1, 2, 3, 8, 50, 400]
+
+
+def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_bytes=656):
+    """`steps` fused resolves of B one-row requests (k = K, H hot slots each)
+    over one host cache of `span` rows: a cold start, then steps where
+    request b replaces NEW_POSITIONS[b % 7] of its positions by ones it
+    never selected before. Returns per
+    step the outputs, the state and every hot byte."""
+    gen = torch.Generator().manual_seed(B)
+    host = host_copy(torch.randint(-128, 127, (span, row_bytes), generator=gen, dtype=torch.int8), device)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
+    positions = torch.stack([torch.randperm(span, generator=gen)[:K] for _ in range(B)]).to(torch.int32)
+    used = positions.clone()  # per request, every position it ever selected (never fresh again)
+    dgi = torch.full((B, H), -1, dtype=torch.int32, device=device)
+    lru = torch.arange(H, dtype=torch.int16).repeat(B, 1).to(device)
+    hot_table = torch.arange(B * H, dtype=torch.int32).reshape(B, H).to(device)
+    rows = torch.arange(B, dtype=torch.int32, device=device)
+    snapshots = []
+    for step in range(steps):
+        if step > 0:
+            for b in range(B):
+                new = NEW_POSITIONS[b % len(NEW_POSITIONS)]
+                fresh = torch.randperm(span, generator=gen)
+                fresh = fresh[~torch.isin(fresh, used[b])][:new].to(torch.int32)
+                positions[b, torch.randperm(K, generator=gen)[:new]] = fresh
+            used = torch.cat([used, positions], dim=1)
+        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        ops.resolve_residency(
+            positions.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=1, attention_block_stride=1,
+            host_rows=span, max_union_rows=K, gather_host_cache=host, gather_hot_cache=hot,
+            gather_schedule=schedule, **{f"out_{n}": t for n, t in out.items()})
+        snapshot = {n: t.cpu().numpy() for n, t in out.items()}
+        snapshot.update(dgi=dgi.cpu().numpy(), lru=lru.cpu().numpy(), hot_bytes=hot.cpu().numpy())
+        snapshots.append(snapshot)
+    return snapshots, host.cpu()
+
+
+@requires_cuda
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("extra_requests", [8, 140], ids=["one-wave", "two-waves"])
+def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
+    """More requests than the GPU has SMs, on a shape (H = 4096, k = 2048,
+    656-byte rows) that fits half an SM's shared memory: the CUDA resolver
+    runs two blocks per SM with the stage that still fits. Every output,
+    the state and every hot byte equal the CPU backend's after every step,
+    and every valid entry's hot row holds its host row."""
+    props = torch.cuda.get_device_properties(0)
+    per_sm = getattr(props, "shared_memory_per_multiprocessor", 0)
+    need = hisparse._C.resolver_shared_memory_bytes(4096, 2048)
+    if need > per_sm // 2 - 1024:
+        pytest.skip(f"the shape needs {need} B, more than half of this GPU's {per_sm} B per SM")
+    B = props.multi_processor_count + extra_requests
+    got, host = run_wide_batch(torch.device("cuda"), schedule, B)
+    want, _ = run_wide_batch(CPU, schedule, B)
+    swaps = []
+    for step, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"step {step}: cuda vs cpu")
+        valid = g["hot_rows"] >= 0
+        hot = torch.from_numpy(g["hot_bytes"])
+        assert torch.equal(hot[torch.from_numpy(g["hot_rows"][valid]).long()],
+                           host[torch.from_numpy(g["resolved"][valid]).long()])
+        swaps.append(g["swap_counts"])
+    # Cold start: every request misses all of its rows; later steps miss
+    # exactly the positions each request replaced.
+    assert (swaps[0] == 2048).all()
+    expected = np.array([NEW_POSITIONS[b % len(NEW_POSITIONS)] for b in range(B)])
+    assert all((s == expected).all() for s in swaps[1:])
