@@ -23,10 +23,9 @@ void launch_invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, c
 void launch_gather_compact(const GatherCompactParams& params, cudaStream_t stream);
 // gather_compact's row_persistent schedule over every token row but a
 // request's first one with at most local_rows entries (the resolver's tail
-// gather, resolver_tail_gather.hpp); `programmatic`: launched to overlap
-// the end of the kernel ahead of it (Hopper and later).
+// gather, resolver_tail_gather.hpp).
 void launch_gather_compact_tail(const GatherCompactParams& params, const int32_t* req_id_per_token, int32_t local_rows,
-                                bool programmatic, cudaStream_t stream);
+                                cudaStream_t stream);
 void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream);
 void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaStream_t stream);
 void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream);

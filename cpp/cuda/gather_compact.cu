@@ -30,13 +30,10 @@
 // the unit numbering continues across windows, so the round-robin is the same
 // as over one prefix of all rows.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
-#include "cuda/hopper_sync.cuh"
-#include "cuda/programmatic_launch.hpp"
 #include "cuda/row_copy.cuh"
 #include "hisparse/hisparse.h"
 
@@ -218,12 +215,9 @@ __global__ void __launch_bounds__(kThreads) gather_row_persistent_kernel(GatherC
 
 // The resolver's tail gather (launch_gather_compact_tail): row_persistent
 // over every token row but a request's first one with at most local_rows
-// entries. Launched right behind the resolve that wrote the swap list,
-// possibly before it has finished (programmatic launch): nothing it reads
-// is touched before wait_for_prior_grid().
+// entries. Launched right behind the resolve that wrote the swap list.
 __global__ void __launch_bounds__(kThreads)
     gather_tail_kernel(GatherCompactParams p, int window_rows, const int32_t* req_id_per_token, int32_t local_rows) {
-  wait_for_prior_grid();
   copy_entries_row_persistent(p, window_rows, [&](int32_t t) {
     const int32_t count = clamped_count(p, t);
     const bool first_row = t == 0 || req_id_per_token[t - 1] != req_id_per_token[t];
@@ -504,56 +498,12 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
   cuda_check(cudaGetLastError(), "gather_compact kernel launch");
 }
 
-namespace {
-
-// Dynamic shared memory that keeps the tail gather at one block per SM: more
-// than half of an SM's, less what the kernel holds statically and what the
-// system reserves per block (0 where the device cannot give that much).
-// Cached per device: two driver round trips and a function attribute.
-size_t tail_one_block_per_sm_bytes(int device) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int64_t> known[kCachedDevices];
-  if (device >= 0 && device < kCachedDevices) {
-    const int64_t cached = known[device].load(std::memory_order_acquire);
-    if (cached > 0) return static_cast<size_t>(cached - 1);
-  }
-  int sm_bytes = 0, block_limit = 0;
-  cuda_check(cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
-             "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)");
-  cuda_check(cudaDeviceGetAttribute(&block_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-  cudaFuncAttributes attributes{};
-  cuda_check(cudaFuncGetAttributes(&attributes, gather_tail_kernel), "cudaFuncGetAttributes(gather_tail_kernel)");
-  const int64_t wanted = static_cast<int64_t>(sm_bytes) / 2 + 16;
-  const int64_t dynamic = wanted + static_cast<int64_t>(attributes.sharedSizeBytes) <= block_limit ? wanted : 0;
-  if (dynamic > 0) {
-    cuda_check(cudaFuncSetAttribute(gather_tail_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(dynamic)),
-               "cudaFuncSetAttribute(gather_tail_kernel)");
-  }
-  if (device >= 0 && device < kCachedDevices) known[device].store(dynamic + 1, std::memory_order_release);
-  return static_cast<size_t>(dynamic);
-}
-
-}  // namespace
-
 void launch_gather_compact_tail(const GatherCompactParams& params, const int32_t* req_id_per_token, int32_t local_rows,
-                                bool programmatic, cudaStream_t stream) {
+                                cudaStream_t stream) {
   if (params.num_token_rows <= 0 || params.top_k <= 0) return;
-  // Programmatic (Hopper): the tail's blocks start on the SMs the resolve
-  // leaves, as it leaves them, and wait there for its swap lists, so no
-  // launch gap separates the two kernels. Each block reserves more than half
-  // an SM's shared memory: a persistent grid whose blocks crowded onto the
-  // few SMs free while the resolve runs would move its rows through those
-  // SMs alone. Without room for that reserve, an ordinary launch.
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const size_t reserve = programmatic ? tail_one_block_per_sm_bytes(device) : 0;
-  const ProgrammaticLaunch launch(dim3(row_persistent_blocks(params)), dim3(kThreads), reserve, stream,
-                                  programmatic && reserve > 0);
-  cuda_check(cudaLaunchKernelEx(launch.config(), gather_tail_kernel, params,
-                                window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows),
-             "resolver tail gather launch");
+  gather_tail_kernel<<<row_persistent_blocks(params), kThreads, 0, stream>>>(
+      params, window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows);
+  cuda_check(cudaGetLastError(), "resolver tail gather launch");
 }
 
 }  // namespace cuda

@@ -695,9 +695,9 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 // The phases of one request, in order; the fused gather's hooks are
 // Gather's (resolver_gather.cuh). docs/residency.md maps each phase to the
 // contract's steps. kBlocksPerSm is the occupancy the registers are
-// budgeted for (resolver_occupancy below): 1 gives a block the whole
-// register file; 2 halves it, which spills a little but lets a batch of up
-// to twice the SM count run in one wave.
+// budgeted for: 1 gives a block the whole register file; 2 halves it, which
+// spills a little, for the fused gather past the SM count
+// (pair_blocks_per_sm).
 template <class Gather, class Placement, int kBlocksPerSm>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
@@ -870,44 +870,56 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 
 // The instantiation of the launch's fused gather for arrays placed by
 // Placement; the automatic schedule adds the tail gather after it.
-template <class Placement, int kBlocksPerSm>
+template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
   // The held filter needs the bulk stage and room in it.
   const bool early_stage = hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
   if (!params.fused_gather) {
-    launch<NoGather, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
+    launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
     if (early_stage) {
-      launch<FusedGatherEarlyStage, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
+      launch<FusedGatherEarlyStage, Placement, 1>(params, constants, layout, device, hopper, stream);
     } else {
-      launch<FusedGather, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
+      launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
     }
   } else {
     if (early_stage) {
-      launch<AutoGather<FusedGatherEarlyStage>, Placement, kBlocksPerSm>(params, constants, layout, device, hopper,
-                                                                         stream);
+      launch<AutoGather<FusedGatherEarlyStage>, Placement, 1>(params, constants, layout, device, hopper, stream);
     } else {
-      launch<AutoGather<FusedGather>, Placement, kBlocksPerSm>(params, constants, layout, device, hopper, stream);
+      launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);
     }
-    launch_resolver_tail_gather(params, constants.auto_local_rows, hopper, stream);
+    launch_resolver_tail_gather(params, constants.auto_local_rows, stream);
   }
 }
 
-// A batch with more blocks than SMs runs in waves when each block holds a
-// whole SM. Two blocks per SM run such a batch (up to twice the SM count)
-// in one wave when the shape fits half an SM's shared memory: the minimum
-// union table, and a miss stage of whatever rows still fit. Batches that fit
-// one wave keep a whole SM per block: more registers, a roomier table and
-// the full stage are faster there.
+// A fused gather over more requests than the device has SMs. At one block
+// per SM such a batch runs in waves, and each wave's host reads go through
+// one block per SM. Two blocks per SM run up to twice the SM count in one
+// wave and keep twice the reads in flight: where the shape fits half an
+// SM's shared memory (the minimum union table, and a miss stage of whatever
+// rows still fit), every request copies its own misses there, under either
+// schedule, since its block then moves them faster than the tail gather
+// would after the resolve. The resolve alone gains nothing from sharing an
+// SM (its phases contend for the same issue slots), so it keeps a whole SM
+// per block.
 bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevice& d, int64_t stage_row_bytes,
                         int32_t stage_rows, ResolverLaunchLayout* paired) {
   const int64_t blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
-  if (blocks <= d.multiprocessors) return false;
+  if (!params.fused_gather || blocks <= d.multiprocessors) return false;
   const uint64_t limit = paired_block_shared_limit(d);
   *paired = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit,
                                    kResolverMaxSlackHalves);
   return paired->stage.total_bytes <= limit;
+}
+
+void launch_paired_fused(const ResolveResidencyParams& params, const ResolverConstants& constants,
+                         const ResolverSharedLayout& layout, int device, bool hopper, cudaStream_t stream) {
+  if (hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0) {
+    launch<FusedGatherEarlyStage, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
+  } else {
+    launch<FusedGather, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
+  }
 }
 
 }  // namespace
@@ -931,14 +943,14 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   if (split.in_workspace == 0) {
     ResolverLaunchLayout paired;
     if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired)) {
-      launch_placed<SharedPlacement, 2>(params, make_resolver_constants(params, paired, hopper), paired.layout, device,
-                                        hopper, stream);
+      launch_paired_fused(params, make_resolver_constants(params, paired, hopper), paired.layout, device, hopper,
+                          stream);
       return;
     }
     const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
                                                                stage_rows, limit, kResolverMaxSlackHalves);
-    launch_placed<SharedPlacement, 1>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
-                                      hopper, stream);
+    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
+                                   hopper, stream);
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.
@@ -955,7 +967,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // SplitPlacement fills from the split layout's runs; these describe the shared part alone.
   constants.ones_vectors = split.shared_ones_vectors;
   constants.zero_vectors = split.shared_zero_vectors;
-  launch_placed<SplitPlacement, 1>(params, constants, split, device, hopper, stream);
+  launch_placed<SplitPlacement>(params, constants, split, device, hopper, stream);
 }
 
 }  // namespace cuda

@@ -11,18 +11,19 @@
 //
 // It copies them as gather_compact's default schedule (row_persistent) does:
 // one warp per used entry on a persistent grid, so a request left to the
-// tail moves its rows as fast as the split path would. On Hopper the launch
-// is programmatic, at one block per SM (launch_gather_compact_tail), so it
-// costs no launch gap after the resolve.
+// tail moves its rows as fast as the split path would. It is an ordinary
+// launch, not a programmatic one: a persistent grid that starts while the
+// resolve still holds most SMs lands on the few SMs left free, and its host
+// reads then go through those SMs alone: slower than the separate path
+// wherever many requests miss many rows.
 #include "cuda/cuda_kernels.hpp"
 #include "cuda/resolver_tail_gather.hpp"
 
 namespace hisparse {
 namespace cuda {
 
-void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, bool programmatic,
-                                 cudaStream_t stream) {
-  launch_gather_compact_tail(params.gather, params.req_id_per_token, local_rows, programmatic, stream);
+void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, cudaStream_t stream) {
+  launch_gather_compact_tail(params.gather, params.req_id_per_token, local_rows, stream);
 }
 
 }  // namespace cuda

@@ -15,10 +15,8 @@ namespace cuda {
 // Copies, as gather_compact would, the swap entries of every request whose
 // assigned misses exceed local_rows (< top_k): the rows the resolve launch
 // of params (an AutoGather instantiation with the same local_rows) did not
-// copy, on the resolve's stream right after it; `programmatic`: the device
-// supports programmatic dependent launch (sm_90 and later).
-void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, bool programmatic,
-                                 cudaStream_t stream);
+// copy, on the resolve's stream right after it.
+void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace hisparse

@@ -734,8 +734,9 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
             positions.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=1, attention_block_stride=1,
             host_rows=span, max_union_rows=K, gather_host_cache=host, gather_hot_cache=hot,
             gather_schedule=schedule, **{f"out_{n}": t for n, t in out.items()})
-        snapshot = {n: t.cpu().numpy() for n, t in out.items()}
-        snapshot.update(dgi=dgi.cpu().numpy(), lru=lru.cpu().numpy(), hot_bytes=hot.cpu().numpy())
+        # Copies: on the CPU, .cpu() is the tensor itself, which the next step changes.
+        snapshot = {n: t.cpu().numpy().copy() for n, t in out.items()}
+        snapshot.update(dgi=dgi.cpu().numpy().copy(), lru=lru.cpu().numpy().copy(), hot_bytes=hot.cpu().numpy().copy())
         snapshots.append(snapshot)
     return snapshots, host.cpu()
 

@@ -422,8 +422,7 @@ def test_corrupt_state(seed):
         (256, 4096, 4096, 2, 0.05),
         (128, 5120, 4096, 2, 0.1),
         (256, 5120, 2048, 1, 0.01),
-        # More requests than an H200 has SMs, on shapes that fit half an SM's
-        # shared memory: two blocks per SM, in one wave (200) and in two (300).
+        # More requests than an H200 has SMs, fewer and more than twice as many.
         (200, 4096, 2048, 1, 0.05),
         (300, 2048, 2048, 1, 0.2),
     ],
