@@ -893,20 +893,21 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
   }
 }
 
-// A fused gather over more requests than the device has SMs. At one block
-// per SM such a batch runs in waves, and each wave's host reads go through
-// one block per SM. Two blocks per SM run up to twice the SM count in one
-// wave and keep twice the reads in flight: where the shape fits half an
-// SM's shared memory (the minimum union table, and a miss stage of whatever
-// rows still fit), every request copies its own misses there, under either
+// A fused gather over more requests than the device has SMs, up to twice
+// as many. At one block per SM such a batch runs in two waves, and each
+// wave's host reads go through one block per SM. Two blocks per SM run it in
+// one wave with twice the reads in flight: where the shape fits half an SM's
+// shared memory (the minimum union table, and a miss stage of whatever rows
+// still fit), every request copies its own misses there, under either
 // schedule, since its block then moves them faster than the tail gather
 // would after the resolve. The resolve alone gains nothing from sharing an
 // SM (its phases contend for the same issue slots), so it keeps a whole SM
-// per block.
+// per block, and so do batches past twice the SM count, which would run
+// paired blocks in waves.
 bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevice& d, int64_t stage_row_bytes,
                         int32_t stage_rows, ResolverLaunchLayout* paired) {
   const int64_t blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
-  if (!params.fused_gather || blocks <= d.multiprocessors) return false;
+  if (!params.fused_gather || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) return false;
   const uint64_t limit = paired_block_shared_limit(d);
   *paired = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit,
                                    kResolverMaxSlackHalves);

@@ -107,6 +107,10 @@ def resolve_residency(
     :func:`gather_compact`'s default schedule over the whole GPU (a second
     launch, on the same stream).
     "fused" copies every row in the resolve launch (one SM per request).
+    A batch of more requests than the GPU has SMs, up to twice as many,
+    runs two resolve blocks per SM where the shape fits half an SM's shared
+    memory, and then every request copies its own rows under either
+    schedule (one wave, twice the host reads in flight).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
     block's shared memory (large hot buffers with speculative unions, see

@@ -743,13 +743,14 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
 
 @requires_cuda
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("extra_requests", [8, 140], ids=["one-wave", "two-waves"])
+@pytest.mark.parametrize("extra_requests", [8, 120, 140], ids=["paired", "paired-full", "past-twice"])
 def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     """More requests than the GPU has SMs, on a shape (H = 4096, k = 2048,
-    656-byte rows) that fits half an SM's shared memory: the CUDA resolver
-    runs two blocks per SM with the stage that still fits. Every output,
-    the state and every hot byte equal the CPU backend's after every step,
-    and every valid entry's hot row holds its host row."""
+    656-byte rows) that fits half an SM's shared memory: up to twice the SM
+    count the CUDA resolver runs two blocks per SM with the stage that still
+    fits, past it one block per SM again. Every output, the state and every
+    hot byte equal the CPU backend's after every step, and every valid
+    entry's hot row holds its host row."""
     props = torch.cuda.get_device_properties(0)
     per_sm = getattr(props, "shared_memory_per_multiprocessor", 0)
     need = hisparse._C.resolver_shared_memory_bytes(4096, 2048)
