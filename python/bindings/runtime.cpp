@@ -305,6 +305,7 @@ class SlotInvalidator {
 }  // namespace
 
 void register_runtime(nb::module_& m) {
+  m.attr("DEFAULT_FUSED_GATHER") = HS_DEFAULT_FUSED_GATHER;
   nb::class_<Runtime>(m, "Runtime", "A per-layer hisparse runtime (hs_runtime_t). Use hisparse.Runtime.")
       .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&,
                     const PyBool&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, nb::handle,

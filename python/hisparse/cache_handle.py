@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from . import _args
+from . import _C, _args
 from .runtime import Runtime, paged_cache_view
 
 __all__ = ["BatchInfo", "CacheHandle", "is_decode_batch", "is_group_prefetch_batch"]
@@ -263,7 +263,7 @@ class CacheHandle:
         attention_indices_out: Any = None,
         valid_counts_out: Any = None,
         num_tokens: Optional[int] = None,
-        fused_gather: bool = False,
+        fused_gather: bool = _C.DEFAULT_FUSED_GATHER == 1,
         group_gather: bool = False,
         seq_lens: Any = None,
         stream: Any = None,

@@ -279,7 +279,7 @@ class KVCache:
         num_tokens: Optional[int] = None,
         num_valid_rows: Any = None,
         prefetch: bool = True,
-        fused_gather: bool = False,
+        fused_gather: bool = _C.DEFAULT_FUSED_GATHER == 1,
         stream: Any = None,
     ) -> Any:
         """Make layer ``layer``'s rows of this step available and return the attention indices.

@@ -405,7 +405,7 @@ class Runtime:
         valid_counts_out: Any = None,
         num_tokens: Optional[int] = None,
         ignore_topk_ready: bool = False,
-        fused_gather: bool = False,
+        fused_gather: bool = _C.DEFAULT_FUSED_GATHER == 1,
         group_gather: bool = False,
         seq_lens: Any = None,
         stream: Any = None,
@@ -429,14 +429,15 @@ class Runtime:
         copy padded to ``top_k`` columns; the returned indices are then the
         first k columns of the shared rows.
 
-        ``fused_gather`` (leader only; followers ignore it): the resolve
-        launch itself copies the leader's own missed rows into its hot cache
-        instead of a separate gather after it (in the resolver's automatic
-        schedule: a request with many misses leaves its rows to a gather
-        kernel spread over the GPU, launched right after the resolve). Bytes,
-        indices, state and counters are the same either way; followers still
-        gather on the leader's swap list. It pays off when few rows miss
-        (steady-state decode): see docs/residency.md, "Fused gather".
+        ``fused_gather`` (leader only; followers ignore it; default
+        ``True``, ``hisparse._C.DEFAULT_FUSED_GATHER``): the resolve launch
+        itself copies the leader's own missed rows into its hot cache, in the
+        resolver's automatic schedule (a request with many misses leaves its
+        rows to ``gather_compact``'s default schedule, launched right after
+        the resolve); ``False`` runs a separate gather after the resolve.
+        Bytes, indices, state and counters are the same either way; followers
+        still gather on the leader's swap list. See docs/residency.md, "Fused
+        gather".
 
         ``group_gather`` (leader only; followers ignore it): this prefetch
         batch stages all followers with one ``gather_compact_group`` from

@@ -705,3 +705,13 @@ def test_fused_gather_in_a_cuda_graph_equals_an_eager_separate_gather(prefetch):
         assert torch.equal(graphed_attention, eager_attention), index
         assert_same_group(graphed, eager, index)
         assert graphed.visible_rows_match(0, 4), index
+
+
+def test_every_swap_in_defaults_to_the_c_librarys_gather_path():
+    import inspect
+
+    from hisparse.cache_handle import CacheHandle
+
+    want = hisparse._C.DEFAULT_FUSED_GATHER == 1
+    for swap_in in (hisparse.Runtime.swap_in, hisparse.KVCache.swap_in, CacheHandle.swap_in):
+        assert inspect.signature(swap_in).parameters["fused_gather"].default is want, swap_in

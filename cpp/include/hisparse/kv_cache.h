@@ -286,7 +286,8 @@ typedef struct hs_kv_cache_swap_in_args {
   const hs_tensor_t* num_valid_rows;   /* leader, optional: int32 [1] */
   int64_t num_tokens;                  /* T; 0 = rows of topk_indices (followers must give it) */
   int32_t prefetch;                    /* leader: 1 = stage every follower now (always correct, see above) */
-  int32_t fused_gather;                /* leader: 1 = the resolve copies the leader's own rows */
+  int32_t fused_gather;                /* leader: 1 (the default, HS_DEFAULT_FUSED_GATHER) = the resolve copies
+                                          the leader's own rows; 0 = a separate gather */
 } hs_kv_cache_swap_in_args_t;
 #define HS_KV_CACHE_SWAP_IN_ARGS_VERSION 1
 
@@ -295,6 +296,7 @@ static inline void hs_kv_cache_swap_in_args_init(hs_kv_cache_swap_in_args_t* arg
   args->struct_size = sizeof(*args);
   args->struct_version = HS_KV_CACHE_SWAP_IN_ARGS_VERSION;
   args->prefetch = 1;
+  args->fused_gather = HS_DEFAULT_FUSED_GATHER;
 }
 
 /* hs_runtime_swap_in of `layer` with the cache's tables and lengths. The

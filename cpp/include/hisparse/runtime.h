@@ -300,8 +300,10 @@ typedef struct hs_runtime_swap_in_args {
   const hs_tensor_t* out_valid_counts;      /* int32 [>= T], optional: valid counts here */
   int32_t prefetch;                         /* 1 = stage every follower's rows now (a prefetch batch) */
   int32_t ignore_topk_ready;                /* 1 = wait for the compute stream even with a top-k-ready event */
-  int32_t fused_gather;                     /* 0 or 1 on every runtime, acted on by the leader only: 1 = the resolve
-                                               launch also copies the leader's own rows */
+  int32_t fused_gather;                     /* 0 or 1 on every runtime, acted on by the leader only: 1 (the
+                                               default, HS_DEFAULT_FUSED_GATHER) = the resolve launch also copies
+                                               the leader's own rows, in its automatic schedule; 0 = a separate
+                                               gather after the resolve */
   int32_t group_gather;                     /* 0 or 1 on every runtime, acted on by the leader only: 1 = stage
                                                the followers of this prefetch batch with one group gather */
   /* read by every runtime */
@@ -313,10 +315,18 @@ typedef struct hs_runtime_swap_in_args {
 } hs_runtime_swap_in_args_t;
 #define HS_RUNTIME_SWAP_IN_ARGS_VERSION 1
 
+/* The leader's path when the caller does not choose: the fused gather's
+ * automatic schedule, which decides per request on the device whether the
+ * resolve launch or a gather right after it copies the rows (never the
+ * separate path's extra launch for a request of few misses, never one SM
+ * for a request of many). */
+#define HS_DEFAULT_FUSED_GATHER 1
+
 static inline void hs_runtime_swap_in_args_init(hs_runtime_swap_in_args_t* args) {
   memset(args, 0, sizeof(*args));
   args->struct_size = sizeof(*args);
   args->struct_version = HS_RUNTIME_SWAP_IN_ARGS_VERSION;
+  args->fused_gather = HS_DEFAULT_FUSED_GATHER;
 }
 
 typedef struct hs_runtime_swap_in_result {
@@ -351,8 +361,8 @@ typedef struct hs_runtime_swap_in_result {
  * it reads (named); HS_ERROR_INVALID_STATE for a source cache whose host
  * pool was released. A failed call takes no rows.
  *
- * fused_gather = 1 on the leader: the resolve launch itself copies the
- * leader's own missed rows into its hot cache (hs_resolve_residency's fused
+ * fused_gather = 1 on the leader (the default): the resolve launch itself
+ * copies the leader's own missed rows into its hot cache (hs_resolve_residency's fused
  * gather with the bound host cache, hot view and attention_block_stride, in
  * its automatic schedule: a request with many misses leaves its rows to a
  * gather kernel launched right after the resolve on the copy stream), so

@@ -165,8 +165,8 @@ class HiSparseCache(Cache):
     and ``host_event`` are :class:`hisparse.KVCache`'s (a shared pool of
     tensor-parallel ranks and the writer's interprocess event).
     ``prefetch``: the leader of a GLM group stages its followers' rows
-    while the followers run. ``fused_gather``: the resolve copies the
-    leader's own rows. ``attention``: how a decode step attends over the
+    while the followers run. ``fused_gather`` (default ``True``): the resolve
+    copies the leader's own rows in its automatic schedule. ``attention``: how a decode step attends over the
     rows hisparse resolved (both read those rows and nothing else):
     ``"exact"`` places them at their positions and runs the model's own
     attention and mask over them, so the result is the model's bit for bit;
@@ -194,7 +194,7 @@ class HiSparseCache(Cache):
         host_pool: Any = None,
         host_event: Any = None,
         prefetch: bool = True,
-        fused_gather: bool = False,
+        fused_gather: bool = hisparse._C.DEFAULT_FUSED_GATHER == 1,
         attention: str = "exact",
     ) -> None:
         modules = _attention_modules(model)
