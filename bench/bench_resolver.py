@@ -13,7 +13,8 @@ with the fused gather (it copies its own swap list's rows, one launch:
 gather_schedule="fused"); and the fused gather's automatic schedule
 (gather_schedule="auto", the library's default: requests with a few misses
 copy them in the resolve launch, the others' rows go to a gather kernel
-launched right after it).
+launched right after it; from the SM count to twice it, two resolve blocks
+per SM and every request copies its own rows).
 
 Speculative shapes (--sections speculative, reported under
 "speculative_points" beside the grid's "points"): q = 2 or 4 token rows per
@@ -37,6 +38,13 @@ eagerly (it needs one host sync). The link's ceiling is contiguous pinned
 memcpy host-to-device measured in the same run.
 
     python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
+
+--peer FILE (bench/peers/*.json: a peer kernel's recorded figures on the
+same grid and shape, with the design's target rule) adds per point the
+peer's time, peer / auto, the target and whether the default path meets it
+(peer_us, peer_over_auto, target_us, meets_target), and a count under
+"peer". The figures come from the peer's own run: compare on a machine with
+the memcpy rate the file records.
 
 --device cpu runs the CPU reference kernels eagerly (no graph capture; the
 state is still restored outside the timed window) and the PyTorch baseline
@@ -82,6 +90,8 @@ def parse_args(argv=None):
     parser.add_argument("--spec-miss-rates", default="0.001,0.05,0.2")
     parser.add_argument("--spec-token-rows", default="2,4", help="token rows per request")
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
+    parser.add_argument("--peer", default=None,
+                        help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     return parser.parse_args(argv)
 
@@ -264,6 +274,37 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     return results
 
 
+def load_peer(path, args):
+    """The peer file's figures by (batch, miss rate), refused when its shape
+    is not the grid's (a target for another shape would be meaningless)."""
+    with open(path) as handle:
+        peer = json.load(handle)
+    grid = {"top_k": args.top_k, "hot_size": args.hot_size, "row_bytes": args.row_bytes}
+    if peer["shape"] != grid:
+        raise SystemExit(f"--peer {path}: its figures are for {peer['shape']}, the grid is {grid}")
+    peer["by_point"] = {(p["batch"], p["miss_rate"]): p["us"] for p in peer["points"]}
+    peer["limits"] = {(p["batch"], p["miss_rate"]): p["us"] for p in peer["target"].get("limits_us", [])}
+    return peer
+
+
+def compare_with_peer(results, peer):
+    """Adds the peer's time at the point and the design's target for the
+    default path (gather_schedule "auto"): at most peer / faster_by, or
+    line_bound_factor x the line bound where that is larger (no path can beat
+    the link), and at most the point's own limit. Points the peer did not
+    run are left as they are."""
+    key = (results["batch"], results["miss_rate"])
+    if key not in peer["by_point"]:
+        return
+    peer_us = peer["by_point"][key]
+    rule = peer["target"]
+    target = max(peer_us / rule["faster_by"], rule["line_bound_factor"] * results["ideal_line_bound_us"])
+    if key in peer["limits"]:
+        target = min(target, peer["limits"][key])
+    auto = results["resolve_auto_gather_us"]
+    results.update(peer_us=peer_us, peer_over_auto=peer_us / auto, target_us=target, meets_target=auto <= target)
+
+
 def report(r):
     shape = f"q={r['token_rows']} H={r['hot_size']:<5} " if "token_rows" in r else ""
     print(
@@ -273,7 +314,9 @@ def report(r):
         f"auto={r['resolve_auto_gather_us']:8.2f}us  "
         f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
         f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
-        f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}",
+        f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}"
+        + (f"  peer={r['peer_us']:.1f}us (x{r['peer_over_auto']:.2f} auto)  target={r['target_us']:.1f}us "
+           f"{'met' if r['meets_target'] else 'not met'}" if "peer_us" in r else ""),
         flush=True,
     )
 
@@ -302,10 +345,13 @@ def main(argv=None):
     memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
     memcpy_gbps = memcpy["gbps"]
 
+    peer = load_peer(args.peer, args) if args.peer else None
     rows = []
     for batch in batches:
         for miss_rate in miss_rates:
             rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps))
+            if peer is not None:
+                compare_with_peer(rows[-1], peer)
             report(rows[-1])
     spec_rows = []
     for token_rows, hot, batch, miss_rate in spec:
@@ -325,6 +371,13 @@ def main(argv=None):
     }
     if spec:
         result["speculative_points"] = spec_rows
+    if peer is not None:
+        compared = [r for r in rows if "peer_us" in r]
+        met = sum(r["meets_target"] for r in compared)
+        result["peer"] = {"file": args.peer, "name": peer["name"], "source": peer["source"],
+                          "memcpy_h2d_gbps": peer["memcpy_h2d_gbps"], "target_rule": peer["target"]["rule"],
+                          "points_compared": len(compared), "points_met": met}
+        print(f"target met at {met} of {len(compared)} points against {peer['name']}", flush=True)
     del host_cache
     if args.out:
         with open(args.out, "w") as handle:

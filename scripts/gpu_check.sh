@@ -97,7 +97,7 @@ if has bench; then
       || { status=1; echo "$name FAILED"; }
     tail -25 "$LOGS/$name.log"
   }
-  bench_run resolver_grid_h200 bench/bench_resolver.py
+  bench_run resolver_grid_h200 bench/bench_resolver.py --peer bench/peers/sglang_010c002_h200.json
   bench_run resolver_speculative_shapes_h200 bench/bench_resolver.py --sections speculative --baseline-steps 0 \
     --replays 5 --steps 16 --spec-batches 1,64,256
   bench_run gather_schedules_h200 bench/bench_gather.py --row-bytes 656,1152 --counts "" --pool-gib 8 --iters 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,65 @@ def test_each_timed_path_runs_the_kernels_its_name_says(monkeypatch):
         [("resolve", "auto")],  # resolve_auto_gather
     ]
     assert {"resolve_us", "resolve+gather_default_us", "resolve_auto_gather_us"} <= set(result)
+
+
+PEER = SCRIPT.parent / "peers" / "sglang_010c002_h200.json"
+
+
+def test_the_recorded_peer_covers_the_default_grid():
+    bench = load_bench()
+    args = bench.parse_args([])
+    peer = bench.load_peer(PEER, args)
+    grid = {(int(b), float(m)) for b in args.batches.split(",") for m in args.miss_rates.split(",")}
+    assert set(peer["by_point"]) == grid
+    assert peer["limits"] == {(256, 0.001): 20.0}
+
+
+def test_a_peer_for_another_shape_is_refused():
+    bench = load_bench()
+    with pytest.raises(SystemExit, match="its figures are for .*'top_k': 2048.* the grid is .*'top_k': 64"):
+        bench.load_peer(PEER, bench.parse_args(["--top-k", "64"]))
+
+
+def test_the_target_is_the_peer_over_1_1_or_the_line_bound_and_the_points_limit():
+    bench = load_bench()
+    peer = bench.load_peer(PEER, bench.parse_args([]))
+
+    def compared(batch, miss_rate, auto, line_bound):
+        point = {"batch": batch, "miss_rate": miss_rate, "resolve_auto_gather_us": auto,
+                 "ideal_line_bound_us": line_bound}
+        bench.compare_with_peer(point, peer)
+        return point
+
+    # The peer's time / 1.1 where it is above 1.05 x the line bound.
+    p = compared(16, 0.05, 37.9, 22.8)
+    assert p["peer_us"] == 41.8 and p["target_us"] == pytest.approx(41.8 / 1.1)
+    assert p["meets_target"] and p["peer_over_auto"] == pytest.approx(41.8 / 37.9)
+    assert not compared(16, 0.05, 38.1, 22.8)["meets_target"]
+    # 1.05 x the line bound where beating the peer by 1.1 would beat the link.
+    p = compared(100, 0.2, 601.0, 572.7)
+    assert p["target_us"] == pytest.approx(1.05 * 572.7) and p["meets_target"]
+    # The point's own limit caps the target (256 requests at 0.1%: 20 us, below 23.3 / 1.1).
+    p = compared(256, 0.001, 20.5, 7.2)
+    assert p["target_us"] == 20.0 and not p["meets_target"]
+    # A point the peer did not run gets nothing.
+    p = compared(133, 0.05, 200.0, 190.0)
+    assert "peer_us" not in p and "meets_target" not in p
+
+
+def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
+    bench = load_bench()
+    small = ["--device", "cpu", "--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
+             "--replays", "1", "--baseline-steps", "0", "--batches", "2,3", "--miss-rates", "0.05"]
+    peer = tmp_path / "peer.json"
+    peer.write_text(json.dumps({
+        "name": "a peer", "source": "this test", "memcpy_h2d_gbps": 1.0,
+        "shape": {"top_k": 64, "hot_size": 128, "row_bytes": 656},
+        "target": {"faster_by": 1.1, "line_bound_factor": 1.05, "rule": "r"},
+        "points": [{"batch": 2, "miss_rate": 0.05, "us": 1e9}],
+    }))
+    result = bench.main(small + ["--peer", str(peer)])
+    first, second = result["points"]
+    assert first["peer_us"] == 1e9 and first["meets_target"] is True
+    assert "peer_us" not in second
+    assert result["peer"]["points_compared"] == 1 and result["peer"]["points_met"] == 1
