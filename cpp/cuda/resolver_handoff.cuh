@@ -61,20 +61,6 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return now;
 }
 
-// The record's state once it has left kResolving (acquire: a kPublished
-// record's first, count and swap list are visible after it).
-__device__ __forceinline__ int32_t wait_until_resolved(int32_t* record) {
-  Word state(record[kState]);
-  int32_t value = state.load(::cuda::memory_order_acquire);
-  if (value != kResolving) return value;
-  const uint64_t start = global_time_ns();
-  do {
-    __nanosleep(128);
-    value = state.load(::cuda::memory_order_acquire);
-  } while (value == kResolving && global_time_ns() - start < kResolvingTimeoutNs);
-  return value == kResolving ? kIdle : value;
-}
-
 // The warp copies the rows of every swap entry of published record it can
 // claim, `group` entries per claim (one pass of loads per lane), with the
 // bytes gather_compact would write for those entries.
@@ -103,37 +89,54 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 }
 
 // The warp visits every batch row's record once, from batch row `first` on,
-// and copies what it can claim of each published one. `own`: the record of
-// the block's own request, which is at `first` (the warp visits it first);
-// warp 0 returns it to kIdle once it has found it fully claimed.
+// 32 at a time: a lane per record reads its state and, once published, how
+// much of it is left, so one round trip covers 32 records and a record
+// already fully claimed costs no atomic. It copies what it can claim of the
+// records with rows left, in visiting order, and waits for those still in
+// kResolving, copying any that publish meanwhile. `own`: the record of the
+// block's own request, at `first`; warp 0 returns it to kIdle once it has
+// found it fully claimed.
 __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                int32_t first, int32_t* own) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int32_t B = p.num_batch_rows;
-  const int group = rows_per_warp_group(static_cast<int>(p.gather.row_bytes / kChunkBytes), kAssignedRowUnroll);
-  for (int32_t i = 0; i < B; ++i) {
-    const int32_t b = first + i < B ? first + i : first + i - B;
+  for (int32_t base = 0; base < B; base += kWarpSize) {
     int32_t* record = nullptr;
-    int32_t state = kIdle, first_row = 0, count = 0;
-    if (lane == 0) {
-      const int32_t s = p.request_state_indices[b];
-      if (s >= 0 && s < p.num_state_rows) {
-        record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-        state = wait_until_resolved(record);
-        if (state == kPublished) {
-          first_row = record[kFirstRow];
-          count = record[kCount];
+    if (base + lane < B) {
+      const int32_t i = first + base + lane;
+      const int32_t s = p.request_state_indices[i < B ? i : i - B];
+      if (s >= 0 && s < p.num_state_rows) record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
+    }
+    // Acquire: a kPublished record's first, count and swap list are visible after it.
+    int32_t state = record != nullptr ? Word(record[kState]).load(::cuda::memory_order_acquire) : kIdle;
+    uint64_t waiting_since = 0;
+    for (;;) {
+      bool left = false;
+      if (state == kPublished) {
+        left = Word(record[kCursor]).load(::cuda::memory_order_relaxed) < record[kCount];
+        state = kIdle;  // visited
+        // The owner's own record is idle again once nothing of it is left.
+        if (!left && record == own && warp == 0) Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
+      }
+      for (unsigned ready = __ballot_sync(kFullMask, left); ready != 0; ready &= ready - 1u) {
+        const int from = __ffs(ready) - 1;
+        int32_t* const ready_record =
+            reinterpret_cast<int32_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(record), from));
+        const int32_t first_row = __shfl_sync(kFullMask, lane == from ? record[kFirstRow] : 0, from);
+        const int32_t count = __shfl_sync(kFullMask, lane == from ? record[kCount] : 0, from);
+        copy_claimed_rows(p, c, ready_record, first_row, count, c.handoff_claim_rows, lane);
+        if (ready_record == own && warp == 0 && lane == 0) {
+          Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
         }
       }
+      if (__ballot_sync(kFullMask, state == kResolving) == 0) break;
+      const uint64_t now = global_time_ns();
+      if (waiting_since == 0) waiting_since = now;
+      if (now - waiting_since >= kResolvingTimeoutNs) break;
+      __nanosleep(128);
+      if (state == kResolving) state = Word(record[kState]).load(::cuda::memory_order_acquire);
     }
-    state = __shfl_sync(kFullMask, state, 0);
-    if (state != kPublished) continue;
-    record = reinterpret_cast<int32_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(record), 0));
-    first_row = __shfl_sync(kFullMask, first_row, 0);
-    count = __shfl_sync(kFullMask, count, 0);
-    copy_claimed_rows(p, c, record, first_row, count, group, lane);
-    if (record == own && warp == 0 && lane == 0) Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
   }
 }
 

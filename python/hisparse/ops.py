@@ -133,7 +133,7 @@ def resolve_residency(
     ``(S, RESOLVER_HANDOFF_WORDS)`` (S: the rows of
     ``device_global_indices``), contiguous on the device. Allocate it once
     with the state, with ``torch.zeros``, and let only resolves write it:
-    every launch leaves the records it used at zero again. Checked on
+    every launch leaves each record it used idle again (its first word 0). Checked on
     every backend, read only by the CUDA backend's automatic schedule.
     """
     _C.resolve_residency(

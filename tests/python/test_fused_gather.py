@@ -235,7 +235,7 @@ SCHEDULES = ("auto", "handoff", "fused")
 class Schedule:
     """What resolve_residency takes for one of SCHEDULES. The handoff array
     lives as long as the state, as an engine keeps it, and every launch must
-    leave it at zero again."""
+    leave each record idle again (its state word zero)."""
 
     def __init__(self, name: str, device, num_state_rows: int):
         self.name = name
@@ -248,8 +248,8 @@ class Schedule:
 
     def check_idle(self) -> None:
         if self.handoff is not None:
-            left = torch.nonzero(self.handoff.cpu()).tolist()
-            assert not left, f"handoff records left non-zero after the launch at [row, word]: {left[:8]}"
+            left = torch.nonzero(self.handoff[:, 0].cpu()).flatten().tolist()
+            assert not left, f"handoff records of state rows {left[:8]} left busy after the launch"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

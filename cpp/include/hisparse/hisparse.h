@@ -439,8 +439,8 @@ typedef struct hs_resolve_residency_args {
    * [S, HS_RESOLVER_HANDOFF_WORDS] contiguous on the device of topk_indices
    * (S: the rows of device_global_indices), sharing no byte with another
    * argument. Allocate it once with the state, filled with zeros, and
-   * leave it to the resolves: each launch returns the records it uses to
-   * zero. With it, HS_RESOLVE_GATHER_AUTO on CUDA is one launch; it is
+   * leave it to the resolves: each launch leaves every record it uses idle
+   * again (its first word zero). With it, HS_RESOLVE_GATHER_AUTO on CUDA is one launch; it is
    * checked on every backend and read only there. Launches that share it
    * must not resolve one state row at once (which the state forbids
    * anyway). */
