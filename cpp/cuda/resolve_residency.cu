@@ -710,7 +710,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   Gather gather(c, ws);
   ResolverRequest request;
   if (!find_request(p, c, placement, ws, gather, request)) {                 // A  | B1
-    gather.help_as_idle(p, c);                                               // H
+    gather.help_as_idle(p, c, ws);                                             // H
     return;
   }
   gather.open_request(p, request);                                           // A
@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
   count_request(p, ws, request, u, a);                                       // F
   gather.finish(c, ws);                                                      // G  | B8
-  gather.help_as_owner(p, c);                                                // H
+  gather.help_as_owner(p, c, ws);                                              // H
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size

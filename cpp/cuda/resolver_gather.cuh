@@ -97,10 +97,10 @@ struct NoGather {
   // active; after phase G; and in a block with no active request.
   __device__ __forceinline__ void open_request(const ResolveResidencyParams& /*p*/,
                                                const ResolverRequest& /*request*/) {}
-  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& /*p*/,
-                                                const ResolverConstants& /*c*/) const {}
-  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& /*p*/,
-                                               const ResolverConstants& /*c*/) const {}
+  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                const ResolverWorkspace& /*ws*/) const {}
+  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                               const ResolverWorkspace& /*ws*/) const {}
 };
 
 // Loads in flight per lane when a warp copies assigned rows: the resolve

@@ -61,24 +61,52 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return now;
 }
 
-// The warp copies the rows of every swap entry of published record it can
-// claim, `group` entries per claim (one pass of loads per lane), with the
-// bytes gather_compact would write for those entries.
+// Where a block keeps one round of claims (the request-reduce words of the
+// scratch, free after phase A): per lane r of the scanning warp, the first
+// token row of its record, the first swap entry it claimed and the rows
+// claimed by lanes before it; then the round's total and whether any of the
+// 32 records is still resolving.
+struct ClaimRound {
+  int32_t* words;
+  __device__ __forceinline__ int32_t* first_row() const { return words; }
+  __device__ __forceinline__ int32_t* start() const { return words + kWarpSize; }
+  __device__ __forceinline__ int32_t* before() const { return words + 2 * kWarpSize; }
+  __device__ __forceinline__ int32_t& total() const { return words[3 * kWarpSize]; }
+  __device__ __forceinline__ int32_t& resolving() const { return words[3 * kWarpSize + 1]; }
+};
+static_assert(3 * kWarpSize + 2 <= 4 * kResolverWarps, "a claim round fits the request-reduce words");
+
+// Most swap entries one lane claims from its record per round.
+constexpr int32_t kMaxClaimRows = 8;
+
+// The block's warps copy the rows of the round's claims, `group` rows per
+// warp at a time, with the bytes gather_compact would write for those swap
+// entries.
 __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                  int32_t* record, int32_t first_row, int32_t count, int group,
-                                                  int lane) {
+                                                  const ClaimRound& round, int32_t total) {
   const GatherCompactParams& g = p.gather;
-  for (;;) {
-    int32_t claimed = 0;
-    if (lane == 0) claimed = Word(record[kCursor]).fetch_add(group, ::cuda::memory_order_relaxed);
-    claimed = __shfl_sync(kFullMask, claimed, 0);
-    if (claimed >= count) return;
-    const int32_t e = claimed + lane;
-    const bool has_row = lane < group && e < count;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int32_t group = c.handoff_claim_rows;
+  for (int32_t base = warp * group; base < total; base += kResolverWarps * group) {
+    const int32_t j = base + lane;
+    const bool has_row = lane < group && j < total;
     int32_t host_row = -1, hot_row = -1;
     if (has_row) {
+      // The last lane whose claims start at or before j (lanes that claimed
+      // nothing share the next lane's start and lose to it).
+      int lo = 0, hi = kWarpSize - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (round.before()[mid] <= j) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      const int32_t e = round.start()[lo] + (j - round.before()[lo]);
       const int32_t r = c.top_k.quotient(e);
-      const int64_t t = first_row + r;
+      const int64_t t = round.first_row()[lo] + r;
       const int32_t column = c.top_k.remainder(e, r);
       // Written by another block: read at L2, past this SM's L1.
       host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
@@ -88,55 +116,89 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
   }
 }
 
-// The warp visits every batch row's record once, from batch row `first` on,
-// 32 at a time: a lane per record reads its state and, once published, how
-// much of it is left, so one round trip covers 32 records and a record
-// already fully claimed costs no atomic. It copies what it can claim of the
-// records with rows left, in visiting order, and waits for those still in
-// kResolving, copying any that publish meanwhile. `own`: the record of the
-// block's own request, at `first`; warp 0 returns it to kIdle once it has
-// found it fully claimed.
+// The block visits `visits` batch rows' records from batch row `first` on,
+// 32 at a time. Warp 0 reads the 32 states with a lane per record (one
+// round trip) and, in rounds, claims from each published record with rows
+// left a share of them (its rows over the grid's blocks, so that a record's
+// rows spread over every SM, whose host reads are slow one at a time); the
+// whole block then copies the round's rows. A round with nothing to copy
+// while records are still resolving waits for them. Every thread of the
+// block calls this. `own`: the record of the block's own request, at
+// `first`; it is idle again once fully claimed.
 __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               int32_t first, int32_t* own) {
+                                               const ResolverWorkspace& ws, int32_t first, int32_t visits,
+                                               int32_t* own) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int32_t B = p.num_batch_rows;
-  for (int32_t base = 0; base < B; base += kWarpSize) {
+  const ClaimRound round{ws.scratch + kScratchRequestReduce};
+  for (int32_t batch = 0; batch < visits; batch += kWarpSize) {
+    // The last round's words are read by every warp before they change.
+    __syncthreads();
     int32_t* record = nullptr;
-    if (base + lane < B) {
-      const int32_t i = first + base + lane;
+    int32_t state = kIdle, first_row = 0, count = 0;
+    bool left = false;
+    uint64_t waiting_since = 0;
+    if (warp == 0 && batch + lane < visits) {
+      const int32_t i = first + batch + lane;
       const int32_t s = p.request_state_indices[i < B ? i : i - B];
       if (s >= 0 && s < p.num_state_rows) record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
+      // Acquire: a kPublished record's first row, count and swap list are visible after it.
+      if (record != nullptr) state = Word(record[kState]).load(::cuda::memory_order_acquire);
     }
-    // Acquire: a kPublished record's first, count and swap list are visible after it.
-    int32_t state = record != nullptr ? Word(record[kState]).load(::cuda::memory_order_acquire) : kIdle;
-    uint64_t waiting_since = 0;
     for (;;) {
-      bool left = false;
-      if (state == kPublished) {
-        left = Word(record[kCursor]).load(::cuda::memory_order_relaxed) < record[kCount];
-        state = kIdle;  // visited
-        // The owner's own record is idle again once nothing of it is left.
-        if (!left && record == own && warp == 0) Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
-      }
-      for (unsigned ready = __ballot_sync(kFullMask, left); ready != 0; ready &= ready - 1u) {
-        const int from = __ffs(ready) - 1;
-        int32_t* const ready_record =
-            reinterpret_cast<int32_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(record), from));
-        const int32_t first_row = __shfl_sync(kFullMask, lane == from ? record[kFirstRow] : 0, from);
-        const int32_t count = __shfl_sync(kFullMask, lane == from ? record[kCount] : 0, from);
-        copy_claimed_rows(p, c, ready_record, first_row, count, c.handoff_claim_rows, lane);
-        if (ready_record == own && warp == 0 && lane == 0) {
-          Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
+      if (warp == 0) {
+        if (state == kPublished) {
+          first_row = record[kFirstRow];
+          count = record[kCount];
+          left = true;
+          state = kIdle;  // visited
         }
+        int32_t start = 0, claimed = 0;
+        if (left) {
+          const int32_t share =
+              min(max((count + static_cast<int32_t>(gridDim.x) - 1) / static_cast<int32_t>(gridDim.x), 1),
+                  kMaxClaimRows);
+          start = Word(record[kCursor]).fetch_add(share, ::cuda::memory_order_relaxed);
+          claimed = min(max(count - start, 0), share);
+          left = start + share < count;
+        }
+        int32_t inclusive = claimed;
+#pragma unroll
+        for (int d = 1; d < kWarpSize; d <<= 1) {
+          const int32_t up = __shfl_up_sync(kFullMask, inclusive, d);
+          if (lane >= d) inclusive += up;
+        }
+        round.first_row()[lane] = first_row;
+        round.start()[lane] = start;
+        round.before()[lane] = inclusive - claimed;
+        bool resolving = __ballot_sync(kFullMask, state == kResolving) != 0;
+        if (resolving && inclusive == 0 && lane == kWarpSize - 1) {
+          // Nothing to copy yet: wait a little, up to the timeout, before the next round.
+          const uint64_t now = global_time_ns();
+          if (waiting_since == 0) waiting_since = now;
+          resolving = now - waiting_since < kResolvingTimeoutNs;
+        }
+        resolving = __shfl_sync(kFullMask, resolving, kWarpSize - 1);
+        if (lane == kWarpSize - 1) {
+          round.total() = inclusive;
+          round.resolving() = resolving;
+        }
+        if (!resolving) state = state == kResolving ? kIdle : state;
       }
-      if (__ballot_sync(kFullMask, state == kResolving) == 0) break;
-      const uint64_t now = global_time_ns();
-      if (waiting_since == 0) waiting_since = now;
-      if (now - waiting_since >= kResolvingTimeoutNs) break;
-      __nanosleep(128);
-      if (state == kResolving) state = Word(record[kState]).load(::cuda::memory_order_acquire);
+      __syncthreads();
+      const int32_t total = round.total();
+      if (total == 0 && !round.resolving()) break;
+      if (total > 0) {
+        copy_claimed_rows(p, c, round, total);
+      } else if (warp == 0) {
+        __nanosleep(256);
+        if (state == kResolving) state = Word(record[kState]).load(::cuda::memory_order_acquire);
+      }
+      __syncthreads();
     }
+    // Every record of the batch is fully claimed: the owner's is idle again.
+    if (warp == 0 && own != nullptr && record == own) Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
   }
 }
 
@@ -179,18 +241,23 @@ class HandoffGather : public AutoGather<Fused> {
     handoff::Word(record_[handoff::kState]).store(handoff::kPublished, ::cuda::memory_order_release);
   }
 
-  // After phase G: the block's own record first, then everyone else's.
-  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c) const {
-    handoff::help_published(p, c, static_cast<int32_t>(blockIdx.x), record_);
+  // After phase G: the block's own record, what is left of it; then, in a
+  // launch without helper blocks (a batch past the SM count), every other
+  // request's, which the blocks that finish first copy.
+  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                const ResolverWorkspace& ws) const {
+    const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_);
   }
 
-  // A block with no request of its own (past the batch, or inactive): each
-  // warp starts at another request, so a request's rows spread over SMs.
-  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& p, const ResolverConstants& c) const {
+  // A block with no request of its own (past the batch, or inactive): every
+  // request's, from one that depends on the block so that the first
+  // requests' records are not everyone's first.
+  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const ResolverWorkspace& ws) const {
     const int32_t B = p.num_batch_rows;
     if (B <= 0) return;
-    const int64_t worker = static_cast<int64_t>(blockIdx.x) * kResolverWarps + (threadIdx.x >> 5);
-    handoff::help_published(p, c, static_cast<int32_t>(worker % B), nullptr);
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x % static_cast<unsigned>(B)), B, nullptr);
   }
 
  private:
