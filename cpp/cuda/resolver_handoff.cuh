@@ -53,6 +53,12 @@ constexpr int32_t kPublished = 2;
 // stays there, and a launch must not hang on it.
 constexpr uint64_t kResolvingTimeoutNs = 20'000'000;
 
+// How long a helper block, which starts looking as the owners start their
+// phase A, takes an idle record for one whose owner has not opened it yet.
+// Past it an idle record is skipped: its owner, if it opens later, copies
+// its rows itself.
+constexpr uint64_t kOpenGraceNs = 8'000;
+
 using Word = ::cuda::atomic_ref<int32_t, ::cuda::thread_scope_device>;
 
 __device__ __forceinline__ uint64_t global_time_ns() {
@@ -124,10 +130,12 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 // whole block then copies the round's rows. A round with nothing to copy
 // while records are still resolving waits for them. Every thread of the
 // block calls this. `own`: the record of the block's own request, at
-// `first`; it is idle again once fully claimed.
+// `first`; it is idle again once fully claimed. `open_grace_ns`: how long an
+// idle record may still be waiting for its owner to open it (0: idle means
+// closed, for a block that starts looking only after its own resolve).
 __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                const ResolverWorkspace& ws, int32_t first, int32_t visits,
-                                               int32_t* own) {
+                                               int32_t* own, uint64_t open_grace_ns) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int32_t B = p.num_batch_rows;
@@ -138,13 +146,19 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
     int32_t* record = nullptr;
     int32_t state = kIdle, first_row = 0, count = 0;
     bool left = false;
-    uint64_t waiting_since = 0;
+    // An idle record never seen open may belong to an owner that has not
+    // opened it yet (it does at the end of its phase A): within the grace,
+    // it is waited for like a resolving one.
+    bool unopened = false;
+    uint64_t waiting_since = 0, open_deadline = 0;
     if (warp == 0 && batch + lane < visits) {
       const int32_t i = first + batch + lane;
       const int32_t s = p.request_state_indices[i < B ? i : i - B];
       if (s >= 0 && s < p.num_state_rows) record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
       // Acquire: a kPublished record's first row, count and swap list are visible after it.
       if (record != nullptr) state = Word(record[kState]).load(::cuda::memory_order_acquire);
+      unopened = record != nullptr && state == kIdle && open_grace_ns > 0;
+      if (unopened) open_deadline = global_time_ns() + open_grace_ns;
     }
     for (;;) {
       if (warp == 0) {
@@ -172,19 +186,22 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
         round.first_row()[lane] = first_row;
         round.start()[lane] = start;
         round.before()[lane] = inclusive - claimed;
-        bool resolving = __ballot_sync(kFullMask, state == kResolving) != 0;
-        if (resolving && inclusive == 0 && lane == kWarpSize - 1) {
+        bool waiting = __ballot_sync(kFullMask, state == kResolving || unopened) != 0;
+        if (waiting && inclusive == 0 && lane == kWarpSize - 1) {
           // Nothing to copy yet: wait a little, up to the timeout, before the next round.
           const uint64_t now = global_time_ns();
           if (waiting_since == 0) waiting_since = now;
-          resolving = now - waiting_since < kResolvingTimeoutNs;
+          waiting = now - waiting_since < kResolvingTimeoutNs;
         }
-        resolving = __shfl_sync(kFullMask, resolving, kWarpSize - 1);
+        waiting = __shfl_sync(kFullMask, waiting, kWarpSize - 1);
         if (lane == kWarpSize - 1) {
           round.total() = inclusive;
-          round.resolving() = resolving;
+          round.resolving() = waiting;
         }
-        if (!resolving) state = state == kResolving ? kIdle : state;
+        if (!waiting) {
+          state = state == kResolving ? kIdle : state;
+          unopened = false;
+        }
       }
       __syncthreads();
       const int32_t total = round.total();
@@ -193,7 +210,10 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
         copy_claimed_rows(p, c, round, total);
       } else if (warp == 0) {
         __nanosleep(256);
-        if (state == kResolving) state = Word(record[kState]).load(::cuda::memory_order_acquire);
+        if (state == kResolving || unopened) {
+          state = Word(record[kState]).load(::cuda::memory_order_acquire);
+          if (state != kIdle || global_time_ns() >= open_deadline) unopened = false;
+        }
       }
       __syncthreads();
     }
@@ -247,7 +267,8 @@ class HandoffGather : public AutoGather<Fused> {
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
     const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
-    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_);
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_,
+                            0);
   }
 
   // A block with no request of its own (past the batch, or inactive): every
@@ -257,7 +278,8 @@ class HandoffGather : public AutoGather<Fused> {
                                                const ResolverWorkspace& ws) const {
     const int32_t B = p.num_batch_rows;
     if (B <= 0) return;
-    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x % static_cast<unsigned>(B)), B, nullptr);
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x % static_cast<unsigned>(B)), B, nullptr,
+                            handoff::kOpenGraceNs);
   }
 
  private:
