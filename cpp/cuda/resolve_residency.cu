@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <cstdint>
 #include <mutex>
 
@@ -845,11 +844,6 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   // The automatic schedule: a request whose misses its stage holds copies them
   // itself (fewer than K, which the tail gather's row test relies on).
   constants.auto_local_rows = std::max(0, std::min(chosen.stage.rows, params.top_k - 1));
-  constants.handoff_claim_rows = params.fused_gather
-                                     ? rows_per_warp_group(static_cast<int>(params.gather.row_bytes / kChunkBytes),
-                                                           kAssignedRowUnroll)
-                                     : 1;
-  if (const char* claim = std::getenv("HISPARSE_EXP_CLAIM_ROWS")) constants.handoff_claim_rows = std::clamp(std::atoi(claim), 1, 32);
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request = params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
@@ -910,8 +904,7 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
 // gather after it.
 template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
-                   const typename Placement::Layout& layout, int device, const ResolverDevice& d,
-                   cudaStream_t stream) {
+                   const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
   const bool hopper = d.hopper;
   const bool early_stage = has_early_stage(params, constants, hopper);
   if (!params.fused_gather) {

@@ -61,8 +61,6 @@ struct ResolverConstants {
   // assigned misses copies them itself; the rows of the others are left to
   // the tail gather launched after the resolve (resolver_tail_gather.cu).
   int32_t auto_local_rows;
-  // HandoffGather: swap entries a warp claims at a time.
-  int32_t handoff_claim_rows;
 };
 
 // ---- Encodings of the shared words between phases.

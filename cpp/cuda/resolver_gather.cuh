@@ -80,8 +80,7 @@ struct NoGather {
   __device__ __forceinline__ void after_assignment(const ResolverWorkspace& /*ws*/) {}
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& /*c*/,
                                                       const ResolveResidencyParams& /*p*/,
-                                                      const ResolverRequest& /*request*/,
-                                                      int32_t /*assigned_total*/) {}
+                                                      const ResolverRequest& /*request*/, int32_t /*assigned_total*/) {}
 
   // After B6: whether phase E copies rows (the next launch may start only
   // after them), and phase E itself, called only when it does.

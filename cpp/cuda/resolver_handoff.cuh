@@ -85,18 +85,16 @@ static_assert(3 * kWarpSize + 2 <= 4 * kResolverWarps, "a claim round fits the r
 // Most swap entries one lane claims from its record per round.
 constexpr int32_t kMaxClaimRows = 8;
 
-// The block's warps copy the rows of the round's claims, `group` rows per
-// warp at a time, with the bytes gather_compact would write for those swap
-// entries.
+// The block's warps copy the rows of the round's claims, one row per warp
+// at a time so that a round's few rows keep as many warps reading as they
+// can, with the bytes gather_compact would write for those swap entries.
 __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                   const ClaimRound& round, int32_t total) {
   const GatherCompactParams& g = p.gather;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int32_t group = c.handoff_claim_rows;
-  for (int32_t base = warp * group; base < total; base += kResolverWarps * group) {
-    const int32_t j = base + lane;
-    const bool has_row = lane < group && j < total;
+  for (int32_t j = warp; j < total; j += kResolverWarps) {
+    const bool has_row = lane == 0;
     int32_t host_row = -1, hot_row = -1;
     if (has_row) {
       // The last lane whose claims start at or before j (lanes that claimed
@@ -134,12 +132,15 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 // idle record may still be waiting for its owner to open it (0: idle means
 // closed, for a block that starts looking only after its own resolve).
 __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const ResolverWorkspace& ws, int32_t first, int32_t visits,
-                                               int32_t* own, uint64_t open_grace_ns) {
+                                               const ResolverWorkspace& ws, int32_t first, int32_t visits, int32_t* own,
+                                               uint64_t open_grace_ns) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int32_t B = p.num_batch_rows;
   const ClaimRound round{ws.scratch + kScratchRequestReduce};
+  // One grace for the whole visit: records of later batches that are idle
+  // by then were closed, or are opened too late to wait for.
+  const uint64_t open_deadline = open_grace_ns > 0 && warp == 0 ? global_time_ns() + open_grace_ns : 0;
   for (int32_t batch = 0; batch < visits; batch += kWarpSize) {
     // The last round's words are read by every warp before they change.
     __syncthreads();
@@ -150,15 +151,14 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
     // opened it yet (it does at the end of its phase A): within the grace,
     // it is waited for like a resolving one.
     bool unopened = false;
-    uint64_t waiting_since = 0, open_deadline = 0;
+    uint64_t waiting_since = 0;
     if (warp == 0 && batch + lane < visits) {
       const int32_t i = first + batch + lane;
       const int32_t s = p.request_state_indices[i < B ? i : i - B];
       if (s >= 0 && s < p.num_state_rows) record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
       // Acquire: a kPublished record's first row, count and swap list are visible after it.
       if (record != nullptr) state = Word(record[kState]).load(::cuda::memory_order_acquire);
-      unopened = record != nullptr && state == kIdle && open_grace_ns > 0;
-      if (unopened) open_deadline = global_time_ns() + open_grace_ns;
+      unopened = record != nullptr && state == kIdle && open_grace_ns > 0 && global_time_ns() < open_deadline;
     }
     for (;;) {
       if (warp == 0) {
@@ -170,9 +170,8 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
         }
         int32_t start = 0, claimed = 0;
         if (left) {
-          const int32_t share =
-              min(max((count + static_cast<int32_t>(gridDim.x) - 1) / static_cast<int32_t>(gridDim.x), 1),
-                  kMaxClaimRows);
+          const int32_t share = min(
+              max((count + static_cast<int32_t>(gridDim.x) - 1) / static_cast<int32_t>(gridDim.x), 1), kMaxClaimRows);
           start = Word(record[kCursor]).fetch_add(share, ::cuda::memory_order_relaxed);
           claimed = min(max(count - start, 0), share);
           left = start + share < count;
@@ -267,8 +266,7 @@ class HandoffGather : public AutoGather<Fused> {
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
     const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
-    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_,
-                            0);
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_, 0);
   }
 
   // A block with no request of its own (past the batch, or inactive): every

@@ -674,7 +674,8 @@ def test_fused_gather_bad_inputs(device):
          gather_host_cache=host, gather_hot_cache=lane.slab[:64].view(16, 4, 32), gather_hot_block_stride=5)
     words = ops.RESOLVER_HANDOFF_WORDS
     records = torch.zeros((S, words), dtype=torch.int32, device=device)
-    fail(ValueError, r"handoff: expected size 6 in dimension 0 \(the rows of device_global_indices\), got shape \[5, 4\]",
+    fail(ValueError,
+         r"handoff: expected size 6 in dimension 0 \(the rows of device_global_indices\), got shape \[5, 4\]",
          gather_host_cache=host, gather_hot_cache=hot, handoff=records[:5])
     fail(ValueError, r"handoff: expected size 4 in dimension 1 \(HS_RESOLVER_HANDOFF_WORDS\)",
          gather_host_cache=host, gather_hot_cache=hot, handoff=torch.zeros((S, 3), dtype=torch.int32, device=device))
@@ -683,7 +684,8 @@ def test_fused_gather_bad_inputs(device):
     fail(ValueError, r"handoff: expected a contiguous tensor",
          gather_host_cache=host, gather_hot_cache=hot,
          handoff=torch.zeros((S, 2 * words), dtype=torch.int32, device=device)[:, ::2])
-    fail(ValueError, r"(handoff: shares memory with device_global_indices|device_global_indices: shares memory with handoff)",
+    fail(ValueError, r"(handoff: shares memory with device_global_indices"
+                     r"|device_global_indices: shares memory with handoff)",
          gather_host_cache=host, gather_hot_cache=hot, handoff=lane.dgi.view(-1)[: S * words].view(S, words))
     other = "cuda" if device.type == "cpu" and cuda_available() else ("cpu" if device.type == "cuda" else None)
     if other is not None:
