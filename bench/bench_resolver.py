@@ -7,14 +7,17 @@ random permutation of its context, sliding by m = miss_rate * k each step, so
 every step has exactly m fresh positions (misses, local to the request's own
 host blocks) and k - m positions the hot buffer already holds (hits).
 
-Five timings per point: the resolver alone; the resolver then the plain
+Six timings per point: the resolver alone; the resolver then the plain
 warp-per-row gather; the resolver then the default gather; the resolver
 with the fused gather (it copies its own swap list's rows, one launch:
 gather_schedule="fused"); and the fused gather's automatic schedule
 (gather_schedule="auto", the library's default: requests with a few misses
-copy them in the resolve launch, the others' rows go to a gather kernel
-launched right after it; from the SM count to twice it, two resolve blocks
-per SM and every request copies its own rows).
+copy them in the resolve launch), twice: with a handoff array, as the
+Runtime runs it ("resolve_auto_gather": the others' rows are copied by
+every block of the same launch once their swap lists are complete), and
+without one ("resolve_auto_tail_gather": by a gather kernel launched right
+after the resolve). From the SM count to twice it, both run two resolve
+blocks per SM and every request copies its own rows.
 
 Speculative shapes (--sections speculative, reported under
 "speculative_points" beside the grid's "points"): q = 2 or 4 token rows per
@@ -154,13 +157,19 @@ class Scenario:
             size = hisparse.ops.resolver_workspace_bytes(batch, hot, self.max_union_rows, device)
             if size:
                 self.workspace = torch.empty(size, dtype=torch.uint8, device=device)
+        # The automatic schedule's records, kept with the state (zero between launches).
+        self.handoff = torch.zeros((batch, hisparse.ops.RESOLVER_HANDOFF_WORDS), dtype=torch.int32, device=device)
 
     def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None):
         a = self.args
-        # The fused gather (schedule "fused" or "auto"): the resolver copies its own swap list's rows.
+        # The fused gather (schedule "fused", "auto" with the handoff array,
+        # or "auto-tail" without it): the resolver copies its own swap list's rows.
         gather = {}
         if schedule is not None:
-            gather = dict(gather_host_cache=self.host_cache, gather_hot_cache=self.hot_cache, gather_schedule=schedule)
+            gather = dict(gather_host_cache=self.host_cache, gather_hot_cache=self.hot_cache,
+                          gather_schedule="auto" if schedule == "auto-tail" else schedule)
+            if schedule == "auto":
+                gather["handoff"] = self.handoff
         if self.workspace is not None and fn is hisparse.ops.resolve_residency:
             gather["workspace"] = self.workspace
         fn(
@@ -218,6 +227,7 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
         "resolve+gather_default": (None, "auto"),
         "resolve_fused_gather": ("fused", None),
         "resolve_auto_gather": ("auto", None),
+        "resolve_auto_tail_gather": ("auto-tail", None),
     }
     # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
     timer = measure.Timer(device)
@@ -269,7 +279,7 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     best = min(results["resolve+gather_default_us"], results["resolve_fused_gather_us"])
     for name, us in (("gather_default", results["resolve+gather_default_us"]),
                      ("fused", results["resolve_fused_gather_us"]), ("auto", results["resolve_auto_gather_us"]),
-                     ("best", best)):
+                     ("auto_tail", results["resolve_auto_tail_gather_us"]), ("best", best)):
         results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
     return results
 
@@ -311,7 +321,7 @@ def report(r):
         f"{shape}B={r['batch']:<4} miss={r['miss_rate']:<6} misses={r['swap_rows_observed']:<6} "
         f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
         f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  "
-        f"auto={r['resolve_auto_gather_us']:8.2f}us  "
+        f"auto={r['resolve_auto_gather_us']:8.2f}us  auto(tail)={r['resolve_auto_tail_gather_us']:8.2f}us  "
         f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
         f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
         f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}"

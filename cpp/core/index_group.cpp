@@ -133,6 +133,11 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
                                                options_.device_buffer_size, options_.max_union_rows)
           : 0;
   offset = align_up(offset + workspace_bytes, kTensorAlignment);
+  const uint64_t handoff_offset = offset;
+  handoff_bytes_ = options_.device.is_cuda()
+                       ? static_cast<uint64_t>(options_.max_num_reqs) * HS_RESOLVER_HANDOFF_WORDS * sizeof(int32_t)
+                       : 0;
+  offset = align_up(offset + handoff_bytes_, kTensorAlignment);
   device_bytes_ = offset;
   memory_ = std::make_unique<Memory>(backend_, options_.device.index, device_bytes_);
 
@@ -155,6 +160,7 @@ IndexGroup::IndexGroup(const IndexGroupOptions& options, Backend& backend)
   describe(HS_INDEX_GROUP_STATS_HOST, memory_->host_stats(), HS_DTYPE_INT64,
            memory_->host_registered() ? HS_DEVICE_CUDA_HOST : HS_DEVICE_CPU, HS_NUM_STATS, 0);
   if (workspace_bytes > 0) workspace_ = reinterpret_cast<uint8_t*>(memory_->device_base() + workspace_offset);
+  if (handoff_bytes_ > 0) handoff_ = reinterpret_cast<int32_t*>(memory_->device_base() + handoff_offset);
 
   initialise();
 }
@@ -215,6 +221,8 @@ void IndexGroup::initialise() {
   backend_.fill_async(data<void>(HS_INDEX_GROUP_MISS_MASK), 0, shared_bytes, stream.get());
   backend_.fill_async(data<void>(HS_INDEX_GROUP_VALID_COUNTS), 0, count_bytes, stream.get());
   backend_.fill_async(data<void>(HS_INDEX_GROUP_SWAP_COUNTS), 0, count_bytes, stream.get());
+  // Every resolve leaves the records it used idle (zero) again.
+  if (handoff_ != nullptr) backend_.fill_async(handoff_, 0, handoff_bytes_, stream.get());
   backend_.copy_async(data<void>(HS_INDEX_GROUP_LRU_INIT), lru_init.data(), lru_init.size() * sizeof(int16_t),
                       stream.get());
   backend_.reset_hot_state(reset_params(), stream.get());
@@ -274,6 +282,7 @@ void IndexGroup::fill_resolve_params(int64_t row_offset, ResolveResidencyParams*
   p.max_union_rows = options_.max_union_rows;
   p.stats = data<int64_t>(HS_INDEX_GROUP_STATS);
   p.workspace = workspace_;
+  p.handoff = handoff_;
   // Rows [row_offset, row_offset + T) of the shared [R, K] and [R] outputs.
   auto rows_of = [&](hs_index_group_tensor_t which) { return data<int32_t>(which) + row_offset * K; };
   p.out_attention = rows_of(HS_INDEX_GROUP_ATTENTION_INDICES);

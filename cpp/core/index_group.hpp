@@ -114,6 +114,9 @@ class IndexGroup {
   // for shapes whose arrays do not fit one block's shared memory; empty
   // (data null) when none is needed or on the CPU.
   uint8_t* workspace_ = nullptr;
+  // The automatic schedule's handoff records (CUDA), zeroed once here.
+  int32_t* handoff_ = nullptr;
+  uint64_t handoff_bytes_ = 0;
 };
 
 }  // namespace hisparse

@@ -231,6 +231,17 @@ void resolve_workspace_params(const TensorArg& workspace, const Device& device, 
   p.workspace = workspace.data<uint8_t>();
 }
 
+void resolve_handoff_params(const TensorArg& handoff, const Device& device, ResolveResidencyParams* params) {
+  if (!handoff.present()) return;
+  handoff.dtype_is(HS_DTYPE_INT32)
+      .ndim_is(2)
+      .size_is(0, params->num_state_rows, "the rows of device_global_indices")
+      .size_is(1, HS_RESOLVER_HANDOFF_WORDS, "HS_RESOLVER_HANDOFF_WORDS")
+      .contiguous()
+      .on(device, "topk_indices");
+  if (device.is_cuda()) params->handoff = handoff.data<int32_t>();
+}
+
 ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_t& a, Device* device_out) {
   ResolveResidencyParams p;
   const TensorArg topk(a.topk_indices, "topk_indices");
@@ -273,6 +284,8 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
   resolve_gather_schedule(a.gather_schedule, &p);
   const TensorArg workspace(a.workspace, "workspace", true);
   resolve_workspace_params(workspace, device, &p);
+  const TensorArg handoff(a.handoff, "handoff", true);
+  resolve_handoff_params(handoff, device, &p);
   // The state and every output are written; the rest is read.
   AliasCheck()
       .writes(dgi)
@@ -288,6 +301,7 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
       .writes(stats)
       .writes(gather_hot)
       .writes(workspace)
+      .writes(handoff)
       .reads(topk)
       .reads(req_ids)
       .reads(state_indices)

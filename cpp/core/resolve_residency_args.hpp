@@ -81,6 +81,11 @@ void resolve_gather_schedule(int32_t gather_schedule, ResolveResidencyParams* pa
 // max_union_rows.
 void resolve_workspace_params(const TensorArg& workspace, const Device& device, ResolveResidencyParams* params);
 
+// The automatic schedule's handoff array (optional): int32 [S, 4]
+// contiguous on the launch's device; read only by the CUDA backend's
+// automatic schedule. Needs num_state_rows.
+void resolve_handoff_params(const TensorArg& handoff, const Device& device, ResolveResidencyParams* params);
+
 // Every argument of hs_resolve_residency, checked; *device is the launch's.
 ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_t& args, Device* device);
 

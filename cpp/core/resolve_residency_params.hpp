@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/data_movement_params.hpp"
+#include "hisparse/hisparse.h"
 
 namespace hisparse {
 
@@ -82,6 +83,11 @@ struct ResolveResidencyParams {
   // one block's shared memory (resolver_workspace_bytes of the state rows;
   // 16-byte aligned), null when none is needed. Ignored by the CPU backend.
   uint8_t* workspace = nullptr;
+
+  // CUDA: the automatic schedule's handoff records, HS_RESOLVER_HANDOFF_WORDS
+  // per state row (cuda/resolver_handoff.cuh), zero between launches; null
+  // = the tail gather. Ignored by the CPU backend and the other schedules.
+  int32_t* handoff = nullptr;
 };
 
 }  // namespace hisparse

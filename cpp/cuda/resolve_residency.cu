@@ -26,6 +26,7 @@
 #include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_handoff.cuh"
 #include "cuda/resolver_placement.cuh"
 #include "cuda/resolver_tail_gather.hpp"
 #include "cuda/union_table.cuh"
@@ -707,7 +708,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   ResolverWorkspace ws = placement.carve(smem);
   Gather gather(c, ws);
   ResolverRequest request;
-  if (!find_request(p, c, placement, ws, gather, request)) return;           // A  | B1
+  if (!find_request(p, c, placement, ws, gather, request)) {                 // A  | B1
+    gather.help_as_idle(p, c, ws);                                             // H
+    return;
+  }
+  gather.open_request(p, request);                                           // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
   count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request, gather);             // B  | B2a, B2b per chunk; B2
@@ -716,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
   const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
   const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);  // D  | B5, B6
-  gather.note_assigned_total(c, a.assigned_total);
+  gather.note_assigned_total(c, p, request, a.assigned_total);
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
   // and G here; one that copies rows in phase E lets it start only at its
@@ -728,6 +733,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
   count_request(p, ws, request, u, a);                                       // F
   gather.finish(c, ws);                                                      // G  | B8
+  gather.help_as_owner(p, c, ws);                                              // H
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
@@ -850,14 +856,17 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   return constants;
 }
 
+// `helper_blocks`: blocks past the batch that only copy published rows
+// (HandoffGather).
 template <class Gather, class Placement, int kBlocksPerSm>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
-            const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
+            const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
+            unsigned helper_blocks = 0) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
   ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm>(device, shared_bytes);
   // One block per batch row plus one; every block also writes its share of
   // the orphan token rows, so B == 0 still launches the one that writes them.
-  const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u;
+  const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u + helper_blocks;
 
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
@@ -868,13 +877,36 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
              "resolve_residency kernel launch");
 }
 
+// The held filter needs the bulk stage and room in it.
+bool has_early_stage(const ResolveResidencyParams& params, const ResolverConstants& constants, bool hopper) {
+  return hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
+}
+
+// The automatic schedule with a handoff array: one helper block per SM that
+// the batch's blocks leave idle (none past the SM count: there the
+// requests' own blocks help one another as they finish).
+template <class Placement>
+void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
+                    const typename Placement::Layout& layout, int device, const ResolverDevice& d,
+                    cudaStream_t stream) {
+  const int64_t own_blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
+  const unsigned helpers = static_cast<unsigned>(std::max<int64_t>(0, d.multiprocessors - own_blocks));
+  if (has_early_stage(params, constants, d.hopper)) {
+    launch<HandoffGather<FusedGatherEarlyStage>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
+                                                               helpers);
+  } else {
+    launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
+  }
+}
+
 // The instantiation of the launch's fused gather for arrays placed by
-// Placement; the automatic schedule adds the tail gather after it.
+// Placement; the automatic schedule without a handoff array adds the tail
+// gather after it.
 template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
-                   const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream) {
-  // The held filter needs the bulk stage and room in it.
-  const bool early_stage = hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
+                   const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
+  const bool hopper = d.hopper;
+  const bool early_stage = has_early_stage(params, constants, hopper);
   if (!params.fused_gather) {
     launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
@@ -883,6 +915,8 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
     } else {
       launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
     }
+  } else if (params.handoff != nullptr) {
+    launch_handoff<Placement>(params, constants, layout, device, d, stream);
   } else {
     if (early_stage) {
       launch<AutoGather<FusedGatherEarlyStage>, Placement, 1>(params, constants, layout, device, hopper, stream);
@@ -916,7 +950,7 @@ bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevi
 
 void launch_paired_fused(const ResolveResidencyParams& params, const ResolverConstants& constants,
                          const ResolverSharedLayout& layout, int device, bool hopper, cudaStream_t stream) {
-  if (hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0) {
+  if (has_early_stage(params, constants, hopper)) {
     launch<FusedGatherEarlyStage, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
   } else {
     launch<FusedGather, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
@@ -950,8 +984,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
     }
     const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
                                                                stage_rows, limit, kResolverMaxSlackHalves);
-    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device,
-                                   hopper, stream);
+    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device, d,
+                                   stream);
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.
@@ -968,7 +1002,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   // SplitPlacement fills from the split layout's runs; these describe the shared part alone.
   constants.ones_vectors = split.shared_ones_vectors;
   constants.zero_vectors = split.shared_zero_vectors;
-  launch_placed<SplitPlacement>(params, constants, split, device, hopper, stream);
+  launch_placed<SplitPlacement>(params, constants, split, device, d, stream);
 }
 
 }  // namespace cuda

@@ -17,6 +17,9 @@
 //                          request with few assigned misses, none for the
 //                          others, whose rows the tail gather launched after
 //                          the resolve copies (resolver_tail_gather.cu).
+//   HandoffGather<Fused>   the automatic schedule with a handoff array
+//                          (resolver_handoff.cuh): the others' rows are
+//                          copied by every block of the same launch.
 //
 // Which rows are copied never depends on the stages; only when their bytes
 // move does. A policy object lives in registers for the whole kernel.
@@ -75,7 +78,9 @@ struct NoGather {
   // request's assigned misses (block-uniform).
   __device__ __forceinline__ void note_assigned_miss(const ResolverWorkspace& /*ws*/, int32_t /*r*/) {}
   __device__ __forceinline__ void after_assignment(const ResolverWorkspace& /*ws*/) {}
-  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& /*c*/, int32_t /*assigned_total*/) {}
+  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& /*c*/,
+                                                      const ResolveResidencyParams& /*p*/,
+                                                      const ResolverRequest& /*request*/, int32_t /*assigned_total*/) {}
 
   // After B6: whether phase E copies rows (the next launch may start only
   // after them), and phase E itself, called only when it does.
@@ -84,9 +89,22 @@ struct NoGather {
                                                 const ResolverWorkspace& /*ws*/, const ResolverRequest& /*request*/,
                                                 int32_t /*classified*/, int32_t /*coded*/, const MemberRun& /*run*/) {}
 
-  // Phase G, the block's last step.
+  // Phase G, the block's last step of its own request.
   __device__ __forceinline__ void finish(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
+
+  // The handoff (resolver_handoff.cuh): after phase A found the request
+  // active; after phase G; and in a block with no active request.
+  __device__ __forceinline__ void open_request(const ResolveResidencyParams& /*p*/,
+                                               const ResolverRequest& /*request*/) {}
+  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                const ResolverWorkspace& /*ws*/) const {}
+  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                               const ResolverWorkspace& /*ws*/) const {}
 };
+
+// Loads in flight per lane when a warp copies assigned rows: the resolve
+// block holds 64 registers per thread, and one step's few misses fit one pass.
+constexpr int kAssignedRowUnroll = 4;
 
 // The warp copies the rows of the lanes with `has_row` set (host slot `g`,
 // physical hot row `row`), exactly as gather_compact would copy those swap
@@ -111,9 +129,7 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
   const uint8_t* my_src =
       reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
   uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
-  // Four loads in flight per lane: the block already holds 64 registers per
-  // thread, and one step's few misses fit one pass.
-  warp_copy_rows<4>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
+  warp_copy_rows<kAssignedRowUnroll>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
 }
 
 // The miss stage (ResolverMissStage, appended to the workspace): rows of
@@ -405,9 +421,13 @@ class AutoGather : public Fused {
  public:
   __device__ __forceinline__ AutoGather(const ResolverConstants& c, const ResolverWorkspace& ws) : Fused(c, ws) {}
 
-  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, int32_t assigned_total) {
+  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& /*p*/,
+                                                      const ResolverRequest& /*request*/, int32_t assigned_total) {
     local_ = assigned_total <= c.auto_local_rows;
   }
+
+  // Whether the request copies its own rows (block-uniform, after phase D).
+  __device__ __forceinline__ bool local() const { return local_; }
 
   // A request left to the tail gather copies nothing in phase E.
   __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {

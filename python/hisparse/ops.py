@@ -25,6 +25,7 @@ __all__ = [
     "mirror_rows",
     "read_rows",
     "resolve_residency",
+    "RESOLVER_HANDOFF_WORDS",
     "resolver_workspace_bytes",
     "swap_blocks_batch",
     "table_pointers",
@@ -38,6 +39,9 @@ GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_V
 
 # Most hot caches (pieces) one gather_compact_group call fills.
 MAX_GATHER_GROUP_PIECES: int = _C.MAX_GATHER_GROUP_PIECES
+
+# int32 words per state row of resolve_residency's ``handoff`` array.
+RESOLVER_HANDOFF_WORDS: int = _C.RESOLVER_HANDOFF_WORDS
 
 
 def copy_bytes(dst: Any, src: Any, *, stream: Any = None) -> None:
@@ -80,6 +84,7 @@ def resolve_residency(
     gather_hot_block_stride: int = 0,
     workspace: Optional[Any] = None,
     gather_schedule: str = "auto",
+    handoff: Optional[Any] = None,
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -103,9 +108,11 @@ def resolve_residency(
     (CUDA; the bytes are the same either way): "auto" lets each request
     decide on the device, without a host sync: one with a few misses copies
     them in the resolve launch, while its host reads overlap the resolve; the
-    rows of requests with more are copied right after it by
-    :func:`gather_compact`'s default schedule over the whole GPU (a second
-    launch, on the same stream).
+    rows of requests with more are copied on every SM. With ``handoff``
+    that happens in the same launch, from the moment each request's swap
+    list is complete; without it, right after the resolve, by
+    :func:`gather_compact`'s default schedule (a second launch, on the
+    same stream).
     "fused" copies every row in the resolve launch (one SM per request).
     A batch of more requests than the GPU has SMs, up to twice as many,
     runs two resolve blocks per SM where the shape fits half an SM's shared
@@ -121,6 +128,13 @@ def resolve_residency(
     aligned, on the device, sharing no memory with another argument); it is
     not read otherwise (and never by the CPU backend). Launches sharing one
     workspace must be stream-ordered.
+
+    ``handoff``: the automatic schedule's records, an int32 tensor of shape
+    ``(S, RESOLVER_HANDOFF_WORDS)`` (S: the rows of
+    ``device_global_indices``), contiguous on the device. Allocate it once
+    with the state, with ``torch.zeros``, and let only resolves write it:
+    every launch leaves each record it used idle again (its first word 0). Checked on
+    every backend, read only by the CUDA backend's automatic schedule.
     """
     _C.resolve_residency(
         _args.tensor("topk_indices", topk_indices),
@@ -152,6 +166,7 @@ def resolve_residency(
         gather_hot_block_stride,
         _args.optional_tensor("workspace", workspace),
         _gather_schedule(gather_schedule, gather_host_cache is not None or gather_hot_cache is not None),
+        _args.optional_tensor("handoff", handoff),
         _args.stream(stream, topk_indices),
     )
 

@@ -432,9 +432,10 @@ class Runtime:
         ``fused_gather`` (leader only; followers ignore it; default
         ``True``, ``hisparse._C.DEFAULT_FUSED_GATHER``): the resolve launch
         itself copies the leader's own missed rows into its hot cache, in the
-        resolver's automatic schedule (a request with many misses leaves its
-        rows to ``gather_compact``'s default schedule, launched right after
-        the resolve); ``False`` runs a separate gather after the resolve.
+        resolver's automatic schedule (a request with many misses publishes
+        its swap list to the same launch's helper blocks, one per SM the
+        batch leaves idle, through the index group's handoff array);
+        ``False`` runs a separate gather after the resolve.
         Bytes, indices, state and counters are the same either way; followers
         still gather on the leader's swap list. See docs/residency.md, "Fused
         gather".

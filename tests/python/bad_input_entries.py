@@ -193,6 +193,7 @@ def resolve_fixture(state: Any, seed: int) -> Dict[str, Any]:
     kw["stats"] = torch.zeros(5, dtype=torch.int64)
     kw["workspace"] = None  # the CPU backend needs none; a workspace given is checked all the same
     kw["gather_schedule"] = "auto"
+    kw["handoff"] = None  # checked on every backend, read by CUDA's automatic schedule alone
     return kw
 
 
@@ -237,6 +238,11 @@ RESOLVE_ARGS = [
          "over_topk_indices": (Of(lambda s, kw: kw["topk_indices"].view(torch.uint8).view(-1), True),
                                (ValueError,))}),
     R("gather_schedule", ["bogus", "FUSED", ""]),
+    T("handoff", "dtype rank_up rank_down noncontig short released", role="out", optional=True,
+      like=torch.zeros((S_ROWS, _C.RESOLVER_HANDOFF_WORDS), dtype=torch.int32),
+      **{"over_device_global_indices": (
+          Of(lambda s, kw: kw["device_global_indices"].view(-1)[: S_ROWS * _C.RESOLVER_HANDOFF_WORDS]
+             .view(S_ROWS, _C.RESOLVER_HANDOFF_WORDS), True), (ValueError,))}),
     S(),
 ]
 RESOLVE_ALIAS = [("out_attention", "device_global_indices"), ("out_hot_rows", "topk_indices"),
@@ -289,7 +295,7 @@ def call_c_resolve(state: Any, kw: Dict[str, Any]) -> None:
         kw["out_valid_counts"], kw["out_swap_host_rows"], kw["out_swap_device_rows"], kw["out_swap_counts"],
         stats=kw["stats"], gather_host_cache=kw.get("gather_host_cache"), gather_hot_cache=kw.get("gather_hot_cache"),
         gather_hot_block_stride=kw.get("gather_hot_block_stride", 0), workspace=kw.get("workspace"),
-        gather_schedule=kw.get("gather_schedule", 0), stream=_c_stream(kw))
+        gather_schedule=kw.get("gather_schedule", 0), handoff=kw.get("handoff"), stream=_c_stream(kw))
 
 
 def ops_entries() -> List[Entry]:

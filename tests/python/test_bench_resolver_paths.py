@@ -29,7 +29,10 @@ def test_each_timed_path_runs_the_kernels_its_name_says(monkeypatch):
     resolve, gather = hisparse.ops.resolve_residency, hisparse.ops.gather_compact
 
     def spy_resolve(*a, **kw):
-        calls.append(("resolve", kw.get("gather_schedule")))
+        schedule = kw.get("gather_schedule")
+        if schedule == "auto" and kw.get("handoff") is None:
+            schedule = "auto without a handoff"
+        calls.append(("resolve", schedule))
         return resolve(*a, **kw)
 
     def spy_gather(*a, **kw):
@@ -54,14 +57,16 @@ def test_each_timed_path_runs_the_kernels_its_name_says(monkeypatch):
     result = bench.run_point(args, 2, 0.05, host_cache, hot_cache, memcpy_gbps=1.0)
     del host_cache, hot_cache
     pool.release()
-    assert [seen[i] for i in range(5)] == [
+    assert [seen[i] for i in range(6)] == [
         [("resolve", None)],  # resolve
         [("gather", "warp_per_row"), ("resolve", None)],  # resolve+gather_warp_per_row
         [("gather", "auto"), ("resolve", None)],  # resolve+gather_default: the split path's own gather
         [("resolve", "fused")],  # resolve_fused_gather
-        [("resolve", "auto")],  # resolve_auto_gather
+        [("resolve", "auto")],  # resolve_auto_gather: with the handoff array, as the Runtime runs it
+        [("resolve", "auto without a handoff")],  # resolve_auto_tail_gather
     ]
-    assert {"resolve_us", "resolve+gather_default_us", "resolve_auto_gather_us"} <= set(result)
+    assert {"resolve_us", "resolve+gather_default_us", "resolve_auto_gather_us",
+            "resolve_auto_tail_gather_us"} <= set(result)
 
 
 PEER = SCRIPT.parent / "peers" / "sglang_010c002_h200.json"

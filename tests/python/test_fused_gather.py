@@ -156,6 +156,7 @@ class Lane:
         # 0 = hot_block_size: the default path of both calls.
         self.stride_arg = 0 if s.hot_block_stride == s.hot_block_size else s.hot_block_stride
         self.workspace = resolver_workspace(device, S, s.H, s.max_union_rows)
+        self.schedule_args = Schedule(schedule, device, S)
 
     def tensor(self, array):
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.device)
@@ -186,7 +187,8 @@ class Lane:
                 self.dgi, self.lru, self.tensor(w.hot_table))
         if self.fused:
             ops.resolve_residency(*args, **kwargs, gather_host_cache=self.host, gather_hot_cache=self.hot,
-                                  gather_hot_block_stride=self.stride_arg, gather_schedule=self.schedule)
+                                  gather_hot_block_stride=self.stride_arg, **self.schedule_args.kwargs())
+            self.schedule_args.check_idle()
         else:
             ops.resolve_residency(*args, **kwargs)
             ops.gather_compact(self.host, self.hot, outputs["out_swap_host_rows"], outputs["out_swap_device_rows"],
@@ -226,7 +228,28 @@ def shape_id(shape: Shape) -> str:
     return f"rb{shape.row_bytes}-hbs{shape.hot_block_size}-stride{shape.hot_block_stride}-k{shape.K}-h{shape.H}"
 
 
-SCHEDULES = ("auto", "fused")
+# gather_schedule's values, and "handoff": "auto" with a handoff array.
+SCHEDULES = ("auto", "handoff", "fused")
+
+
+class Schedule:
+    """What resolve_residency takes for one of SCHEDULES. The handoff array
+    lives as long as the state, as an engine keeps it, and every launch must
+    leave each record idle again (its state word zero)."""
+
+    def __init__(self, name: str, device, num_state_rows: int):
+        self.name = name
+        self.handoff = None
+        if name == "handoff":
+            self.handoff = torch.zeros((num_state_rows, ops.RESOLVER_HANDOFF_WORDS), dtype=torch.int32, device=device)
+
+    def kwargs(self) -> dict:
+        return dict(gather_schedule="fused" if self.name == "fused" else "auto", handoff=self.handoff)
+
+    def check_idle(self) -> None:
+        if self.handoff is not None:
+            left = torch.nonzero(self.handoff[:, 0].cpu()).flatten().tolist()
+            assert not left, f"handoff records of state rows {left[:8]} left busy after the launch"
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -306,6 +329,7 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1, schedule="auto"):
     req_id = torch.arange(B, dtype=torch.int32).repeat_interleave(q).to(device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
     workspace = resolver_workspace(device, B, H, H)
+    scheduled = Schedule(schedule, device, B)
     results = []
     for index, rows in enumerate(steps):
         # Row 0 of a request is this step's; the others the previous step's.
@@ -316,9 +340,11 @@ def run_steady_steps(device, new_per_step, K=64, H=128, q=1, schedule="auto"):
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=host_rows, max_union_rows=H, gather_host_cache=host,
-            gather_hot_cache=hot, workspace=workspace, gather_schedule=schedule,
+            gather_hot_cache=hot, workspace=workspace, **scheduled.kwargs(),
             **{f"out_{n}": t for n, t in out.items()})
         results.append(out)
+    # After the last step: records a launch left would also break the next one.
+    scheduled.check_idle()
     return [{n: t.cpu().numpy() for n, t in out.items()} for out in results], hot.cpu(), host.cpu()
 
 
@@ -381,6 +407,7 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
     req_id = torch.arange(B, dtype=torch.int32, device=device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
+    scheduled = Schedule(schedule, device, B)
     results = []
     for misses in misses_per_step:
         topk = torch.empty((B, K), dtype=torch.int32)
@@ -394,8 +421,9 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=B * span, max_union_rows=max_union_rows,
-            gather_host_cache=host, gather_hot_cache=hot, gather_schedule=schedule,
+            gather_host_cache=host, gather_hot_cache=hot, **scheduled.kwargs(),
             **{f"out_{n}": t for n, t in out.items()})
+        scheduled.check_idle()
         results.append({n: t.cpu().numpy() for n, t in out.items()})
         held = dgi.cpu()  # what the buffers hold now, for the next step's hits and misses
     return results, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
@@ -490,12 +518,14 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, sch
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
     out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
     out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    scheduled = Schedule(schedule, device, B)
     ops.resolve_residency(
         topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
         torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
         attention_block_stride=block, host_rows=host_rows, max_union_rows=max_union_rows,
-        gather_host_cache=host, gather_hot_cache=hot, gather_schedule=schedule,
+        gather_host_cache=host, gather_hot_cache=hot, **scheduled.kwargs(),
         **{f"out_{n}": t for n, t in out.items()})
+    scheduled.check_idle()
     return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
 
@@ -553,11 +583,13 @@ def run_auto_split(device, schedule, K=16, H=64, row_bytes=656):
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
     out = {n: torch.full((B * q, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
     out.update({n: torch.full((B * q,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    scheduled = Schedule(schedule, device, B)
     ops.resolve_residency(
         topk.to(device), torch.arange(B, dtype=torch.int32).repeat_interleave(q).to(device),
         torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
         attention_block_stride=block, host_rows=B * span, max_union_rows=H, gather_host_cache=host,
-        gather_hot_cache=hot, gather_schedule=schedule, **{f"out_{n}": t for n, t in out.items()})
+        gather_hot_cache=hot, **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+    scheduled.check_idle()
     return {n: t.cpu().numpy() for n, t in out.items()}, hot.cpu(), host.cpu()
 
 
@@ -640,10 +672,27 @@ def test_fused_gather_bad_inputs(device):
          gather_host_cache=host, gather_hot_cache=lane.slab[:64].view(32, 2, 32))
     fail(ValueError, "gather_hot_cache: expected a block stride of gather_hot_block_stride x row width",
          gather_host_cache=host, gather_hot_cache=lane.slab[:64].view(16, 4, 32), gather_hot_block_stride=5)
+    words = ops.RESOLVER_HANDOFF_WORDS
+    records = torch.zeros((S, words), dtype=torch.int32, device=device)
+    fail(ValueError,
+         r"handoff: expected size 6 in dimension 0 \(the rows of device_global_indices\), got shape \[5, 4\]",
+         gather_host_cache=host, gather_hot_cache=hot, handoff=records[:5])
+    fail(ValueError, r"handoff: expected size 4 in dimension 1 \(HS_RESOLVER_HANDOFF_WORDS\)",
+         gather_host_cache=host, gather_hot_cache=hot, handoff=torch.zeros((S, 3), dtype=torch.int32, device=device))
+    fail(TypeError, r"handoff: expected dtype int32, got int64",
+         gather_host_cache=host, gather_hot_cache=hot, handoff=records.to(torch.int64))
+    fail(ValueError, r"handoff: expected a contiguous tensor",
+         gather_host_cache=host, gather_hot_cache=hot,
+         handoff=torch.zeros((S, 2 * words), dtype=torch.int32, device=device)[:, ::2])
+    fail(ValueError, r"(handoff: shares memory with device_global_indices"
+                     r"|device_global_indices: shares memory with handoff)",
+         gather_host_cache=host, gather_hot_cache=hot, handoff=lane.dgi.view(-1)[: S * words].view(S, words))
     other = "cuda" if device.type == "cpu" and cuda_available() else ("cpu" if device.type == "cuda" else None)
     if other is not None:
         fail(ValueError, rf"gather_hot_cache: expected a tensor on {device.type}.* \(the device of topk_indices\)",
              gather_host_cache=host, gather_hot_cache=hot.to(other))
+        fail(ValueError, rf"handoff: expected a tensor on {device.type}.* \(the device of topk_indices\)",
+             gather_host_cache=host, gather_hot_cache=hot, handoff=records.to(other))
 
 
 @requires_cuda
@@ -719,6 +768,7 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
     lru = torch.arange(H, dtype=torch.int16).repeat(B, 1).to(device)
     hot_table = torch.arange(B * H, dtype=torch.int32).reshape(B, H).to(device)
     rows = torch.arange(B, dtype=torch.int32, device=device)
+    scheduled = Schedule(schedule, device, B)
     snapshots = []
     for step in range(steps):
         if step > 0:
@@ -733,7 +783,8 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
         ops.resolve_residency(
             positions.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=1, attention_block_stride=1,
             host_rows=span, max_union_rows=K, gather_host_cache=host, gather_hot_cache=hot,
-            gather_schedule=schedule, **{f"out_{n}": t for n, t in out.items()})
+            **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+        scheduled.check_idle()
         # Copies: on the CPU, .cpu() is the tensor itself, which the next step changes.
         snapshot = {n: t.cpu().numpy().copy() for n, t in out.items()}
         snapshot.update(dgi=dgi.cpu().numpy().copy(), lru=lru.cpu().numpy().copy(), hot_bytes=hot.cpu().numpy().copy())
@@ -743,20 +794,22 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
 
 @requires_cuda
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("extra_requests", [8, 120, 140], ids=["paired", "paired-full", "past-twice"])
+@pytest.mark.parametrize("extra_requests", [-100, 8, 120, 140], ids=["helpers", "paired", "paired-full", "past-twice"])
 def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
-    """More requests than the GPU has SMs, on a shape (H = 4096, k = 2048,
-    656-byte rows) that fits half an SM's shared memory: up to twice the SM
-    count the CUDA resolver runs two blocks per SM with the stage that still
-    fits, past it one block per SM again. Every output, the state and every
-    hot byte equal the CPU backend's after every step, and every valid
-    entry's hot row holds its host row."""
+    """Batches around the SM count, on a shape (H = 4096, k = 2048, 656-byte
+    rows) that fits half an SM's shared memory: below it the handoff
+    schedule adds a helper block per idle SM; up to twice the SM count the
+    CUDA resolver runs two blocks per SM with the stage that still fits,
+    past it one block per SM again (the requests' own blocks then help one
+    another). Every output, the state and every hot byte equal the CPU
+    backend's after every step, and every valid entry's hot row holds its
+    host row."""
     props = torch.cuda.get_device_properties(0)
     per_sm = getattr(props, "shared_memory_per_multiprocessor", 0)
     need = hisparse._C.resolver_shared_memory_bytes(4096, 2048)
     if need > per_sm // 2 - 1024:
         pytest.skip(f"the shape needs {need} B, more than half of this GPU's {per_sm} B per SM")
-    B = props.multi_processor_count + extra_requests
+    B = max(props.multi_processor_count + extra_requests, 1)
     got, host = run_wide_batch(torch.device("cuda"), schedule, B)
     want, _ = run_wide_batch(CPU, schedule, B)
     swaps = []

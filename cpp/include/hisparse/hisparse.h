@@ -360,8 +360,11 @@ HS_API hs_status_t hs_copy_bytes(const hs_tensor_t* dst, const hs_tensor_t* src,
  *   HS_RESOLVE_GATHER_AUTO   chosen per request on the device, without a host
  *                            sync: a request whose few misses the resolve
  *                            launch stages copies them itself; the rows of
- *                            the others are copied right after, in the same
- *                            stream, by a gather kernel spread over the GPU.
+ *                            the others are copied on every SM: with a
+ *                            handoff array, by the same launch as soon as
+ *                            each request's swap list is complete; without
+ *                            one, right after it, in the same stream, by a
+ *                            gather kernel spread over the GPU.
  *   HS_RESOLVE_GATHER_FUSED  every row copied by the resolve launch itself
  *                            (one launch; one SM per request). */
 typedef enum hs_resolve_gather_schedule {
@@ -432,7 +435,18 @@ typedef struct hs_resolve_residency_args {
   /* An hs_resolve_gather_schedule_t for a fused gather (0, AUTO, by
    * default); must be 0 without one. */
   int32_t gather_schedule;
+  /* Optional: the automatic schedule's handoff array, int32
+   * [S, HS_RESOLVER_HANDOFF_WORDS] contiguous on the device of topk_indices
+   * (S: the rows of device_global_indices), sharing no byte with another
+   * argument. Allocate it once with the state, filled with zeros, and
+   * leave it to the resolves: each launch leaves every record it uses idle
+   * again (its first word zero). With it, HS_RESOLVE_GATHER_AUTO on CUDA is one launch; it is
+   * checked on every backend and read only there. Launches that share it
+   * must not resolve one state row at once (which the state forbids
+   * anyway). */
+  const hs_tensor_t* handoff;
 } hs_resolve_residency_args_t;
+#define HS_RESOLVER_HANDOFF_WORDS 4
 #define HS_RESOLVE_RESIDENCY_ARGS_VERSION 1
 
 static inline void hs_resolve_residency_args_init(hs_resolve_residency_args_t* args) {

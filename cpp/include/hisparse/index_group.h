@@ -187,7 +187,8 @@ typedef struct hs_index_group_resolve_args {
   int64_t gather_hot_block_stride;          /* rows between hot blocks; 0 = hot_block_size
                                                (must be 0 without a fused gather) */
   /* an hs_resolve_gather_schedule_t (0, AUTO, by default); the
-   * resolver's workspace, where the group's shape needs one, is the group's own */
+   * resolver's workspace, where the group's shape needs one, and the
+   * automatic schedule's handoff array (one launch) are the group's own */
   int32_t gather_schedule;
 } hs_index_group_resolve_args_t;
 #define HS_INDEX_GROUP_RESOLVE_ARGS_VERSION 1

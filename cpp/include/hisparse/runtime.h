@@ -364,8 +364,9 @@ typedef struct hs_runtime_swap_in_result {
  * fused_gather = 1 on the leader (the default): the resolve launch itself
  * copies the leader's own missed rows into its hot cache (hs_resolve_residency's fused
  * gather with the bound host cache, hot view and attention_block_stride, in
- * its automatic schedule: a request with many misses leaves its rows to a
- * gather kernel launched right after the resolve on the copy stream), so
+ * its automatic schedule: a request with many misses publishes its swap
+ * list to the same launch's helper blocks, through the index group's
+ * handoff array), so
  * the leader enqueues no gather of its own; its ready event is recorded on
  * the copy stream right after the resolve. Bytes, outputs, state and
  * counters are those of fused_gather = 0; followers (prefetched or not) still

@@ -1,0 +1,288 @@
+// The handoff of the automatic schedule (docs/residency.md, "Fused gather"):
+// with a handoff array, a request with more misses than its stage holds
+// publishes its swap list as soon as phase D has written it, and every block
+// of the launch copies published rows once it has nothing else to do. The
+// blocks past the batch (one per SM the batch leaves idle) wait for the
+// lists from the start; a request's own block joins after its phase G. One
+// launch, and copies start while other requests still resolve.
+//
+// One record of kResolverHandoffWords int32 per state row. A state row is
+// unique among a launch's active requests, and two launches must never
+// resolve one state row at once (its LRU row would race too), so records of
+// concurrent launches never meet.
+//   state   kIdle between launches, kResolving from the owner's phase A to
+//           its phase D, then kPublished until the owner has claimed the
+//           last of its rows (or kIdle at once: a request that copies its
+//           own few rows publishes nothing);
+//   cursor  swap entries claimed so far, reset by the owner when it opens;
+//   first   the request's first token row;
+//   count   its assigned misses (swap entries), in token-row order.
+// Freedom from deadlock: a block waits only on a record in kResolving,
+// whose owner set that state while running and waits on no other block; a
+// record in kIdle is skipped, and its owner copies whatever is left of its
+// rows itself, since it claims its own record first.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda/atomic>
+
+#include "core/resolve_residency_params.hpp"
+#include "cuda/resolver_context.cuh"
+#include "cuda/resolver_gather.cuh"
+#include "cuda/row_copy.cuh"
+
+namespace hisparse {
+namespace cuda {
+
+namespace handoff {
+
+constexpr int kState = 0;
+constexpr int kCursor = 1;
+constexpr int kFirstRow = 2;
+constexpr int kCount = 3;
+static_assert(HS_RESOLVER_HANDOFF_WORDS == 4, "the record's words are the four above");
+
+constexpr int32_t kIdle = 0;
+constexpr int32_t kResolving = 1;
+constexpr int32_t kPublished = 2;
+
+// A record's state past this long in kResolving is treated as kIdle. The
+// owner leaves kResolving within its resolve (microseconds), so only a
+// record that no resolve wrote (memory that was not zero when allocated)
+// stays there, and a launch must not hang on it.
+constexpr uint64_t kResolvingTimeoutNs = 20'000'000;
+
+// How long a helper block, which starts looking as the owners start their
+// phase A, takes an idle record for one whose owner has not opened it yet.
+// Past it an idle record is skipped: its owner, if it opens later, copies
+// its rows itself.
+constexpr uint64_t kOpenGraceNs = 8'000;
+
+using Word = ::cuda::atomic_ref<int32_t, ::cuda::thread_scope_device>;
+
+__device__ __forceinline__ uint64_t global_time_ns() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
+  return now;
+}
+
+// Where a block keeps one round of claims (the request-reduce words of the
+// scratch, free after phase A): per lane r of the scanning warp, the first
+// token row of its record, the first swap entry it claimed and the rows
+// claimed by lanes before it; then the round's total and whether any of the
+// 32 records is still resolving.
+struct ClaimRound {
+  int32_t* words;
+  __device__ __forceinline__ int32_t* first_row() const { return words; }
+  __device__ __forceinline__ int32_t* start() const { return words + kWarpSize; }
+  __device__ __forceinline__ int32_t* before() const { return words + 2 * kWarpSize; }
+  __device__ __forceinline__ int32_t& total() const { return words[3 * kWarpSize]; }
+  __device__ __forceinline__ int32_t& resolving() const { return words[3 * kWarpSize + 1]; }
+};
+static_assert(3 * kWarpSize + 2 <= 4 * kResolverWarps, "a claim round fits the request-reduce words");
+
+// Most swap entries one lane claims from its record per round.
+constexpr int32_t kMaxClaimRows = 8;
+
+// The block's warps copy the rows of the round's claims, one row per warp
+// at a time so that a round's few rows keep as many warps reading as they
+// can, with the bytes gather_compact would write for those swap entries.
+__device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                  const ClaimRound& round, int32_t total) {
+  const GatherCompactParams& g = p.gather;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int32_t j = warp; j < total; j += kResolverWarps) {
+    const bool has_row = lane == 0;
+    int32_t host_row = -1, hot_row = -1;
+    if (has_row) {
+      // The last lane whose claims start at or before j (lanes that claimed
+      // nothing share the next lane's start and lose to it).
+      int lo = 0, hi = kWarpSize - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (round.before()[mid] <= j) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      const int32_t e = round.start()[lo] + (j - round.before()[lo]);
+      const int32_t r = c.top_k.quotient(e);
+      const int64_t t = round.first_row()[lo] + r;
+      const int32_t column = c.top_k.remainder(e, r);
+      // Written by another block: read at L2, past this SM's L1.
+      host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
+      hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
+    }
+    warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
+  }
+}
+
+// The block visits `visits` batch rows' records from batch row `first` on,
+// 32 at a time. Warp 0 reads the 32 states with a lane per record (one
+// round trip) and, in rounds, claims from each published record with rows
+// left a share of them (its rows over the grid's blocks, so that a record's
+// rows spread over every SM, whose host reads are slow one at a time); the
+// whole block then copies the round's rows. A round with nothing to copy
+// while records are still resolving waits for them. Every thread of the
+// block calls this. `own`: the record of the block's own request, at
+// `first`; it is idle again once fully claimed. `open_grace_ns`: how long an
+// idle record may still be waiting for its owner to open it (0: idle means
+// closed, for a block that starts looking only after its own resolve).
+__device__ __forceinline__ void help_published(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const ResolverWorkspace& ws, int32_t first, int32_t visits, int32_t* own,
+                                               uint64_t open_grace_ns) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int32_t B = p.num_batch_rows;
+  const ClaimRound round{ws.scratch + kScratchRequestReduce};
+  // One grace for the whole visit: records of later batches that are idle
+  // by then were closed, or are opened too late to wait for.
+  const uint64_t open_deadline = open_grace_ns > 0 && warp == 0 ? global_time_ns() + open_grace_ns : 0;
+  for (int32_t batch = 0; batch < visits; batch += kWarpSize) {
+    // The last round's words are read by every warp before they change.
+    __syncthreads();
+    int32_t* record = nullptr;
+    int32_t state = kIdle, first_row = 0, count = 0;
+    bool left = false;
+    // An idle record never seen open may belong to an owner that has not
+    // opened it yet (it does at the end of its phase A): within the grace,
+    // it is waited for like a resolving one.
+    bool unopened = false;
+    uint64_t waiting_since = 0;
+    if (warp == 0 && batch + lane < visits) {
+      const int32_t i = first + batch + lane;
+      const int32_t s = p.request_state_indices[i < B ? i : i - B];
+      if (s >= 0 && s < p.num_state_rows) record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
+      // Acquire: a kPublished record's first row, count and swap list are visible after it.
+      if (record != nullptr) state = Word(record[kState]).load(::cuda::memory_order_acquire);
+      unopened = record != nullptr && state == kIdle && open_grace_ns > 0 && global_time_ns() < open_deadline;
+    }
+    for (;;) {
+      if (warp == 0) {
+        if (state == kPublished) {
+          first_row = record[kFirstRow];
+          count = record[kCount];
+          left = true;
+          state = kIdle;  // visited
+        }
+        int32_t start = 0, claimed = 0;
+        if (left) {
+          const int32_t share = min(
+              max((count + static_cast<int32_t>(gridDim.x) - 1) / static_cast<int32_t>(gridDim.x), 1), kMaxClaimRows);
+          start = Word(record[kCursor]).fetch_add(share, ::cuda::memory_order_relaxed);
+          claimed = min(max(count - start, 0), share);
+          left = start + share < count;
+        }
+        int32_t inclusive = claimed;
+#pragma unroll
+        for (int d = 1; d < kWarpSize; d <<= 1) {
+          const int32_t up = __shfl_up_sync(kFullMask, inclusive, d);
+          if (lane >= d) inclusive += up;
+        }
+        round.first_row()[lane] = first_row;
+        round.start()[lane] = start;
+        round.before()[lane] = inclusive - claimed;
+        bool waiting = __ballot_sync(kFullMask, state == kResolving || unopened) != 0;
+        if (waiting && inclusive == 0 && lane == kWarpSize - 1) {
+          // Nothing to copy yet: wait a little, up to the timeout, before the next round.
+          const uint64_t now = global_time_ns();
+          if (waiting_since == 0) waiting_since = now;
+          waiting = now - waiting_since < kResolvingTimeoutNs;
+        }
+        waiting = __shfl_sync(kFullMask, waiting, kWarpSize - 1);
+        if (lane == kWarpSize - 1) {
+          round.total() = inclusive;
+          round.resolving() = waiting;
+        }
+        if (!waiting) {
+          state = state == kResolving ? kIdle : state;
+          unopened = false;
+        }
+      }
+      __syncthreads();
+      const int32_t total = round.total();
+      if (total == 0 && !round.resolving()) break;
+      if (total > 0) {
+        copy_claimed_rows(p, c, round, total);
+      } else if (warp == 0) {
+        __nanosleep(256);
+        if (state == kResolving || unopened) {
+          state = Word(record[kState]).load(::cuda::memory_order_acquire);
+          if (state != kIdle || global_time_ns() >= open_deadline) unopened = false;
+        }
+      }
+      __syncthreads();
+    }
+    // Every record of the batch is fully claimed: the owner's is idle again.
+    if (warp == 0 && own != nullptr && record == own) Word(own[kState]).store(kIdle, ::cuda::memory_order_relaxed);
+  }
+}
+
+}  // namespace handoff
+
+// The automatic schedule with a handoff array (launched with a block per
+// idle SM past the batch, and no tail gather): AutoGather's choice per
+// request, but a request with many misses publishes them to every block
+// of the launch instead of leaving them to a second kernel.
+template <class Fused>
+class HandoffGather : public AutoGather<Fused> {
+ public:
+  __device__ __forceinline__ HandoffGather(const ResolverConstants& c, const ResolverWorkspace& ws)
+      : AutoGather<Fused>(c, ws) {}
+
+  // Phase A found the request active: its record opens (kResolving).
+  __device__ __forceinline__ void open_request(const ResolveResidencyParams& p, const ResolverRequest& request) {
+    record_ = p.handoff + static_cast<int64_t>(request.s) * HS_RESOLVER_HANDOFF_WORDS;
+    if (threadIdx.x == 0) {
+      handoff::Word(record_[handoff::kCursor]).store(0, ::cuda::memory_order_relaxed);
+      handoff::Word(record_[handoff::kState]).store(handoff::kResolving, ::cuda::memory_order_relaxed);
+    }
+  }
+
+  // After B6 (the swap list is written): a request that copies its own rows
+  // closes its record; one with more publishes them.
+  __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
+                                                      const ResolverRequest& request, int32_t assigned_total) {
+    AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
+    if (threadIdx.x != 0) return;
+    if (this->local()) {
+      handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
+      return;
+    }
+    record_[handoff::kFirstRow] = request.t0;
+    record_[handoff::kCount] = assigned_total;
+    // The other threads' swap entries are ordered before this by B6; the
+    // fence makes them visible device-wide with the state.
+    __threadfence();
+    handoff::Word(record_[handoff::kState]).store(handoff::kPublished, ::cuda::memory_order_release);
+  }
+
+  // After phase G: the block's own record, what is left of it; then, in a
+  // launch without helper blocks (a batch past the SM count), every other
+  // request's, which the blocks that finish first copy.
+  __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                const ResolverWorkspace& ws) const {
+    const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_, 0);
+  }
+
+  // A block with no request of its own (past the batch, or inactive): every
+  // request's, from one that depends on the block so that the first
+  // requests' records are not everyone's first.
+  __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const ResolverWorkspace& ws) const {
+    const int32_t B = p.num_batch_rows;
+    if (B <= 0) return;
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x % static_cast<unsigned>(B)), B, nullptr,
+                            handoff::kOpenGraceNs);
+  }
+
+ private:
+  int32_t* record_ = nullptr;
+};
+
+}  // namespace cuda
+}  // namespace hisparse
