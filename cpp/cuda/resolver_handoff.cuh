@@ -6,7 +6,7 @@
 // lists from the start; a request's own block joins after its phase G. One
 // launch, and copies start while other requests still resolve.
 //
-// One record of kResolverHandoffWords int32 per state row. A state row is
+// One record of HS_RESOLVER_HANDOFF_WORDS int32 per state row. A state row is
 // unique among a launch's active requests, and two launches must never
 // resolve one state row at once (its LRU row would race too), so records of
 // concurrent launches never meet.
@@ -17,10 +17,14 @@
 //   cursor  swap entries claimed so far, reset by the owner when it opens;
 //   first   the request's first token row;
 //   count   its assigned misses (swap entries), in token-row order.
-// Freedom from deadlock: a block waits only on a record in kResolving,
-// whose owner set that state while running and waits on no other block; a
-// record in kIdle is skipped, and its owner copies whatever is left of its
-// rows itself, since it claims its own record first.
+// Freedom from deadlock: a block waits on a record in kResolving, whose
+// owner set that state while running and waits on no other block, and a
+// helper block also on an idle record it has not seen open, for at most
+// kOpenGraceNs from its start; every other idle record is skipped, and its
+// owner copies whatever is left of its rows itself, since it claims its own
+// record first. Only resolves may write the array: a record that was not
+// idle when the launch began (memory not zeroed at allocation) is taken at
+// its word, and can make the launch copy rows it must not.
 #pragma once
 
 #include <cstdint>

@@ -133,7 +133,9 @@ def resolve_residency(
     ``(S, RESOLVER_HANDOFF_WORDS)`` (S: the rows of
     ``device_global_indices``), contiguous on the device. Allocate it once
     with the state, with ``torch.zeros``, and let only resolves write it:
-    every launch leaves each record it used idle again (its first word 0). Checked on
+    every launch leaves each record it used idle again (its first word 0).
+    Memory that is not zeroed (``torch.empty``) cannot be detected and can
+    make a launch copy wrong rows. Checked on
     every backend, read only by the CUDA backend's automatic schedule.
     """
     _C.resolve_residency(

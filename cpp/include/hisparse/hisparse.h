@@ -440,10 +440,11 @@ typedef struct hs_resolve_residency_args {
    * (S: the rows of device_global_indices), sharing no byte with another
    * argument. Allocate it once with the state, filled with zeros, and
    * leave it to the resolves: each launch leaves every record it uses idle
-   * again (its first word zero). With it, HS_RESOLVE_GATHER_AUTO on CUDA is one launch; it is
-   * checked on every backend and read only there. Launches that share it
-   * must not resolve one state row at once (which the state forbids
-   * anyway). */
+   * again (its first word zero). Contents that no resolve wrote (memory
+   * not zeroed) cannot be detected and can make a launch copy wrong rows.
+   * With it, HS_RESOLVE_GATHER_AUTO on CUDA is one launch; it is checked
+   * on every backend and read only there. Launches that share it must not
+   * resolve one state row at once (which the state forbids anyway). */
   const hs_tensor_t* handoff;
 } hs_resolve_residency_args_t;
 #define HS_RESOLVER_HANDOFF_WORDS 4
