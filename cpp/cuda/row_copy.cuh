@@ -73,8 +73,8 @@ __device__ __forceinline__ void warp_copy_rows(int n, const uint8_t* src, uint8_
       const uint8_t* row_src =
           reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), row));
       uint8_t* row_dst = reinterpret_cast<uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(dst), row));
-      const uintptr_t host = kSide == HostSide::kSource ? reinterpret_cast<uintptr_t>(row_src)
-                                                        : reinterpret_cast<uintptr_t>(row_dst);
+      const uintptr_t host =
+          kSide == HostSide::kSource ? reinterpret_cast<uintptr_t>(row_src) : reinterpret_cast<uintptr_t>(row_dst);
       const uintptr_t anchor = host != 0 ? host : reinterpret_cast<uintptr_t>(row_src != nullptr ? row_src : row_dst);
       // The row's bytes before this lane's chunk: its line within the row, less the part of the first line before it.
       const int offset = (slot - row * slots) * kLineBytes + byte_in_line - static_cast<int>(anchor % kLineBytes);
