@@ -16,7 +16,7 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 8;
 
 __global__ void __launch_bounds__(kThreads) mirror_rows_kernel(MirrorRowsParams p, int rows_per_group) {
-  copy_row_groups<kThreads, kUnroll, HostSide::kDestination>(
+  copy_row_groups<kThreads, kUnroll>(
       p.count, rows_per_group, p.row_bytes, [&](int64_t i, const uint8_t*& src, uint8_t*& dst) {
         const int64_t slot = p.slot_mapping_int64 ? static_cast<const int64_t*>(p.slot_mapping)[i]
                                                   : static_cast<const int32_t*>(p.slot_mapping)[i];
