@@ -123,13 +123,14 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
   }
   const unsigned rows = __ballot_sync(kFullMask, dst != nullptr);
   if (rows == 0) return;
-  // Lane e takes the row of the e-th lane with one, as warp_copy_rows wants.
+  // Lane e takes the row of the e-th lane with one, as warp_copy_rows_by_line wants.
   const int n = __popc(rows);
   const int from = lane < n ? static_cast<int>(__fns(rows, 0, lane + 1)) : 0;
   const uint8_t* my_src =
       reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
   uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
-  warp_copy_rows<kAssignedRowUnroll>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
+  warp_copy_rows_by_line<kAssignedRowUnroll>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes),
+                                             lane);
 }
 
 // The miss stage (ResolverMissStage, appended to the workspace): rows of

@@ -24,7 +24,8 @@
 // owner copies whatever is left of its rows itself, since it claims its own
 // record first. Only resolves may write the array: a record that was not
 // idle when the launch began (memory not zeroed at allocation) is taken at
-// its word, and can make the launch copy rows it must not.
+// its word as far as it names entries of the launch's swap lists, and can
+// make the launch copy rows it must not.
 #pragma once
 
 #include <cstdint>
@@ -169,7 +170,9 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
         if (state == kPublished) {
           first_row = record[kFirstRow];
           count = record[kCount];
-          left = true;
+          // Words no resolve wrote (memory not zeroed) must not send reads past the swap lists.
+          left = first_row >= 0 && first_row < p.num_tokens && count > 0 &&
+                 count <= static_cast<int64_t>(p.num_tokens - first_row) * p.top_k;
           state = kIdle;  // visited
         }
         int32_t start = 0, claimed = 0;

@@ -1,13 +1,26 @@
 // Device helpers shared by the row-moving kernels (gather_compact,
-// gather_plan, mirror_rows): 16-byte chunk copies of whole rows, with many
-// loads in flight per thread before any store.
+// gather_plan, mirror_rows, read_rows, the resolver's copies): 16-byte chunk
+// copies of whole rows, with many loads in flight per thread before any
+// store.
 //
 // Why loads before stores: a zero-copy read of host memory over PCIe takes
 // a microsecond or more, and a thread that stores each chunk right after
 // loading it keeps one or two reads in flight. Issuing U loads first keeps
-// U reads in flight per thread; consecutive lanes read consecutive 16-byte
-// chunks, so a warp instruction covers 512 contiguous bytes whenever the
-// rows it spans are adjacent in memory.
+// U reads in flight per thread. Two lane mappings:
+//   warp_copy_rows          consecutive lanes read consecutive 16-byte
+//                           chunks, so a warp instruction covers 512
+//                           contiguous bytes whenever the rows it spans are
+//                           adjacent in memory;
+//   warp_copy_rows_by_line  eight lanes read the eight chunks of one
+//                           128-byte line of the source, so an instruction
+//                           covers four whole lines and no line of a row is
+//                           read by two instructions (SMs read host memory a
+//                           line at a time; the lanes of a partial first or
+//                           last line that lie outside the row stay idle).
+// The resolver's copies, a warp moving several rows per pass, are faster by
+// line; gather_compact's one row per warp, at its occupancy, measured slower
+// by line at large batches (docs/performance.md, "Physical bounds"), so it
+// keeps chunk order.
 #pragma once
 
 #include <algorithm>
@@ -52,6 +65,53 @@ __device__ __forceinline__ void warp_copy_rows(int n, const uint8_t* src, uint8_
       if (target[u] != nullptr && row_src != nullptr) {
         value[u] = load_chunk(row_src + static_cast<int64_t>(chunk) * kChunkBytes);
       }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (target[u] != nullptr) store_chunk(target[u], value[u]);
+    }
+  }
+}
+
+constexpr int kLineBytes = 128;
+constexpr int kChunksPerLine = kLineBytes / kChunkBytes;
+constexpr int kLinesPerInstruction = kWarpSize / kChunksPerLine;
+
+// Line slots one row of `chunks` chunks takes: the most 128-byte lines it
+// can touch from any 16-byte aligned start (six for 656-byte rows).
+__host__ __device__ inline int row_line_slots(int chunks) {
+  return (chunks * kChunkBytes + (kLineBytes - kChunkBytes) + kLineBytes - 1) / kLineBytes;
+}
+
+// warp_copy_rows' contract, with lanes over the source's lines: a pass of U
+// instructions covers 4U line slots, row_line_slots(chunks) per row, from
+// the line that holds the row's first source byte (its first destination
+// byte for a zero-filled row). Row addresses are 16-byte aligned.
+template <int U>
+__device__ __forceinline__ void warp_copy_rows_by_line(int n, const uint8_t* src, uint8_t* dst, int chunks, int lane) {
+  const int slots = row_line_slots(chunks);
+  const int total = n * slots;
+  const int row_bytes = chunks * kChunkBytes;
+  const int line_of_lane = lane / kChunksPerLine;
+  const int byte_in_line = (lane % kChunksPerLine) * kChunkBytes;
+  for (int base = 0; base < total; base += U * kLinesPerInstruction) {
+    uint4 value[U];
+    uint8_t* target[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int slot = base + u * kLinesPerInstruction + line_of_lane;
+      const int row = min(slot / slots, n - 1);
+      const uint8_t* row_src =
+          reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), row));
+      uint8_t* row_dst = reinterpret_cast<uint8_t*>(__shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(dst), row));
+      const uintptr_t anchor = reinterpret_cast<uintptr_t>(row_src != nullptr ? row_src : row_dst);
+      // This lane's byte of the row: its line's start within the row's lines, less the bytes of the first line before
+      // the row.
+      const int offset = (slot - row * slots) * kLineBytes + byte_in_line - static_cast<int>(anchor % kLineBytes);
+      const bool in_row = slot < total && offset >= 0 && offset < row_bytes;
+      target[u] = in_row && row_dst != nullptr ? row_dst + offset : nullptr;
+      value[u] = make_uint4(0, 0, 0, 0);
+      if (target[u] != nullptr && row_src != nullptr) value[u] = load_chunk(row_src + offset);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

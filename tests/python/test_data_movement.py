@@ -228,8 +228,11 @@ def test_gather_compact_single_used_row_at_end(device, rows, k, count, variant):
 @requires_cuda
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("max_blocks", [1, 3, None])
-@pytest.mark.parametrize("row_bytes", sanitize_subset([16, 656, 4096], {656}))
-def test_gather_compact_cuda_equals_cpu_backend(variant, max_blocks, row_bytes):
+@pytest.mark.parametrize("row_bytes, base_offset",
+                         sanitize_subset([(16, 0), (656, 0), (4096, 0), (240, 48), (656, 112)], {(656, 0)}))
+def test_gather_compact_cuda_equals_cpu_backend(variant, max_blocks, row_bytes, base_offset):
+    """base_offset: the host rows start that many bytes past a 128-byte line,
+    so rows of 240 bytes touch two or three lines and 656-byte ones six."""
     gen = torch.Generator().manual_seed(row_bytes + 11)
     host_rows, rows, k, hbs, stride, blocks = 4000, 9, 300, 64, 96, 48
     host = random_bytes((host_rows, row_bytes), gen)
@@ -238,8 +241,13 @@ def test_gather_compact_cuda_equals_cpu_backend(variant, max_blocks, row_bytes):
     swap_host, swap_dev, counts = make_swap_case(gen, host_rows=host_rows, rows=rows, k=k, physical_rows=blocks * hbs)
     cpu_hot = hot0.clone()
     ops.gather_compact(host, cpu_hot, swap_host, swap_dev, counts, hot_block_size=hbs, hot_block_stride=stride)
+    pinned = torch.empty(host_rows * row_bytes + 128, dtype=torch.uint8).pin_memory()
+    shift = (base_offset - pinned.data_ptr()) % 128
+    pinned_host = pinned[shift:shift + host_rows * row_bytes].view(host_rows, row_bytes)
+    pinned_host.copy_(host)
+    assert pinned_host.data_ptr() % 128 == base_offset
     hot = hot0.cuda()
-    ops.gather_compact(host.pin_memory(), hot, swap_host.cuda(), swap_dev.cuda(), counts.cuda(), hot_block_size=hbs,
+    ops.gather_compact(pinned_host, hot, swap_host.cuda(), swap_dev.cuda(), counts.cuda(), hot_block_size=hbs,
                        hot_block_stride=stride, variant=variant, max_blocks=max_blocks)
     torch.cuda.synchronize()
     assert torch.equal(hot.cpu(), cpu_hot)
