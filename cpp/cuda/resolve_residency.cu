@@ -259,10 +259,8 @@ struct UnionSummary {
 // their entries overflow. A whole top-k row of k <= 2048 is one chunk: one
 // classification round trip and two barriers. After B2 the ranks, member
 // keys and first entries, the slot counts and the dgi row copy are final.
-template <class Gather>
 __device__ __forceinline__ UnionSummary build_union(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                    const ResolverWorkspace& ws, const ResolverRequest& request,
-                                                    Gather& gather) {
+                                                    const ResolverWorkspace& ws, const ResolverRequest& request) {
   constexpr int32_t kPerThread = kResolverUnionChunk / kThreads;
   static_assert(kPerThread == 2, "the union loop holds two entries per thread");
   const int32_t entries = request.entries;
@@ -317,26 +315,21 @@ __device__ __forceinline__ UnionSummary build_union(const ResolveResidencyParams
       } else if (e < coded) {
         ws.entry_codes[e] = code[0];
       }
-      gather.before_chunk_barrier(p, c, ws, request, base);
       __syncthreads();  // B2a: every insertion and marker of the chunk is in place
       bool first_entry[kPerThread];
-      typename Gather::ChunkStage chunk_stage;
       int firsts = 0;
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         first_entry[x] = key[x] >= 0 && ws.table.is_first_in_chunk(h[x], local + x);
         firsts += first_entry[x];
-        gather.find_sure_miss(c, ws, chunk_stage, x, first_entry[x], key[x]);
       }
       int32_t new_keys;
       int32_t rank = union_size + block_exclusive_sum_small<2>(firsts, ws.scratch + kScratchUnionScan, &new_keys);
       // B2b (inside the scan); the next chunk's writes of the scan buffer
       // come after its own B2a.
-      gather.after_rank_scan(c, ws, chunk_stage);
 #pragma unroll
       for (int x = 0; x < kPerThread; ++x) {
         if (!first_entry[x]) continue;
-        gather.stage_new_key(c, ws, chunk_stage, x, rank, max_union, key[x]);
         ws.table.set_rank(h[x], static_cast<uint32_t>(rank));
         if (rank < max_union) {
           ws.member_keys[rank] = key[x];
@@ -349,7 +342,6 @@ __device__ __forceinline__ UnionSummary build_union(const ResolveResidencyParams
     }
   }
   const int32_t members = min(union_size, max_union);
-  gather.after_union(ws);
   wait_async_copies<0>();
   __syncthreads();  // B2
   return {members, classified, coded};
@@ -715,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   gather.open_request(p, request);                                           // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
   count_slot_occurrences<Placement>(p, ws);                                  // B
-  const UnionSummary u = build_union(p, c, ws, request, gather);             // B  | B2a, B2b per chunk; B2
+  const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
   match_slots(p, c, ws, request, gather);                                    // C1 | B3
   const MemberRun run = member_run(u.members);
   gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
@@ -829,10 +821,6 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
       std::min<int64_t>(INT32_MAX, (INT32_MAX - (params.hot_block_size - 1)) / params.attention_block_stride));
   constants.hot_table_entries = (params.hot_size + params.hot_block_size - 1) / params.hot_block_size;
   constants.bulk_stage = hopper;
-  // The held filter's bits: the largest power of two within member_slots.
-  uint32_t filter_bits = 32;
-  while (filter_bits * 2 <= 32ull * static_cast<uint64_t>(std::max(params.max_union_rows, 1))) filter_bits *= 2;
-  constants.held_filter_mask = filter_bits - 1;
   constants.stage_host = params.fused_gather ? params.gather.host : nullptr;
   constants.stage_host_pitch = params.fused_gather ? params.gather.host_pitch : 0;
   constants.stage_host_rows =
@@ -877,11 +865,6 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
              "resolve_residency kernel launch");
 }
 
-// The held filter needs the bulk stage and room in it.
-bool has_early_stage(const ResolveResidencyParams& params, const ResolverConstants& constants, bool hopper) {
-  return hopper && constants.miss_stage.rows > 0 && params.max_union_rows > 0;
-}
-
 // The automatic schedule with a handoff array: one helper block per SM that
 // the batch's blocks leave idle (none past the SM count: there the
 // requests' own blocks help one another as they finish).
@@ -891,12 +874,7 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
                     cudaStream_t stream) {
   const int64_t own_blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
   const unsigned helpers = static_cast<unsigned>(std::max<int64_t>(0, d.multiprocessors - own_blocks));
-  if (has_early_stage(params, constants, d.hopper)) {
-    launch<HandoffGather<FusedGatherEarlyStage>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
-                                                               helpers);
-  } else {
-    launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
-  }
+  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
@@ -906,23 +884,14 @@ template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
   const bool hopper = d.hopper;
-  const bool early_stage = has_early_stage(params, constants, hopper);
   if (!params.fused_gather) {
     launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
-    if (early_stage) {
-      launch<FusedGatherEarlyStage, Placement, 1>(params, constants, layout, device, hopper, stream);
-    } else {
-      launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
-    }
+    launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.handoff != nullptr) {
     launch_handoff<Placement>(params, constants, layout, device, d, stream);
   } else {
-    if (early_stage) {
-      launch<AutoGather<FusedGatherEarlyStage>, Placement, 1>(params, constants, layout, device, hopper, stream);
-    } else {
-      launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);
-    }
+    launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);
     launch_resolver_tail_gather(params, constants.auto_local_rows, stream);
   }
 }
@@ -950,11 +919,7 @@ bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevi
 
 void launch_paired_fused(const ResolveResidencyParams& params, const ResolverConstants& constants,
                          const ResolverSharedLayout& layout, int device, bool hopper, cudaStream_t stream) {
-  if (has_early_stage(params, constants, hopper)) {
-    launch<FusedGatherEarlyStage, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
-  } else {
-    launch<FusedGather, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
-  }
+  launch<FusedGather, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
 }
 
 }  // namespace

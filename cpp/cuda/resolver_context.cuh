@@ -44,11 +44,9 @@ struct ResolverConstants {
   // Staged rows arrive by one bulk (TMA) copy each, counted in by an
   // mbarrier (sm_90), instead of 16-byte cp.async copies (sm_80).
   bool bulk_stage;
-  // The early stage (FusedGatherEarlyStage): the held filter's bits are
-  // key & mask (a power of two minus one, within member_slots). The fused
-  // gather's stage reads p.gather's fields from here (host rows clamped to
-  // int32), a few parameter lines instead of the scattered fields of p.gather.
-  uint32_t held_filter_mask;
+  // The fused gather's stage reads p.gather's fields from here (host rows
+  // clamped to int32), a few parameter lines instead of the scattered fields
+  // of p.gather.
   int32_t stage_host_rows;
   uint32_t stage_row_bytes;
   const uint8_t* stage_host;
@@ -158,9 +156,6 @@ struct ResolverWorkspace {
   __device__ __forceinline__ int32_t* held_copy() const { return held; }
   // Phase B: slot occurrence counts, 16-bit halves of the slot_info words.
   __device__ __forceinline__ uint32_t* slot_counts() const { return reinterpret_cast<uint32_t*>(slot_info); }
-  // Phase B (early stage): the held filter in the member_slots words, which
-  // hold nothing until phase C2.
-  __device__ __forceinline__ uint32_t* held_filter() const { return reinterpret_cast<uint32_t*>(member_slots); }
   // Phases D-F: the new LRU order in the slot_info words (free after C2).
   __device__ __forceinline__ int16_t* next_lru() const { return reinterpret_cast<int16_t*>(slot_info); }
 };

@@ -9,10 +9,6 @@
 //                          the miss stage are staged after C1 and written out
 //                          in phase G; otherwise every assigned miss is
 //                          copied directly in phase E.
-//   FusedGatherEarlyStage  FusedGather plus the held filter (sm_90, bulk
-//                          stage only): while the union is built, the misses
-//                          the filter proves are staged right after the
-//                          union's rank scan, a phase before C1.
 //   AutoGather<Fused>      the automatic schedule: Fused's copies for a
 //                          request with few assigned misses, none for the
 //                          others, whose rows the tail gather launched after
@@ -41,31 +37,10 @@ namespace cuda {
 // The hook points, each a no-op here; the fused policies hide the ones they
 // use. Arguments are what the phase has at that point.
 struct NoGather {
-  // Per union chunk, between the rank scan and the ranks' publication.
-  struct ChunkStage {};
-
   __device__ __forceinline__ NoGather(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 
   // Phase A, before the grid dependency wait (shared memory only).
   __device__ __forceinline__ void prepare(const ResolverConstants& /*c*/) const {}
-
-  // Phase B, per union chunk at `base`: before B2a (the chunk's first entries
-  // still unknown); after B2a per entry x of the thread (first_entry: the
-  // entry is its key's first in the chunk); after the rank scan (B2b); per
-  // first entry before its rank is published. Then once, the union
-  // complete, before B2.
-  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& /*p*/,
-                                                       const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
-                                                       const ResolverRequest& /*request*/, int32_t /*base*/) {}
-  __device__ __forceinline__ void find_sure_miss(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
-                                                 ChunkStage& /*chunk*/, int /*x*/, bool /*first_entry*/,
-                                                 int32_t /*key*/) {}
-  __device__ __forceinline__ void after_rank_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
-                                                  ChunkStage& /*chunk*/) {}
-  __device__ __forceinline__ void stage_new_key(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
-                                                const ChunkStage& /*chunk*/, int /*x*/, int32_t /*rank*/,
-                                                int32_t /*max_union*/, int32_t /*key*/) {}
-  __device__ __forceinline__ void after_union(const ResolverWorkspace& /*ws*/) {}
 
   // Phase C1, before B3: the members this thread found held.
   __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& /*ws*/, int /*held_here*/) {}
@@ -160,11 +135,9 @@ class FusedGather : public NoGather {
 
   // A member that no usable slot holds misses this step (phase D may still
   // find no slot for it). When all of the request's misses fit the miss
-  // stage, the warps start reading the host rows of those not staged yet
-  // into it right away, so the round trip to host memory (a page walk and a
-  // PCIe read) overlaps phases C2, D and F instead of following them. In
-  // FusedGatherEarlyStage these are the misses the held filter could not
-  // prove (collisions, or keys it could not see). (members - held members
+  // stage, the warps start reading their host rows into it right away, so
+  // the round trip to host memory (a page walk and a PCIe read) overlaps
+  // phases C2, D and F instead of following them. (members - held members
   // seen in C1 is the miss count, or less when a corrupt table holds a
   // member twice; either way only the choice, never the bytes, depends on it.)
   __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
@@ -172,7 +145,7 @@ class FusedGather : public NoGather {
     const ResolverMissStage& stage = c.miss_stage;
     const int lane = threadIdx.x & 31;
     const int32_t misses_seen = members - ws.scratch[kScratchHeldMembers];
-    if (stage.rows > 0 && misses_seen <= stage.rows && misses_seen > staged_early_) {
+    if (stage.rows > 0 && misses_seen <= stage.rows && misses_seen > 0) {
       const uint32_t row_bytes = c.stage_row_bytes;
       const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
       for (int32_t i = 0; i < run.length; ++i) {
@@ -271,7 +244,7 @@ class FusedGather : public NoGather {
     const int32_t staged = min(ws.scratch[kScratchStagedRows], stage.rows);  // final since B4
     if (staged > 0) {
       if (c.bulk_stage) {
-        // Every bulk copy was announced before B4 (in phase B or after C1);
+        // Every bulk copy was announced before B4 (after C1);
         // warp 0 always waits, so the block outlives the copies into its
         // shared memory.
         if (threadIdx.x == 0) mbarrier_arrive(stage_barrier_);
@@ -305,106 +278,7 @@ class FusedGather : public NoGather {
   uint32_t stage_barrier_;   // shared address of the stage's mbarrier
   int32_t* stage_members_;   // int32 [stage rows]
   uint32_t stage_base_;      // shared address of stage row 0
-  int32_t staged_early_ = 0;  // stage rows taken in phase B (block-uniform)
   int unstaged_here_ = 0;     // this thread's assigned misses that phase E copies
-};
-
-// The held filter: the words of member_slots (all ones until phase C2) with
-// one bit per key & mask; each word of the dgi row clears its key's bit, so a
-// set bit proves that no slot holds the key (a sure miss) and a cleared one
-// proves nothing. Host slots of one request are mostly contiguous runs,
-// which the low bits spread without collisions. Bit 31 of a word is never
-// cleared (bit 30 stands in for it): a word stays negative, which is all
-// phase C2 asks of a member without a hit position.
-struct HeldFilterBit {
-  uint32_t word;
-  uint32_t mask;
-};
-__device__ __forceinline__ HeldFilterBit held_filter_bit(int32_t key, uint32_t filter_mask) {
-  const uint32_t bit = static_cast<uint32_t>(key) & filter_mask;
-  return {bit >> 5, 1u << min(bit & 31u, 30u)};
-}
-
-// A new key of the union that the held filter proves absent from the dgi row
-// is a miss, known at B2a of its chunk; when the request's sure misses fit
-// the stage, their host reads start right after the chunk's rank scan. The
-// stage after C1 continues with the misses the filter could not prove. The
-// launcher picks this policy only with a bulk stage (sm_90) that has rows.
-class FusedGatherEarlyStage : public FusedGather {
- public:
-  // Per entry x of the thread in the chunk, 16 bits at 16 * x: the stage
-  // row of a sure miss, or all ones (one register across the scan).
-  struct ChunkStage {
-    uint32_t rows = kFullMask;
-    bool now = false;  // the chunk's sure misses are staged
-  };
-
-  __device__ __forceinline__ FusedGatherEarlyStage(const ResolverConstants& c, const ResolverWorkspace& ws)
-      : FusedGather(c, ws) {}
-
-  // The words of the dgi row this thread copied in phase A (landed by now)
-  // clear their filter bits; B2a publishes the filter. Empty slots are
-  // skipped: a buffer that is not full yet would otherwise send thousands of
-  // atomics to the one word of key -1.
-  __device__ __forceinline__ void before_chunk_barrier(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                       const ResolverWorkspace& ws, const ResolverRequest& request,
-                                                       int32_t base) {
-    if (base != 0) return;
-    wait_async_copies<0>();
-    uint32_t* const held_filter = ws.held_filter();
-    const int32_t* const held_copy = ws.held_copy();
-    for_each_own_int32_copy<kResolverThreads>(request.dgi_row, p.hot_size, [&](int32_t j) {
-      const int32_t held = held_copy[j];
-      if (held < 0) return;
-      const HeldFilterBit bit = held_filter_bit(held, c.held_filter_mask);
-      atomicAnd(held_filter + bit.word, ~bit.mask);
-    });
-  }
-
-  __device__ __forceinline__ void find_sure_miss(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                 ChunkStage& chunk, int x, bool first_entry, int32_t key) {
-    if (first_entry && key < c.stage_host_rows) {
-      const HeldFilterBit bit = held_filter_bit(key, c.held_filter_mask);
-      if (ws.held_filter()[bit.word] & bit.mask) {
-        // (Past 0xFFFE sure misses the stage is long full: the chunk stages nothing.)
-        const uint32_t row = min(atomicAdd(ws.scratch + kScratchSureMisses, 1), 0xFFFE);
-        chunk.rows &= ~(0xFFFFu << (16 * x)) | (row << (16 * x));
-      }
-    }
-  }
-
-  // All or nothing, like the stage after C1 (the count runs over the chunks,
-  // so once it outgrows the stage it stays so).
-  __device__ __forceinline__ void after_rank_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                  ChunkStage& chunk) {
-    const int32_t sure_misses = ws.scratch[kScratchSureMisses];  // final since B2b
-    chunk.now = sure_misses <= c.miss_stage.rows;
-    if (chunk.now) staged_early_ = sure_misses;
-  }
-
-  // The first entry x of a new key, ranked `rank`: a sure miss starts its
-  // host row's bulk copy. A key past max_union_rows is no member: its stage
-  // row stays unused.
-  __device__ __forceinline__ void stage_new_key(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                const ChunkStage& chunk, int x, int32_t rank, int32_t max_union,
-                                                int32_t key) {
-    const uint32_t stage_row = (chunk.rows >> (16 * x)) & 0xFFFFu;
-    if (chunk.now && stage_row != 0xFFFFu) {
-      const bool member = rank < max_union;
-      if (member) {
-        bulk_copy_to_shared(stage_barrier_, stage_base_ + stage_row * c.stage_row_bytes,
-                            c.stage_host + static_cast<int64_t>(key) * c.stage_host_pitch, c.stage_row_bytes);
-        ws.member_held[rank] = kMemberStaged;
-      }
-      stage_members_[stage_row] = member ? rank : -1;
-    }
-  }
-
-  // The stage after C1 continues the early stage's rows. (A sure miss is
-  // held by no slot, so C1 never marks the members staged here as held.)
-  __device__ __forceinline__ void after_union(const ResolverWorkspace& ws) {
-    if (threadIdx.x == 0 && staged_early_ > 0) ws.scratch[kScratchStagedRows] = staged_early_;
-  }
 };
 
 // The automatic schedule (docs/residency.md, "Fused gather"): a request with

@@ -269,10 +269,13 @@ class HandoffGather : public AutoGather<Fused> {
 
   // After phase G: the block's own record, what is left of it; then, in a
   // launch without helper blocks (a batch past the SM count), every other
-  // request's, which the blocks that finish first copy.
+  // request's, which the blocks that finish first copy. With helper blocks,
+  // a request that copied its own rows closed its record unpublished, so
+  // there is nothing to visit (and a visit costs a round trip to the record).
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
     const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
+    if (helpers && this->local()) return;
     handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_, 0);
   }
 

@@ -460,30 +460,14 @@ def test_fused_gather_full_buffers(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
-def held_filter_bit(key: int, max_union_rows: int) -> tuple:
-    """The CUDA resolver's held-filter bit of a host slot as (word, bit)
-    (resolver_gather.cuh, held_filter_bit, and the launcher: key & mask over
-    the largest power of two of bits within 32 * max_union_rows, bit 31 of a
-    word folded onto bit 30); only used to pick keys that take each staging
-    path."""
-    bits = 32
-    while bits * 2 <= 32 * max_union_rows:
-        bits *= 2
-    bit = key & (bits - 1)
-    return bit >> 5, min(bit & 31, 30)
-
-
 def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, schedule="auto"):
     """One fused resolve of three requests with full buffers whose misses take
-    every way the CUDA resolver stages host rows: request 0 has a miss its
-    held filter proves absent (staged right after the union's rank scan), a
-    miss whose filter bit a held key shares (copied after phase D) and a
-    provably absent key past max_union_rows (no member: its early stage row
-    stays unused); request 1 has one provable miss, two filter collisions
-    (staged after C1, behind the early one) and a provable miss past the
-    gather's host rows (zero-filled, never staged); request 2 has two
-    provable misses and nothing else to copy (the block skips phase E).
-    Returns the outputs, the final state, the hot cache and the host rows."""
+    every way the CUDA resolver copies host rows: request 0 has two misses
+    (staged after C1) and a key past max_union_rows (no member: never
+    copied); request 1 has three misses and one past the gather's host rows
+    (zero-filled by phase E, never staged); request 2 has two misses and
+    nothing else to copy (the block skips phase E). Returns the outputs, the
+    final state, the hot cache and the host rows."""
     block, span, B = 16, 512, 3
     gen = torch.Generator().manual_seed(47)
     host_rows = B * span
@@ -492,22 +476,18 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, sch
     topk = torch.empty((B, K), dtype=torch.int32)
     for b in range(B):
         mine = held[b].tolist()
-        taken = {held_filter_bit(g, max_union_rows) for g in mine}
         fresh = [g for g in (b * span + torch.randperm(span - 8, generator=gen)).tolist() if g not in mine]
-        sure = [g for g in fresh if held_filter_bit(g, max_union_rows) not in taken]
-        colliding = [g for g in fresh if held_filter_bit(g, max_union_rows) in taken]
         hits = mine[:K]
         if b == 0:
-            # ranks: 0 sure, 1 colliding, 2..11 hits, 12 sure (past the union), 13..15 hits
-            row = [sure[0], colliding[0]] + hits[:10] + [sure[1]] + hits[10:13]
+            # ranks: 0 and 1 misses, 2..11 hits, 12 a miss past the union, 13..15 hits
+            row = [fresh[0], fresh[1]] + hits[:10] + [fresh[2]] + hits[10:13]
         elif b == 2:
-            # 2 sure misses and 10 hits, 4 of them twice: a union of 12
-            row = [sure[0], sure[1]] + hits[:10] + hits[:4]
+            # 2 misses and 10 hits, 4 of them twice: a union of 12
+            row = [fresh[0], fresh[1]] + hits[:10] + hits[:4]
         else:
-            past_gather = next(g for g in range(host_rows - 8, host_rows)
-                               if held_filter_bit(g, max_union_rows) not in taken)
+            past_gather = host_rows - 8
             # 4 misses and 8 hits, 4 of them twice: a union of 12
-            row = [colliding[0], sure[0], colliding[1], past_gather] + hits[:8] + hits[:4]
+            row = [fresh[0], fresh[1], fresh[2], past_gather] + hits[:8] + hits[:4]
         topk[b] = torch.tensor(row, dtype=torch.int32)
     hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
     for b in range(B):
@@ -532,11 +512,11 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, sch
 @pytest.mark.sanitize
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_fused_gather_every_staging_path(device, schedule):
-    """Misses staged early, staged after C1, copied after phase D, past the
-    union and zero-filled, in one launch (run_crafted_misses): every valid
-    entry's hot row holds its host row (zeros past the gather's host rows),
-    entries past the union are -1, and on CUDA every output, the state and
-    every hot byte equal the CPU backend's."""
+    """Misses staged after C1, past the union and zero-filled by phase E, in
+    one launch (run_crafted_misses): every valid entry's hot row holds its
+    host row (zeros past the gather's host rows), entries past the union are
+    -1, and on CUDA every output, the state and every hot byte equal the CPU
+    backend's."""
     got, dgi, lru, hot, host = run_crafted_misses(device, schedule=schedule)
     assert got["swap_counts"].tolist() == [2, 4, 2]
     assert (got["hot_rows"][0, 12:] == -1).all() and (got["hot_rows"][0, :12] >= 0).all()
@@ -717,8 +697,7 @@ def test_fused_gather_bad_inputs_cuda():
 def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows, schedule):
     """Rows so long that the CUDA resolver's miss stage holds one row, or none
     (the shared memory the union leaves has room for no more): with none, the
-    sm_90 launch takes the fused gather without the early stage and copies
-    every miss after phase D; with one, a request stages its misses only when
+    launch copies every miss after phase D; with one, a request stages its misses only when
     it has at most one. Every output, the state, the counters and every hot
     byte equal resolve + gather_compact and the CPU backend's fused gather."""
     device = torch.device("cuda")
