@@ -3,9 +3,8 @@
 // start_*_row_copy issue asynchronous copies (cp.async, sm_80 and later)
 // that hold no registers while they fly, one commit group per call;
 // wait_async_copies completes them for the calling thread only, so a block
-// barrier must follow before other threads read what landed (or a thread
-// reads only its own copies: for_each_own_int32_copy). Before sm_80 the
-// same calls copy synchronously.
+// barrier must follow before other threads read what landed. Before sm_80
+// the same calls copy synchronously.
 //
 // Each function is called by all kBlockThreads threads of the block with
 // the same arguments; thread i takes elements (or 16-byte vectors) i,
@@ -36,25 +35,6 @@ __device__ __forceinline__ void start_int32_row_copy(int32_t* dst, const int32_t
 #else
   for (int32_t i = threadIdx.x; i < n; i += kBlockThreads) dst[i] = src[i];
 #endif
-}
-
-// Calls visit(i) for each word i of the n-word row that
-// start_int32_row_copy(dst, src, n) gave this thread to copy: once the
-// thread's copies are complete it may read exactly these, before any block
-// barrier.
-template <int kBlockThreads, typename Visit>
-__device__ __forceinline__ void for_each_own_int32_copy(const int32_t* src, int32_t n, Visit visit) {
-#if __CUDA_ARCH__ >= 800
-  if (n % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-#pragma unroll 1
-    for (int32_t v = threadIdx.x; v < n / 4; v += kBlockThreads) {
-#pragma unroll
-      for (int32_t i = 0; i < 4; ++i) visit(4 * v + i);
-    }
-    return;
-  }
-#endif
-  for (int32_t i = threadIdx.x; i < n; i += kBlockThreads) visit(i);
 }
 
 // The same for n int16 (cp.async moves 4, 8 or 16 bytes, so rows that are

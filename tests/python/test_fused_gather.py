@@ -697,9 +697,10 @@ def test_fused_gather_bad_inputs_cuda():
 def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows, schedule):
     """Rows so long that the CUDA resolver's miss stage holds one row, or none
     (the shared memory the union leaves has room for no more): with none, the
-    launch copies every miss after phase D; with one, a request stages its misses only when
-    it has at most one. Every output, the state, the counters and every hot
-    byte equal resolve + gather_compact and the CPU backend's fused gather."""
+    launch copies every miss after phase D; with one, a request stages its
+    misses only when it has at most one. Every output, the state, the
+    counters and every hot byte equal resolve + gather_compact and the CPU
+    backend's fused gather."""
     device = torch.device("cuda")
     base = Shape(row_bytes=16, hot_block_size=16, hot_block_stride=16, steps=3)
     need = hisparse._C.resolver_shared_memory_bytes(base.H, base.max_union_rows)
