@@ -866,8 +866,8 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 }
 
 // The automatic schedule with a handoff array: one helper block per SM that
-// the batch's blocks leave idle (none past the SM count: there the
-// requests' own blocks help one another as they finish).
+// the batch's blocks leave idle (none when the batch fills every SM: there
+// the requests' own blocks help one another as they finish).
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
@@ -878,8 +878,12 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
-// Placement; the automatic schedule without a handoff array adds the tail
-// gather after it.
+// Placement; the automatic schedule adds the tail gather after it without a
+// handoff array, and also past the SM count, where the blocks run in waves
+// and a handoff has no helper blocks: there the requests' blocks copying
+// one another's lists as they finish took 1.16-1.45x the tail gather's time
+// at 256 requests of 2-4 token rows
+// (bench/results/resolver_speculative_shapes_h200.json).
 template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
@@ -888,7 +892,7 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
     launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
     launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
-  } else if (params.handoff != nullptr) {
+  } else if (params.handoff != nullptr && static_cast<int64_t>(params.num_batch_rows) + 1 <= d.multiprocessors) {
     launch_handoff<Placement>(params, constants, layout, device, d, stream);
   } else {
     launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);

@@ -268,7 +268,7 @@ class HandoffGather : public AutoGather<Fused> {
   }
 
   // After phase G: the block's own record, what is left of it; then, in a
-  // launch without helper blocks (a batch past the SM count), every other
+  // launch without helper blocks (a batch that fills every SM), every other
   // request's, which the blocks that finish first copy. With helper blocks,
   // a request that copied its own rows closed its record unpublished, so
   // there is nothing to visit (and a visit costs a round trip to the record).
