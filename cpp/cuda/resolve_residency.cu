@@ -881,9 +881,9 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
 // Placement; the automatic schedule adds the tail gather after it without a
 // handoff array, and also past the SM count, where the blocks run in waves
 // and a handoff has no helper blocks: there the requests' blocks copying
-// one another's lists as they finish took 1.16-1.45x the tail gather's time
+// one another's lists as they finish took 1.07-1.44x the tail gather's time
 // at 256 requests of 2-4 token rows
-// (bench/results/resolver_speculative_shapes_h200.json).
+// (bench/results/resolver_auto_past_sm_count_h200.json).
 template <class Placement>
 void launch_placed(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
