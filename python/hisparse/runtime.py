@@ -434,7 +434,10 @@ class Runtime:
         itself copies the leader's own missed rows into its hot cache, in the
         resolver's automatic schedule (a request with many misses publishes
         its swap list to the same launch's helper blocks, one per SM the
-        batch leaves idle, through the index group's handoff array);
+        batch leaves idle, through the index group's handoff array; past the
+        SM count each request's block copies its own rows, two blocks per
+        SM, where the shape fits, and otherwise the same call enqueues a
+        tail gather right after the resolve);
         ``False`` runs a separate gather after the resolve.
         Bytes, indices, state and counters are the same either way; followers
         still gather on the leader's swap list. See docs/residency.md, "Fused
