@@ -1,0 +1,128 @@
+"""Warp instructions of one resolver launch per phase, from an ncu profile.
+
+    ncu --section SourceCounters --import-source yes -k regex:resolve_residency_kernel \\
+        --launch-skip 2 --launch-count 1 -o point python3 bench/profile_resolver_point.py 1 0.001
+    ncu -i point.ncu-rep --page source --csv --print-source sass > point.csv
+    cuobjdump -xelf all <the built _C or libhisparse shared object>   # resolve_residency.sm_90.cubin
+    python3 bench/resolver_phase_counts.py point.csv resolve_residency.sm_90.cubin --requests 1
+
+Build with line info (-C cmake.define.CMAKE_CUDA_FLAGS=-lineinfo) so that
+the cubin maps each SASS instruction to the source lines it was inlined
+from. Each instruction is charged to the line of resolve_residency_kernel
+that it is inlined into, and each line to the phase its trailing comment
+names (`// B  | B2a ...` in this checkout's cpp/cuda/resolve_residency.cu,
+which must be the profiled build's); a line without one is named by the
+function it calls (the gather's hooks between phases, the workspace's
+set-up). nvdisasm comes with the CUDA toolkit (or the nvidia-cuda-nvdisasm
+wheel); --nvdisasm names another.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import re
+import subprocess
+from pathlib import Path
+
+KERNEL_SOURCE = Path(__file__).resolve().parent.parent / "cpp" / "cuda" / "resolve_residency.cu"
+
+
+def kernel_phases(source: Path) -> dict[int, str]:
+    """Line number -> phase for the body of resolve_residency_kernel: a line
+    whose trailing comment starts with a phase letter (`// B  | B2 ...`,
+    `// E`) is that phase; any other line is named by the last function it
+    calls (the gather's hooks between phases, the workspace's set-up)."""
+    lines = source.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    phases = {}
+    for index in range(start, end + 1):
+        code, _, comment = lines[index].partition("//")
+        label = re.match(r"\s*([A-H][0-9]?)\s*(?:\||$)", comment)
+        calls = [name for name in re.findall(r"(\w+)\s*\(", code) if name not in ("if", "for", "while", "return")]
+        phases[index + 1] = label.group(1) if label else (calls[-1] if calls else "setup")
+    return phases
+
+
+def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, int | None]]:
+    """Per function: instruction offset -> the kernel line it is inlined into."""
+    text = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
+    functions: dict[str, dict[int, int | None]] = {}
+    current = None
+    pending: list[tuple[str, int, str]] = []
+    for line in text.splitlines():
+        match = re.match(r"^\.text\.(\S+):", line)
+        if match:
+            current, pending = match.group(1), []
+            functions[current] = {}
+            continue
+        match = re.match(r'\s*//## File "([^"]+)", line (\d+)(?: inlined at "([^"]+)", line (\d+))?', line)
+        if match:
+            pending.append((Path(match.group(1)).name, int(match.group(2)), match.group(3) or ""))
+            continue
+        match = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if match and current is not None:
+            outer = [number for name, number, inlined in pending if not inlined and name == KERNEL_SOURCE.name]
+            # No marker: the instruction belongs to the line before it (None).
+            functions[current][int(match.group(1), 16)] = outer[-1] if pending and outer else None
+            pending = []
+    return functions
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sass_csv", type=Path, help="ncu --page source --csv --print-source sass")
+    parser.add_argument("cubin", type=Path, help="resolve_residency's cubin of the profiled build")
+    parser.add_argument("--requests", type=int, default=1, help="divide the counts by this many requests")
+    parser.add_argument("--nvdisasm", default="nvdisasm")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+
+    rows = list(csv.reader(args.sass_csv.open()))
+    if len(rows) < 3 or len(rows[0]) < 2 or "Instructions Executed" not in rows[1]:
+        raise SystemExit(f"{args.sass_csv}: expected ncu's source page as CSV "
+                         "(--page source --csv --print-source sass)")
+    kernel_name = rows[0][1]
+    header, data = rows[1], rows[2:]
+    executed = header.index("Instructions Executed")
+    policy = re.search(r"resolve_residency_kernel<(.*)>\(", kernel_name)
+    if policy is None:
+        raise SystemExit(f"{args.sass_csv}: not a resolve_residency_kernel profile ({kernel_name[:120]})")
+    functions = sass_lines(args.cubin, args.nvdisasm)
+    matches = [name for name in functions if instantiation_of(name) == instantiation_of(policy.group(1))]
+    if len(matches) != 1:
+        raise SystemExit(f"{args.cubin}: expected one function for {policy.group(1)}, found {len(matches)}")
+    offsets = functions[matches[0]]
+    phases = kernel_phases(KERNEL_SOURCE)
+
+    counts: collections.Counter[str] = collections.Counter()
+    base = int(data[0][0], 16)
+    line = None
+    for row in data:
+        mapped = offsets.get(int(row[0], 16) - base)
+        line = mapped if mapped is not None else line
+        counts[phases.get(line, "setup")] += int(row[executed] or 0)
+    total = sum(counts.values())
+    per_request = {phase: round(count / args.requests) for phase, count in counts.most_common()}
+    if args.json:
+        print(json.dumps({"kernel": kernel_name, "warp_instructions": total, "requests": args.requests,
+                          "by_phase_per_request": per_request}, indent=1))
+        return
+    print(f"{kernel_name}\n{total} warp instructions, {round(total / args.requests)} per request")
+    for phase, count in per_request.items():
+        print(f"  {phase:6s} {count:9d}  {100 * count * args.requests / total:5.1f}%")
+
+
+def instantiation_of(name: str) -> tuple:
+    """The policies and blocks per SM of a resolve_residency_kernel, from
+    ncu's spelling of its template arguments or from its mangled name."""
+    policy_names = r"(NoGather|AutoGather|HandoffGather|FusedGather|SharedPlacement|SplitPlacement)"
+    policies = tuple(re.findall(policy_names, name))
+    blocks = re.search(r"\(int\)(\d+)|Li(\d+)E", name)
+    return policies, (blocks.group(1) or blocks.group(2)) if blocks else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/resolver_phase_counts.py names the resolver kernel's phases and instantiations as the kernel does."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("resolver_phase_counts", ROOT / "bench" / "resolver_phase_counts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_phase_of_the_kernel_body_is_found():
+    phases = load().kernel_phases(ROOT / "cpp" / "cuda" / "resolve_residency.cu")
+    source = (ROOT / "cpp" / "cuda" / "resolve_residency.cu").read_text().splitlines()
+    named = {phases[line] for line in phases}
+    # The phases of docs/residency.md's table, each on the line that calls it.
+    assert {"A", "B", "C1", "C2", "D", "E", "F", "G", "H"} <= named
+    for line, phase in phases.items():
+        if phase == "B":
+            assert "count_slot_occurrences" in source[line - 1] or "build_union" in source[line - 1]
+    # Lines between phases are named by what they call, never by a phase letter.
+    assert any(phase == "after_slot_scan" for phase in phases.values())
+    assert "A" not in {phases[line] for line in phases if "allow_dependent_launch" in source[line - 1]}
+
+
+def test_instantiations_match_between_ncu_and_mangled_names():
+    instantiation_of = load().instantiation_of
+    ncu = "hisparse::cuda::HandoffGather<hisparse::cuda::FusedGather>, hisparse::cuda::SharedPlacement, (int)1"
+    mangled = ("_ZN8hisparse4cuda53_GLOBAL__N__e71da88d_20_resolve_residency_cu_cb1658af24resolve_residency_kernel"
+               "INS0_13HandoffGatherINS0_11FusedGatherEEENS0_15SharedPlacementELi1EEEvNS_22ResolveResidencyParamsE")
+    expected = (("HandoffGather", "FusedGather", "SharedPlacement"), "1")
+    assert instantiation_of(ncu) == instantiation_of(mangled) == expected
+    paired = "hisparse::cuda::FusedGather, hisparse::cuda::SharedPlacement, (int)2"
+    assert instantiation_of(paired) != instantiation_of(mangled)
+    assert instantiation_of(paired)[1] == "2"
