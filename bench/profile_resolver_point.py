@@ -1,7 +1,7 @@
 """One point of bench_resolver.py's grid, launched eagerly for a profiler.
 
-    ncu --section SourceCounters --import-source yes -k regex:resolve_residency_kernel \
-        --launch-skip 2 --launch-count 1 -o point \
+    ncu --section SourceCounters --import-source yes -k regex:resolve_residency_kernel \\
+        --launch-skip 2 --launch-count 1 -o point \\
         python3 bench/profile_resolver_point.py BATCH MISS_RATE [SCHEDULE] [-- BENCH_OPTIONS]
 
 Builds the grid's scenario (bench_resolver.Scenario: the same pool, trace and
@@ -29,7 +29,7 @@ def main(argv):
     batch, miss_rate = int(point[0]), float(point[1])
     schedule = point[2] if len(point) == 3 else None
     args = br.parse_args(["--steps", "4", *bench_options])
-    pool, host, hot = br.make_caches(args, batch, "cuda")
+    pool, host, hot = br.make_caches(args, batch, "cuda")  # pool backs host
     scenario = br.Scenario(args, batch, miss_rate, host, hot)
     for step in range(6):
         # Steps 0 and 1 fill the hot buffer the same way for every schedule.
@@ -37,7 +37,6 @@ def main(argv):
     torch.cuda.synchronize()
     print(f"batch {batch}, miss rate {miss_rate}, schedule {schedule or 'resolve alone'}: "
           f"{int(scenario.swap_counts.sum())} swap rows in the last step")
-    del pool
 
 
 if __name__ == "__main__":

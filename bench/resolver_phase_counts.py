@@ -48,7 +48,13 @@ def kernel_phases(source: Path) -> dict[int, str]:
 
 def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, int | None]]:
     """Per function: instruction offset -> the kernel line it is inlined into."""
-    text = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
+    try:
+        text = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        raise SystemExit(f"--nvdisasm: {nvdisasm} was not found (the CUDA toolkit's, or the "
+                         "nvidia-cuda-nvdisasm wheel's)") from None
+    except subprocess.CalledProcessError as error:
+        raise SystemExit(f"{cubin}: nvdisasm could not read it: {error.stderr.strip()[:200]}") from None
     functions: dict[str, dict[int, int | None]] = {}
     current = None
     pending: list[tuple[str, int, str]] = []
@@ -95,6 +101,8 @@ def main(argv=None):
     if len(matches) != 1:
         raise SystemExit(f"{args.cubin}: expected one function for {policy.group(1)}, found {len(matches)}")
     offsets = functions[matches[0]]
+    if not any(line is not None for line in offsets.values()):
+        raise SystemExit(f"{args.cubin}: no line info for {KERNEL_SOURCE.name} (build with -lineinfo)")
     phases = kernel_phases(KERNEL_SOURCE)
 
     counts: collections.Counter[str] = collections.Counter()
