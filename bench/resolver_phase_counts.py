@@ -4,7 +4,7 @@
         --launch-skip 2 --launch-count 1 -o point python3 bench/profile_resolver_point.py 1 0.001
     ncu -i point.ncu-rep --page source --csv --print-source sass > point.csv
     cuobjdump -xelf all <the built _C or libhisparse shared object>   # resolve_residency.sm_90.cubin
-    python3 bench/resolver_phase_counts.py point.csv resolve_residency.sm_90.cubin --requests 1
+    python3 bench/resolver_phase_counts.py point.csv resolve_residency.sm_90.cubin --requests 1 [--lines 10]
 
 Build with line info (-C cmake.define.CMAKE_CUDA_FLAGS=-lineinfo) so that
 the cubin maps each SASS instruction to the source lines it was inlined
@@ -14,7 +14,9 @@ names (`// B  | B2a ...` in this checkout's cpp/cuda/resolve_residency.cu,
 which must be the profiled build's); a line without one is named by the
 function it calls (the gather's hooks between phases, the workspace's
 set-up). nvdisasm comes with the CUDA toolkit (or the nvidia-cuda-nvdisasm
-wheel); --nvdisasm names another.
+wheel); --nvdisasm names another. --lines N adds, per phase, the N source
+lines (innermost in their inlining chain: a helper's line, not the phase's
+call) that executed the most.
 """
 from __future__ import annotations
 
@@ -46,8 +48,11 @@ def kernel_phases(source: Path) -> dict[int, str]:
     return phases
 
 
-def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, int | None]]:
-    """Per function: instruction offset -> the kernel line it is inlined into."""
+Location = tuple  # (kernel line the instruction is inlined into, innermost "file:line"), either may be None
+
+
+def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, Location]]:
+    """Per function: instruction offset -> where it comes from (parse_listing)."""
     try:
         text = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], check=True, capture_output=True, text=True).stdout
     except FileNotFoundError:
@@ -55,7 +60,16 @@ def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, int | None]]:
                          "nvidia-cuda-nvdisasm wheel's)") from None
     except subprocess.CalledProcessError as error:
         raise SystemExit(f"{cubin}: nvdisasm could not read it: {error.stderr.strip()[:200]}") from None
-    functions: dict[str, dict[int, int | None]] = {}
+    return parse_listing(text)
+
+
+def parse_listing(text: str) -> dict[str, dict[int, Location]]:
+    """nvdisasm -c -gi output -> per function, per instruction offset: the
+    line of resolve_residency.cu's kernel body it is inlined into, and the
+    innermost source line it was compiled from (the first marker of its
+    inlining chain). An instruction without markers belongs to the line
+    before it: (None, None)."""
+    functions: dict[str, dict[int, Location]] = {}
     current = None
     pending: list[tuple[str, int, str]] = []
     for line in text.splitlines():
@@ -71,10 +85,20 @@ def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, int | None]]:
         match = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
         if match and current is not None:
             outer = [number for name, number, inlined in pending if not inlined and name == KERNEL_SOURCE.name]
-            # No marker: the instruction belongs to the line before it (None).
-            functions[current][int(match.group(1), 16)] = outer[-1] if pending and outer else None
+            inner = f"{pending[0][0]}:{pending[0][1]}" if pending else None
+            functions[current][int(match.group(1), 16)] = (outer[-1] if pending and outer else None, inner)
             pending = []
     return functions
+
+
+def source_text(location: str) -> str:
+    """The source of a "file:line" of the CUDA tree, or "" for other files."""
+    name, _, number = location.rpartition(":")
+    path = KERNEL_SOURCE.parent / name
+    if not path.is_file():
+        return ""
+    lines = path.read_text().splitlines()
+    return lines[int(number) - 1].strip() if 0 < int(number) <= len(lines) else ""
 
 
 def main(argv=None):
@@ -84,6 +108,9 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=1, help="divide the counts by this many requests")
     parser.add_argument("--nvdisasm", default="nvdisasm")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--lines", type=int, default=0, metavar="N",
+                        help="also the N source lines of each phase that executed the most (innermost lines "
+                             "of the inlining chain)")
     args = parser.parse_args(argv)
 
     rows = list(csv.reader(args.sass_csv.open()))
@@ -106,21 +133,33 @@ def main(argv=None):
     phases = kernel_phases(KERNEL_SOURCE)
 
     counts: collections.Counter[str] = collections.Counter()
+    by_line: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     base = int(data[0][0], 16)
-    line = None
+    line, inner = None, None
     for row in data:
-        mapped = offsets.get(int(row[0], 16) - base)
+        mapped, mapped_inner = offsets.get(int(row[0], 16) - base, (None, None))
         line = mapped if mapped is not None else line
-        counts[phases.get(line, "setup")] += int(row[executed] or 0)
+        inner = mapped_inner if mapped_inner is not None else inner
+        phase = phases.get(line, "setup")
+        counts[phase] += int(row[executed] or 0)
+        by_line[phase][inner or "?"] += int(row[executed] or 0)
     total = sum(counts.values())
     per_request = {phase: round(count / args.requests) for phase, count in counts.most_common()}
+    top_lines = {phase: [{"line": where, "per_request": round(count / args.requests), "source": source_text(where)}
+                         for where, count in by_line[phase].most_common(args.lines)]
+                 for phase in per_request} if args.lines > 0 else {}
     if args.json:
-        print(json.dumps({"kernel": kernel_name, "warp_instructions": total, "requests": args.requests,
-                          "by_phase_per_request": per_request}, indent=1))
+        result = {"kernel": kernel_name, "warp_instructions": total, "requests": args.requests,
+                  "by_phase_per_request": per_request}
+        if top_lines:
+            result["top_lines_per_request"] = top_lines
+        print(json.dumps(result, indent=1))
         return
     print(f"{kernel_name}\n{total} warp instructions, {round(total / args.requests)} per request")
     for phase, count in per_request.items():
         print(f"  {phase:6s} {count:9d}  {100 * count * args.requests / total:5.1f}%")
+        for entry in top_lines.get(phase, []):
+            print(f"         {entry['per_request']:9d}  {entry['line']:28s} {entry['source'][:80]}")
 
 
 def instantiation_of(name: str) -> tuple:

@@ -36,3 +36,35 @@ def test_instantiations_match_between_ncu_and_mangled_names():
     paired = "hisparse::cuda::FusedGather, hisparse::cuda::SharedPlacement, (int)2"
     assert instantiation_of(paired) != instantiation_of(mangled)
     assert instantiation_of(paired)[1] == "2"
+
+
+def test_listing_charges_instructions_to_the_kernel_line_and_the_innermost_line():
+    kernel = "_ZN8hisparse4cuda24resolve_residency_kernelINS0_8NoGatherENS0_15SharedPlacementELi1EEEv"
+    listing = "\n".join([
+        f".text.{kernel}:",
+        '        //## File "/src/cpp/cuda/resolve_residency.cu", line 700',
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        "        /*0010*/                   S2R R0, SR_TID.X ;",
+        '        //## File "/src/cpp/cuda/union_table.cuh", line 65 inlined at '
+        '"/src/cpp/cuda/resolve_residency.cu", line 301',
+        '        //## File "/src/cpp/cuda/resolve_residency.cu", line 301 inlined at '
+        '"/src/cpp/cuda/resolve_residency.cu", line 710',
+        '        //## File "/src/cpp/cuda/resolve_residency.cu", line 710',
+        "        /*0020*/                   ATOMS.CAS R2, [R3], R4, R5 ;",
+        ".text.other:",
+        '        //## File "/src/cpp/cuda/other.cu", line 5',
+        "        /*0000*/                   EXIT ;",
+    ])
+    functions = load().parse_listing(listing)
+    assert functions[kernel] == {0x0: (700, "resolve_residency.cu:700"), 0x10: (None, None),
+                                 0x20: (710, "union_table.cuh:65")}
+    # Another function's lines are not the kernel's.
+    assert functions["other"] == {0x0: (None, "other.cu:5")}
+
+
+def test_source_text_reads_the_cuda_tree_and_leaves_other_files_empty():
+    module = load()
+    source = (ROOT / "cpp" / "cuda" / "union_table.cuh").read_text().splitlines()
+    assert module.source_text("union_table.cuh:1") == source[0].strip()
+    assert module.source_text("device_atomic_functions.hpp:202") == ""
+    assert module.source_text(f"union_table.cuh:{len(source) + 5}") == ""
