@@ -48,7 +48,9 @@ def kernel_phases(source: Path) -> dict[int, str]:
     return phases
 
 
-Location = tuple  # (kernel line the instruction is inlined into, innermost "file:line"), either may be None
+# Where an instruction comes from: the kernel line it is inlined into and its
+# innermost "file:line"; either may be None.
+Location = tuple[int | None, str | None]
 
 
 def sass_lines(cubin: Path, nvdisasm: str) -> dict[str, dict[int, Location]]:

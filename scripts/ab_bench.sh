@@ -3,9 +3,9 @@
 # each tree into its own install directory (all at once, the cores shared),
 # then runs the benchmark of each tree for several rounds in an order that
 # rotates from round to round (so drift in clocks or in the link hits every
-# side alike; two trees alternate), and prints, per point and
-# timing, the median of each side and each later tree's time over the
-# first's. Several candidate trees against one base cost one build step.
+# side alike; two trees alternate), and prints, per point and timing, the
+# median of each side and each later tree's time over the first's. Several
+# candidate trees against one base cost one build step.
 #
 #   bash scripts/ab_bench.sh OLD_TREE NEW_TREE [MORE_TREES...] [ROUNDS] [-- BENCH_ARGS...]
 #
@@ -51,7 +51,11 @@ for i in "${!trees[@]}"; do
   pids+=($!)
 done
 for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { tail -40 "$out/build_${sides[$i]}.log"; exit 1; }
+  wait "${pids[$i]}" || {
+    kill "${pids[@]}" 2>/dev/null || true
+    tail -40 "$out/build_${sides[$i]}.log"
+    exit 1
+  }
 done
 
 count=${#trees[@]}
