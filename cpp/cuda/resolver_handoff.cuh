@@ -3,8 +3,10 @@
 // publishes its swap list as soon as phase D has written it, and every block
 // of the launch copies published rows once it has nothing else to do. The
 // blocks past the batch (one per SM the batch leaves idle) wait for the
-// lists from the start; a request's own block joins after its phase G. One
-// launch, and copies start while other requests still resolve.
+// lists from the start; a request's own block keeps the head of its list,
+// its share of the launch's blocks, and copies it in phase E, then joins
+// the others after its phase G. One launch, and copies start while other
+// requests still resolve.
 //
 // One record of HS_RESOLVER_HANDOFF_WORDS int32 per state row. A state row is
 // unique among a launch's active requests, and two launches must never
@@ -13,8 +15,10 @@
 //   state   kIdle between launches, kResolving from the owner's phase A to
 //           its phase D, then kPublished until the owner has claimed the
 //           last of its rows (or kIdle at once: a request that copies its
-//           own few rows publishes nothing);
-//   cursor  swap entries claimed so far, reset by the owner when it opens;
+//           own rows publishes nothing, and one whose misses fit its stage
+//           closes the record after C1 already);
+//   cursor  swap entries claimed so far, reset by the owner when it opens
+//           and set past the entries it keeps when it publishes;
 //   first   the request's first token row;
 //   count   its assigned misses (swap entries), in token-row order.
 // Freedom from deadlock: a block waits on a record in kResolving, whose
@@ -118,6 +122,32 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
       const int64_t t = round.first_row()[lo] + r;
       const int32_t column = c.top_k.remainder(e, r);
       // Written by another block: read at L2, past this SM's L1.
+      host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
+      hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
+    }
+    warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
+  }
+}
+
+// Phase E of a request that published its swap list: the block copies the
+// `kept` entries at its head, which the other blocks never claim. Entry j
+// goes to warp j % 32, so that a few rows per warp keep every warp reading
+// at once.
+__device__ __forceinline__ void copy_kept_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const ResolverRequest& request, int32_t kept) {
+  const GatherCompactParams& g = p.gather;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  constexpr int32_t kEntriesPerPass = kResolverWarps * kWarpSize;
+  for (int32_t base = 0; base < kept; base += kEntriesPerPass) {
+    const int32_t j = base + warp + kResolverWarps * lane;
+    const bool has_row = j < kept;
+    int32_t host_row = -1, hot_row = -1;
+    if (has_row) {
+      const int32_t r = c.top_k.quotient(j);
+      const int64_t t = request.t0 + r;
+      const int32_t column = c.top_k.remainder(j, r);
+      // Written by other threads of this block in phase D (ordered by B6): at L2.
       host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
       hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
     }
@@ -249,33 +279,80 @@ class HandoffGather : public AutoGather<Fused> {
     }
   }
 
+  // After B3: a request whose misses all fit its miss stage copies its rows
+  // itself whatever phase D assigns (it assigns at most the misses), so it
+  // closes its record now, a phase before D, and helper blocks waiting on
+  // it leave (and let the next programmatic launch start) sooner. Should
+  // phase D still assign more (a corrupt table holding a member twice
+  // counts it held twice), the record is published after all: a helper
+  // that left early misses it, and the owner copies what is left.
+  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                  int32_t members, const MemberRun& run) {
+    AutoGather<Fused>::after_slot_scan(c, ws, members, run);
+    if (threadIdx.x == 0 && members - ws.scratch[kScratchHeldMembers] <= c.auto_local_rows) {
+      handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
+    }
+  }
+
   // After B6 (the swap list is written): a request that copies its own rows
-  // closes its record; one with more publishes them.
+  // closes its record; one with more keeps the head of its list for its
+  // phase E and publishes the rest. The head is the request's share of the
+  // blocks that copy (B of the grid's: the owners and the helper blocks),
+  // so a batch that leaves most SMs idle hands most rows to the helpers and
+  // one that fills them copies most of its rows itself. The owner reads
+  // those entries back from L2 right after B6, where a helper's first copy
+  // waits on four dependent round trips (the record's state, its words, the
+  // claim, the entries). A share below one claim of a helper (kMaxClaimRows)
+  // stays with the helpers: at 5% misses 16 requests keep 13 of their 102
+  // rows each, 100 requests 78, 1 request none.
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
                                                       const ResolverRequest& request, int32_t assigned_total) {
     AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
+    if (!this->local()) {
+      // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
+      const uint32_t blocks = gridDim.x;
+      const int32_t share = static_cast<int32_t>(
+          (static_cast<uint32_t>(assigned_total) * static_cast<uint32_t>(p.num_batch_rows) + blocks - 1) / blocks);
+      kept_ = share >= assigned_total ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
+    }
     if (threadIdx.x != 0) return;
-    if (this->local()) {
+    if (!published()) {
       handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
       return;
     }
     record_[handoff::kFirstRow] = request.t0;
     record_[handoff::kCount] = assigned_total;
+    handoff::Word(record_[handoff::kCursor]).store(kept_, ::cuda::memory_order_relaxed);
     // The other threads' swap entries are ordered before this by B6; the
     // fence makes them visible device-wide with the state.
     __threadfence();
     handoff::Word(record_[handoff::kState]).store(handoff::kPublished, ::cuda::memory_order_release);
   }
 
+  // Phase E: the local request's rows as Fused copies them, or the kept head
+  // of a published list.
+  __device__ __forceinline__ bool copies_assigned(const ResolverWorkspace& ws) const {
+    return this->local() ? Fused::copies_assigned(ws) : kept_ != 0;
+  }
+  __device__ __forceinline__ void copy_assigned(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                int32_t classified, int32_t coded, const MemberRun& run) {
+    if (this->local()) {
+      Fused::copy_assigned(p, c, ws, request, classified, coded, run);
+    } else {
+      handoff::copy_kept_rows(p, c, request, kept_ >= 0 ? kept_ : -kept_);
+    }
+  }
+
   // After phase G: the block's own record, what is left of it; then, in a
   // launch without helper blocks (a batch that fills every SM), every other
   // request's, which the blocks that finish first copy. With helper blocks,
-  // a request that copied its own rows closed its record unpublished, so
+  // a request that copied all of its rows closed its record unpublished, so
   // there is nothing to visit (and a visit costs a round trip to the record).
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
     const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
-    if (helpers && this->local()) return;
+    if (helpers && !published()) return;
     handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_, 0);
   }
 
@@ -291,7 +368,14 @@ class HandoffGather : public AutoGather<Fused> {
   }
 
  private:
+  // Whether rows past the kept head are left to the other blocks (block-uniform, after phase D).
+  __device__ __forceinline__ bool published() const { return !this->local() && kept_ >= 0; }
+
   int32_t* record_ = nullptr;
+  // After phase D, for a request that is not local: the swap entries at the
+  // head of its published list that phase E copies (0: none), or minus all
+  // of them when it keeps its whole list; 0 for a local request.
+  int32_t kept_ = 0;
 };
 
 }  // namespace cuda

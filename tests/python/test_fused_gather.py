@@ -534,6 +534,61 @@ def test_fused_gather_every_staging_path(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
+def run_twice_held_keys(device, schedule, K=64, H=128, row_bytes=656, fresh=12, twice=6):
+    """One fused resolve of two requests with full buffers whose state is
+    corrupt: `twice` of the keys they select are held by two usable slots
+    each. Each request selects `fresh` new positions (more than the CUDA
+    resolver's 8-row stage) and K - fresh held ones, so that phase C1, which
+    counts every slot holding a member, sees fresh - twice misses (within
+    the stage) where phase D assigns `fresh`. Returns the outputs, the final
+    state, the hot cache and the host rows."""
+    block, span, B = 16, 1024, 2
+    gen = torch.Generator().manual_seed(61)
+    host = host_copy(torch.randint(-128, 127, (B * span, row_bytes), generator=gen, dtype=torch.int8), device)
+    held = torch.stack([b * span + torch.randperm(span, generator=gen)[:H] for b in range(B)]).to(torch.int32)
+    held[:, H - twice:] = held[:, :twice]  # the last slots hold the first slots' keys again
+    topk = torch.empty((B, K), dtype=torch.int32)
+    for b in range(B):
+        mine = set(held[b].tolist())
+        new = [g for g in (b * span + torch.randperm(span, generator=gen)).tolist() if g not in mine][:fresh]
+        topk[b] = torch.tensor(new + held[b, : K - fresh].tolist(), dtype=torch.int32)
+    hot = host[held.flatten().long()].to(device)
+    dgi = held.clone().to(device)
+    lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+    out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    scheduled = Schedule(schedule, device, B)
+    ops.resolve_residency(
+        topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
+        torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
+        attention_block_stride=block, host_rows=B * span, max_union_rows=K, gather_host_cache=host,
+        gather_hot_cache=hot, **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+    scheduled.check_idle()
+    return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_with_keys_held_twice(device, schedule):
+    """A corrupt state holding selected keys at two slots makes the misses
+    seen after C1 fewer than phase D assigns (run_twice_held_keys): with a
+    handoff array the request closes its record after C1 and publishes it
+    after D all the same. Every miss is copied, every valid entry's hot row
+    holds its host row, the records are idle again, and on CUDA every
+    output, the state and every hot byte equal the CPU backend's."""
+    got, dgi, lru, hot, host = run_twice_held_keys(device, schedule)
+    assert got["swap_counts"].tolist() == [12, 12]
+    assert (got["hot_rows"] >= 0).all()
+    assert torch.equal(hot[torch.from_numpy(got["hot_rows"]).long().flatten()],
+                       host[torch.from_numpy(got["resolved"]).long().flatten()])
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_twice_held_keys(CPU, schedule)
+        assert_same(got, want, "cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
 # Misses per request of one cold-start step (K = 16, two token rows each):
 # within the CUDA resolver's stage (8 rows), one more, a first row that
 # fills up with one miss in the second, and two full rows; the automatic
