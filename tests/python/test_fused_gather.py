@@ -460,6 +460,26 @@ def test_fused_gather_full_buffers(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
+def resolve_full_buffers(device, schedule, topk, dgi, lru, hot, host, block, host_rows, max_union_rows):
+    """One fused resolve of topk's rows, request b on state row b with the
+    given (full) state, hot blocks b * (H / block) on; checks that the
+    handoff records are idle afterwards. Returns the outputs, the final
+    state, the hot cache and the host rows."""
+    B, K = topk.shape
+    H = dgi.shape[1]
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+    out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+    scheduled = Schedule(schedule, device, B)
+    rows = torch.arange(B, dtype=torch.int32, device=device)
+    ops.resolve_residency(
+        topk.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=block, attention_block_stride=block,
+        host_rows=host_rows, max_union_rows=max_union_rows, gather_host_cache=host, gather_hot_cache=hot,
+        **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+    scheduled.check_idle()
+    return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+
+
 def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, schedule="auto"):
     """One fused resolve of three requests with full buffers whose misses take
     every way the CUDA resolver copies host rows: request 0 has two misses
@@ -493,20 +513,9 @@ def run_crafted_misses(device, K=16, H=64, max_union_rows=12, row_bytes=656, sch
     for b in range(B):
         inside = held[b] < host.shape[0]
         hot[b * H:(b + 1) * H][inside.to(device)] = host[held[b][inside].long()].to(device)
-    dgi = held.clone().to(device)
     lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
-    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
-    out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
-    out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
-    scheduled = Schedule(schedule, device, B)
-    ops.resolve_residency(
-        topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
-        torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
-        attention_block_stride=block, host_rows=host_rows, max_union_rows=max_union_rows,
-        gather_host_cache=host, gather_hot_cache=hot, **scheduled.kwargs(),
-        **{f"out_{n}": t for n, t in out.items()})
-    scheduled.check_idle()
-    return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+    return resolve_full_buffers(device, schedule, topk, held.clone().to(device), lru, hot, host, block, host_rows,
+                                max_union_rows)
 
 
 @pytest.mark.sanitize
@@ -553,19 +562,8 @@ def run_twice_held_keys(device, schedule, K=64, H=128, row_bytes=656, fresh=12, 
         new = [g for g in (b * span + torch.randperm(span, generator=gen)).tolist() if g not in mine][:fresh]
         topk[b] = torch.tensor(new + held[b, : K - fresh].tolist(), dtype=torch.int32)
     hot = host[held.flatten().long()].to(device)
-    dgi = held.clone().to(device)
     lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
-    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
-    out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
-    out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
-    scheduled = Schedule(schedule, device, B)
-    ops.resolve_residency(
-        topk.to(device), torch.arange(B, dtype=torch.int32, device=device),
-        torch.arange(B, dtype=torch.int32, device=device), dgi, lru, hot_table, hot_block_size=block,
-        attention_block_stride=block, host_rows=B * span, max_union_rows=K, gather_host_cache=host,
-        gather_hot_cache=hot, **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
-    scheduled.check_idle()
-    return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+    return resolve_full_buffers(device, schedule, topk, held.clone().to(device), lru, hot, host, block, B * span, K)
 
 
 @pytest.mark.sanitize
