@@ -374,7 +374,9 @@ class HandoffGather : public AutoGather<Fused> {
   int32_t* record_ = nullptr;
   // After phase D, for a request that is not local: the swap entries at the
   // head of its published list that phase E copies (0: none), or minus all
-  // of them when it keeps its whole list; 0 for a local request.
+  // of them when it keeps its whole list; 0 for a local request. One word
+  // for both facts: a separate flag live through phases E-H made the
+  // handoff kernel spill.
   int32_t kept_ = 0;
 };
 
