@@ -388,12 +388,15 @@ def test_fused_gather_few_misses_back_to_back(device, K, H, q, schedule):
         assert torch.equal(hot, want_hot)
 
 
-def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656, schedule="auto"):
+def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656, schedule="auto",
+                          unusable=()):
     """Fused resolves of len(misses_per_step[0]) requests whose hot buffers
     start full (H distinct host rows each, in a shuffled LRU order), enqueued
     one after another: at step i request b selects K positions of which
-    misses_per_step[i][b] its buffer does not hold. Returns every step's
-    outputs, the final state and hot cache, and the host rows."""
+    misses_per_step[i][b] its buffer does not hold. The requests in
+    `unusable` have no physical block for their last hot block, so its
+    slots are unusable (misses that would take them are dropped). Returns
+    every step's outputs, the final state and hot cache, and the host rows."""
     block, span = 16, 2 * H
     B = len(misses_per_step[0])
     gen = torch.Generator().manual_seed(31)
@@ -404,7 +407,9 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
     dgi = held.clone().to(device)
     hot[:] = host[held.flatten().long()].to(device)  # slot j of request b is hot row b * H + j
     lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
-    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32)
+    hot_table[list(unusable), -1] = -1
+    hot_table = hot_table.to(device)
     req_id = torch.arange(B, dtype=torch.int32, device=device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
     scheduled = Schedule(schedule, device, B)
@@ -454,6 +459,44 @@ def test_fused_gather_full_buffers(device, schedule):
                        host[torch.from_numpy(last["resolved"]).long().flatten()])
     if device.type == "cuda":
         want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, FULL_BUFFER_MISSES, schedule=schedule)
+        for step, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"step {step}: cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
+# Per step, per request: misses among K = 128 selected positions of a full
+# buffer of 512 rows, for 16 requests: some fit the stage, the others are
+# handed over (with the handoff, the longer lists keep a head for their
+# owners: 100 and 128 misses over 16 of 132 blocks are 13 and 16 rows);
+# requests 3 and 11 have unusable slots: the rows those hold miss again, and
+# misses that would take them are dropped.
+MANY_REQUEST_MISSES = [[(0, 3, 9, 30, 100, 128, 8, 64)[(b + step) % 8] for b in range(16)] for step in range(3)]
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_many_requests_full_buffers(device, schedule):
+    """16 requests with full hot buffers and 0 to 128 misses each, three
+    steps: every valid entry's hot row holds its host row afterwards, the
+    requests without unusable slots assign every miss, and on CUDA all
+    outputs, the state and every hot byte equal the CPU backend's. Under
+    the handoff on CUDA, requests with long lists copy their head in phase
+    E and the helper blocks the rest (docs/residency.md, "Fused gather")."""
+    unusable = (3, 11)
+    run = dict(K=128, H=512, max_union_rows=128, schedule=schedule, unusable=unusable)
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, MANY_REQUEST_MISSES, **run)
+    usable = [b for b in range(16) if b not in unusable]
+    for step, out in enumerate(got):
+        assert out["swap_counts"][usable].tolist() == [MANY_REQUEST_MISSES[step][b] for b in usable], f"step {step}"
+        assert (out["hot_rows"][usable] >= 0).all(), f"step {step}"
+    assert any((out["hot_rows"][list(unusable)] < 0).any() for out in got), "no miss was dropped"
+    last = got[-1]
+    valid = last["hot_rows"] >= 0
+    assert torch.equal(hot[torch.from_numpy(last["hot_rows"][valid]).long()],
+                       host[torch.from_numpy(last["resolved"][valid]).long()])
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, MANY_REQUEST_MISSES, **run)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
