@@ -13,6 +13,7 @@ reset; refusals. The CUDA variants run the same on a GPU."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -169,3 +170,17 @@ def test_refusals_name_what_is_wrong():
         HiSparseCache(model, hot_buffer_size=8, max_batch_size=1, max_cache_len=64)
     with pytest.raises(TypeError, match="model: expected a DeepseekV32 or GlmMoeDsa model"):
         HiSparseCache(torch.nn.Linear(2, 2), hot_buffer_size=HOT, max_batch_size=1, max_cache_len=64)
+
+
+def test_an_older_transformers_is_refused_at_import():
+    """A transformers older than the extra's (transformers 5.17's Cache makes
+    max_cache_len a read-only property) fails at import, naming the version
+    expected and the one found, not deep inside a forward."""
+    from hisparse.integrations import transformers as integration
+
+    for version in ("5.17.0", "5.23.9", "4.57.1"):
+        with pytest.raises(ImportError, match=rf"expected transformers >= 5\.24, got {re.escape(version)} "):
+            integration._require_transformers(version)
+    for version in ("5.24.0", "5.24.0.dev0", "5.30.1", "6.0"):
+        integration._require_transformers(version)
+    integration._require_transformers(transformers.__version__)

@@ -31,12 +31,14 @@ its public API as much as a feature.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import weakref
 from typing import Any, List, Optional
 
 import torch
+import transformers
 from torch import nn
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
@@ -45,6 +47,24 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterf
 import hisparse
 
 __all__ = ["HiSparseCache", "hisparse_attention"]
+
+# The oldest transformers whose Cache and models this module follows (the
+# `hisparse[transformers]` extra). Older ones differ in ways that fail deep
+# inside a forward (in 5.17 a Cache's max_cache_len is a read-only property).
+MIN_TRANSFORMERS = (5, 24)
+
+
+def _require_transformers(version: str) -> None:
+    """ImportError unless `version` (a transformers version string) is
+    MIN_TRANSFORMERS or later."""
+    numbers = [int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split(".")[:2]]
+    if tuple(numbers) < MIN_TRANSFORMERS:
+        wanted = ".".join(map(str, MIN_TRANSFORMERS))
+        raise ImportError(f"hisparse.integrations.transformers: expected transformers >= {wanted}, got {version} "
+                          f"(pip install 'transformers>={wanted}')")
+
+
+_require_transformers(transformers.__version__)
 
 # The implementation a prepared model runs, by the implementation it had: its
 # mask and its attention when the cache of a forward is not a HiSparseCache.
