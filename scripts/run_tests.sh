@@ -3,7 +3,8 @@
 # README's setup command built:
 #   1. GoogleTest (installed with apt-get when missing and running as root);
 #   2. the build backend (scikit-build-core, nanobind) and
-#      `pip install --no-build-isolation .[test]` with the GoogleTest suite
+#      `pip install --no-build-isolation .[test,transformers]` (transformers
+#      from PyPI, for the integration's tests) with the GoogleTest suite
 #      switched on: the package's own persistent build tree
 #      (build/<wheel tag>) is rebuilt incrementally, so after the setup
 #      command only the tests compile (the CUDA backend is built when nvcc is
@@ -74,10 +75,10 @@ else
   echo "no nvcc: CPU backend only"
 fi
 
-step "pip install .[test] (incremental in the package's build tree)"
+step "pip install .[test,transformers] (incremental in the package's build tree)"
 "$python" -m pip install "scikit-build-core>=0.10" "nanobind>=2.0"
 "$python" -m pip install --no-build-isolation -C cmake.define.HISPARSE_BUILD_TESTS=ON \
-  -C cmake.define.HISPARSE_CUDA="$cuda" ".[test]"
+  -C cmake.define.HISPARSE_CUDA="$cuda" ".[test,transformers]"
 if "$python" -c "import torch" >/dev/null 2>&1; then
   echo "torch $("$python" -c 'import torch; print(torch.__version__)') found"
 else
