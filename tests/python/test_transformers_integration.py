@@ -179,9 +179,10 @@ def test_an_older_transformers_is_refused_at_import():
     expected and the one found, not deep inside a forward."""
     from hisparse.integrations import transformers as integration
 
-    for version in ("5.17.0", "5.23.9", "4.57.1"):
+    # A pre-release of 5.24 precedes 5.24, as pip orders them.
+    for version in ("5.17.0", "5.23.9", "5.24.0.dev0", "4.57.1"):
         with pytest.raises(ImportError, match=rf"expected transformers >= 5\.24, got {re.escape(version)} "):
             integration._require_transformers(version)
-    for version in ("5.24.0", "5.24.0.dev0", "5.30.1", "6.0"):
+    for version in ("5.24.0", "5.24.1", "5.30.1", "6.0"):
         integration._require_transformers(version)
     integration._require_transformers(transformers.__version__)

@@ -31,7 +31,6 @@ its public API as much as a feature.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import weakref
@@ -39,6 +38,7 @@ from typing import Any, List, Optional
 
 import torch
 import transformers
+from packaging.version import Version
 from torch import nn
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
@@ -51,17 +51,16 @@ __all__ = ["HiSparseCache", "hisparse_attention"]
 # The oldest transformers whose Cache and models this module follows (the
 # `hisparse[transformers]` extra). Older ones differ in ways that fail deep
 # inside a forward (in 5.17 a Cache's max_cache_len is a read-only property).
-MIN_TRANSFORMERS = (5, 24)
+MIN_TRANSFORMERS = "5.24"
 
 
 def _require_transformers(version: str) -> None:
-    """ImportError unless `version` (a transformers version string) is
-    MIN_TRANSFORMERS or later."""
-    numbers = [int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split(".")[:2]]
-    if tuple(numbers) < MIN_TRANSFORMERS:
-        wanted = ".".join(map(str, MIN_TRANSFORMERS))
-        raise ImportError(f"hisparse.integrations.transformers: expected transformers >= {wanted}, got {version} "
-                          f"(pip install 'transformers>={wanted}')")
+    """ImportError unless `version` (a transformers version string) satisfies
+    the extra's requirement, by pip's rules (packaging, a dependency of
+    transformers)."""
+    if Version(version) < Version(MIN_TRANSFORMERS):
+        raise ImportError(f"hisparse.integrations.transformers: expected transformers >= {MIN_TRANSFORMERS}, "
+                          f"got {version} (pip install 'transformers>={MIN_TRANSFORMERS}')")
 
 
 _require_transformers(transformers.__version__)
