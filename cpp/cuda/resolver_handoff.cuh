@@ -304,7 +304,11 @@ class HandoffGather : public AutoGather<Fused> {
   // waits on four dependent round trips (the record's state, its words, the
   // claim, the entries). A share below one claim of a helper (kMaxClaimRows)
   // stays with the helpers: at 5% misses 16 requests keep 13 of their 102
-  // rows each, 100 requests 78, 1 request none.
+  // rows each, 1 request none. Once the requests' blocks are at least half
+  // the grid, each keeps its whole list: their copies alone keep the link
+  // busy, and helpers draining the tails one claim at a time only made the
+  // step longer (100 requests at 5% misses on 132 SMs: 0.944x the time of
+  // keeping 78 of 102 rows, bench/results/resolver_owners_keep_lists_ab_h200.json).
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
                                                       const ResolverRequest& request, int32_t assigned_total) {
     AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
@@ -313,7 +317,10 @@ class HandoffGather : public AutoGather<Fused> {
       const uint32_t blocks = gridDim.x;
       const int32_t share = static_cast<int32_t>(
           (static_cast<uint32_t>(assigned_total) * static_cast<uint32_t>(p.num_batch_rows) + blocks - 1) / blocks);
-      kept_ = share >= assigned_total ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
+      const bool owners_fill_half = 2u * static_cast<uint32_t>(p.num_batch_rows) >= blocks;
+      kept_ = share >= assigned_total || owners_fill_half ? -assigned_total
+              : share >= handoff::kMaxClaimRows           ? share
+                                                          : 0;
     }
     if (threadIdx.x != 0) return;
     if (!published()) {

@@ -870,11 +870,13 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
 
 @requires_cuda
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("extra_requests", [-100, -1, 8, 120, 140],
-                         ids=["helpers", "fills-every-sm", "paired", "paired-full", "past-twice"])
+@pytest.mark.parametrize("extra_requests", [-100, -40, -1, 8, 120, 140],
+                         ids=["helpers", "owners-keep-lists", "fills-every-sm", "paired", "paired-full", "past-twice"])
 def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     """Batches around the SM count (H = 4096, k = 2048, 656-byte rows):
-    below it the handoff schedule adds a helper block per idle SM, and a
+    below it the handoff schedule adds a helper block per idle SM (from
+    half the SM count on, the requests keep their whole lists and the
+    helpers find nothing published), and a
     batch that fills every SM has none (the requests' own blocks then help
     one another); up to twice the SM count, where the shape fits half an
     SM's shared memory (an H200, not an A100), the CUDA resolver runs two
