@@ -4,8 +4,9 @@
 // of the launch copies published rows once it has nothing else to do. The
 // blocks past the batch (one per SM the batch leaves idle) wait for the
 // lists from the start; a request's own block keeps the head of its list,
-// its share of the launch's blocks, and copies it in phase E, then joins
-// the others after its phase G. One launch, and copies start while other
+// its share of the launch's blocks (all of it once the batch's blocks are
+// half the launch's), and copies it in phase E, then joins the others after
+// its phase G. One launch, and copies start while other
 // requests still resolve.
 //
 // One record of HS_RESOLVER_HANDOFF_WORDS int32 per state row. A state row is
