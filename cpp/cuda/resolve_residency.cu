@@ -844,6 +844,11 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   return constants;
 }
 
+// The blocks a launch runs for its batch: one per batch row plus one; every
+// block also writes its share of the orphan token rows, so B == 0 still
+// launches the one that writes them.
+int64_t own_blocks(const ResolveResidencyParams& params) { return static_cast<int64_t>(params.num_batch_rows) + 1; }
+
 // `helper_blocks`: blocks past the batch that only copy published rows
 // (HandoffGather).
 template <class Gather, class Placement, int kBlocksPerSm>
@@ -852,9 +857,7 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
             unsigned helper_blocks = 0) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
   ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm>(device, shared_bytes);
-  // One block per batch row plus one; every block also writes its share of
-  // the orphan token rows, so B == 0 still launches the one that writes them.
-  const unsigned blocks = static_cast<unsigned>(params.num_batch_rows) + 1u + helper_blocks;
+  const unsigned blocks = static_cast<unsigned>(own_blocks(params)) + helper_blocks;
 
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
@@ -872,8 +875,7 @@ template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
                     cudaStream_t stream) {
-  const int64_t own_blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
-  const unsigned helpers = static_cast<unsigned>(std::max<int64_t>(0, d.multiprocessors - own_blocks));
+  const unsigned helpers = static_cast<unsigned>(std::max<int64_t>(0, d.multiprocessors - own_blocks(params)));
   launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
 }
 
@@ -892,7 +894,7 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
     launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
     launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
-  } else if (params.handoff != nullptr && static_cast<int64_t>(params.num_batch_rows) + 1 <= d.multiprocessors) {
+  } else if (params.handoff != nullptr && own_blocks(params) <= d.multiprocessors) {
     launch_handoff<Placement>(params, constants, layout, device, d, stream);
   } else {
     launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);
@@ -913,7 +915,7 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
 // paired blocks in waves.
 bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevice& d, int64_t stage_row_bytes,
                         int32_t stage_rows, ResolverLaunchLayout* paired) {
-  const int64_t blocks = static_cast<int64_t>(params.num_batch_rows) + 1;
+  const int64_t blocks = own_blocks(params);
   if (!params.fused_gather || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) return false;
   const uint64_t limit = paired_block_shared_limit(d);
   *paired = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit,

@@ -95,6 +95,19 @@ static_assert(3 * kWarpSize + 2 <= 4 * kResolverWarps, "a claim round fits the r
 // Most swap entries one lane claims from its record per round.
 constexpr int32_t kMaxClaimRows = 8;
 
+// Swap entry `e` of the request whose first token row is `first_row`: its
+// host row and physical hot row. The entries were written by other threads
+// (of this block, ordered by a barrier, or of another block, by the
+// record's release), so they are read at L2, past this SM's L1.
+__device__ __forceinline__ void load_swap_entry(const GatherCompactParams& g, const ResolverConstants& c,
+                                                int32_t first_row, int32_t e, int32_t& host_row, int32_t& hot_row) {
+  const int32_t r = c.top_k.quotient(e);
+  const int64_t t = first_row + r;
+  const int32_t column = c.top_k.remainder(e, r);
+  host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
+  hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
+}
+
 // The block's warps copy the rows of the round's claims, one row per warp
 // at a time so that a round's few rows keep as many warps reading as they
 // can, with the bytes gather_compact would write for those swap entries.
@@ -118,13 +131,7 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
           hi = mid - 1;
         }
       }
-      const int32_t e = round.start()[lo] + (j - round.before()[lo]);
-      const int32_t r = c.top_k.quotient(e);
-      const int64_t t = round.first_row()[lo] + r;
-      const int32_t column = c.top_k.remainder(e, r);
-      // Written by another block: read at L2, past this SM's L1.
-      host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
-      hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
+      load_swap_entry(g, c, round.first_row()[lo], round.start()[lo] + (j - round.before()[lo]), host_row, hot_row);
     }
     warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
   }
@@ -144,14 +151,7 @@ __device__ __forceinline__ void copy_kept_rows(const ResolveResidencyParams& p, 
     const int32_t j = base + warp + kResolverWarps * lane;
     const bool has_row = j < kept;
     int32_t host_row = -1, hot_row = -1;
-    if (has_row) {
-      const int32_t r = c.top_k.quotient(j);
-      const int64_t t = request.t0 + r;
-      const int32_t column = c.top_k.remainder(j, r);
-      // Written by other threads of this block in phase D (ordered by B6): at L2.
-      host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
-      hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
-    }
+    if (has_row) load_swap_entry(g, c, request.t0, j, host_row, hot_row);
     warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
   }
 }
