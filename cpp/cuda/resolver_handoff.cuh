@@ -306,10 +306,10 @@ class HandoffGather : public AutoGather<Fused> {
   // claim, the entries). A share below one claim of a helper (kMaxClaimRows)
   // stays with the helpers: at 5% misses 16 requests keep 13 of their 102
   // rows each, 1 request none. Once the requests' blocks are at least half
-  // the grid, each keeps its whole list: their copies alone keep the link
-  // busy, and helpers draining the tails one claim at a time only made the
-  // step longer (100 requests at 5% misses on 132 SMs: 0.944x the time of
-  // keeping 78 of 102 rows, bench/results/resolver_owners_keep_lists_ab_h200.json).
+  // the grid, each keeps its whole list: their own copies then keep the link
+  // busy, and handing part of each list to the helpers made the step longer
+  // (100 requests at 5% misses on 132 SMs: keeping all 102 rows took 0.944x
+  // the time of keeping 78, bench/results/resolver_owners_keep_lists_ab_h200.json).
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
                                                       const ResolverRequest& request, int32_t assigned_total) {
     AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
