@@ -869,8 +869,8 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 }
 
 // The automatic schedule with a handoff array: one helper block per SM that
-// the batch's blocks leave idle (none when the batch fills every SM: there
-// the requests' own blocks help one another as they finish).
+// the batch's blocks leave idle (none when the batch fills every SM; there
+// every request keeps its whole list, HandoffGather::note_assigned_total).
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,

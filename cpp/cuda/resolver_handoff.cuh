@@ -354,7 +354,8 @@ class HandoffGather : public AutoGather<Fused> {
 
   // After phase G: the block's own record, what is left of it; then, in a
   // launch without helper blocks (a batch that fills every SM), every other
-  // request's, which the blocks that finish first copy. With helper blocks,
+  // request's. Such a launch has 2 B >= its blocks, so every request kept its
+  // whole list and that visit finds each record closed. With helper blocks,
   // a request that copied all of its rows closed its record unpublished, so
   // there is nothing to visit (and a visit costs a round trip to the record).
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,

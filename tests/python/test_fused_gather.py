@@ -877,8 +877,8 @@ def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     below it the handoff schedule adds a helper block per idle SM (from
     half the SM count on, the requests keep their whole lists and the
     helpers find nothing published), and a
-    batch that fills every SM has none (the requests' own blocks then help
-    one another); up to twice the SM count, where the shape fits half an
+    batch that fills every SM has none (every request keeps its whole
+    list); up to twice the SM count, where the shape fits half an
     SM's shared memory (an H200, not an A100), the CUDA resolver runs two
     blocks per SM with the stage that still fits; past it, or where the
     shape does not fit, one block per SM, and the automatic schedule takes
