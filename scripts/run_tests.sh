@@ -14,14 +14,15 @@
 #   4. pytest tests/python against the installed package.
 # Exits non-zero when any step or test fails.
 #
-# Environment: PYTHON (python3), JOBS (nproc), HISPARSE_CUDA (AUTO).
+# Environment: PYTHON (python3), JOBS (nproc), HISPARSE_CUDA (ON when nvcc is
+# found, else AUTO).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
 python=${PYTHON:-python3}
 jobs=${JOBS:-$(nproc)}
-cuda=${HISPARSE_CUDA:-AUTO}
+cuda=${HISPARSE_CUDA:-}
 export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -69,10 +70,14 @@ if ! cmake_ok; then
   cmake_ok || die "CMake >= 3.24 is required (found: $(command -v cmake || echo none))"
 fi
 cmake --version | head -n1
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+# With nvcc on PATH the CUDA backend must compile: ON turns a failed CUDA
+# configuration into an error instead of AUTO's quiet CPU-only build.
+if command -v nvcc >/dev/null 2>&1; then
+  cuda=${cuda:-ON}
   echo "nvcc found: the CUDA backend is compiled (HISPARSE_CUDA=$cuda); GPU tests skip without a device"
 else
-  echo "no nvcc: CPU backend only"
+  cuda=${cuda:-AUTO}
+  echo "no nvcc on PATH: the CUDA backend is built only where CMake finds one (HISPARSE_CUDA=$cuda)"
 fi
 
 step "pip install .[test,transformers] (incremental in the package's build tree)"

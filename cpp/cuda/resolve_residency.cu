@@ -869,14 +869,24 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 }
 
 // The automatic schedule with a handoff array: one helper block per SM that
-// the batch's blocks leave idle (none when the batch fills every SM; there
-// every request keeps its whole list, HandoffGather::note_assigned_total).
+// the batch's blocks leave idle, while those blocks are fewer than half the
+// SMs. From half on (and for a batch that fills every SM) the launch has
+// none, and every request keeps its whole list
+// (HandoffGather::note_assigned_total): the requests' own copies keep the
+// link busy there, and helpers would only wait for records that never
+// publish.
+unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const ResolverDevice& d) {
+  const int64_t batch = params.num_batch_rows;
+  if (batch <= 0 || 2 * batch >= d.multiprocessors) return 0;
+  return static_cast<unsigned>(d.multiprocessors - own_blocks(params));
+}
+
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
                     cudaStream_t stream) {
-  const unsigned helpers = static_cast<unsigned>(std::max<int64_t>(0, d.multiprocessors - own_blocks(params)));
-  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
+  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
+                                                   handoff_helper_blocks(params, d));
 }
 
 // The instantiation of the launch's fused gather for arrays placed by

@@ -1,13 +1,13 @@
 // The handoff of the automatic schedule (docs/residency.md, "Fused gather"):
 // with a handoff array, a request with more misses than its stage holds
-// publishes its swap list as soon as phase D has written it, and every block
-// of the launch copies published rows once it has nothing else to do. The
-// blocks past the batch (one per SM the batch leaves idle) wait for the
-// lists from the start; a request's own block keeps the head of its list,
-// its share of the launch's blocks (all of it once the batch's blocks are
-// half the launch's), and copies it in phase E, then joins the others after
-// its phase G. One launch, and copies start while other
-// requests still resolve.
+// publishes its swap list as soon as phase D has written it, and the
+// launch's helper blocks (one per SM the batch leaves idle, while the
+// batch's blocks are fewer than half the SMs) copy the published rows: they
+// wait for the lists from the start. A request's own block keeps the head
+// of its list, its share of the launch's blocks, copies it in phase E, and
+// claims what the helpers left of its list after its phase G; without
+// helper blocks it keeps the whole list. One launch, and copies start while
+// other requests still resolve.
 //
 // One record of HS_RESOLVER_HANDOFF_WORDS int32 per state row. A state row is
 // unique among a launch's active requests, and two launches must never
@@ -299,29 +299,28 @@ class HandoffGather : public AutoGather<Fused> {
   // closes its record; one with more keeps the head of its list for its
   // phase E and publishes the rest. The head is the request's share of the
   // blocks that copy (B of the grid's: the owners and the helper blocks),
-  // so a batch that leaves most SMs idle hands most rows to the helpers and
-  // one that fills them copies most of its rows itself. The owner reads
-  // those entries back from L2 right after B6, where a helper's first copy
-  // waits on four dependent round trips (the record's state, its words, the
-  // claim, the entries). A share below one claim of a helper (kMaxClaimRows)
-  // stays with the helpers: at 5% misses 16 requests keep 13 of their 102
-  // rows each, 1 request none. Once the requests' blocks are at least half
-  // the grid, each keeps its whole list: their own copies then keep the link
-  // busy, and handing part of each list to the helpers made the step longer
-  // (100 requests at 5% misses on 132 SMs: keeping all 102 rows took 0.944x
-  // the time of keeping 78, bench/results/resolver_owners_keep_lists_ab_h200.json).
+  // so a batch that leaves most SMs idle hands most rows to the helpers.
+  // The owner reads those entries back from L2 right after B6, where a
+  // helper's first copy waits on four dependent round trips (the record's
+  // state, its words, the claim, the entries). A share below one claim of a
+  // helper (kMaxClaimRows) stays with the helpers: at 5% misses 16 requests
+  // keep 13 of their 102 rows each, 1 request none. A launch without helper
+  // blocks (the launcher gives none once the batch's blocks are at least
+  // half the SMs) has every request keep its whole list: their own copies
+  // then keep the link busy, and handing part of each list to the helpers
+  // made the step longer (100 requests at 5% misses on 132 SMs: keeping all
+  // 102 rows took 0.944x the time of keeping 78,
+  // bench/results/resolver_owners_keep_lists_ab_h200.json).
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
                                                       const ResolverRequest& request, int32_t assigned_total) {
     AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
     if (!this->local()) {
       // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
       const uint32_t blocks = gridDim.x;
-      const int32_t share = static_cast<int32_t>(
-          (static_cast<uint32_t>(assigned_total) * static_cast<uint32_t>(p.num_batch_rows) + blocks - 1) / blocks);
-      const bool owners_fill_half = 2u * static_cast<uint32_t>(p.num_batch_rows) >= blocks;
-      kept_ = share >= assigned_total || owners_fill_half ? -assigned_total
-              : share >= handoff::kMaxClaimRows           ? share
-                                                          : 0;
+      const uint32_t batch = static_cast<uint32_t>(p.num_batch_rows);
+      const int32_t share = static_cast<int32_t>((static_cast<uint32_t>(assigned_total) * batch + blocks - 1) / blocks);
+      const bool helpers = blocks > batch + 1u;
+      kept_ = share >= assigned_total || !helpers ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
     }
     if (threadIdx.x != 0) return;
     if (!published()) {
@@ -352,17 +351,14 @@ class HandoffGather : public AutoGather<Fused> {
     }
   }
 
-  // After phase G: the block's own record, what is left of it; then, in a
-  // launch without helper blocks (a batch that fills every SM), every other
-  // request's. Such a launch has 2 B >= its blocks, so every request kept its
-  // whole list and that visit finds each record closed. With helper blocks,
-  // a request that copied all of its rows closed its record unpublished, so
-  // there is nothing to visit (and a visit costs a round trip to the record).
+  // After phase G: what is left of the block's own list, when it published
+  // one. A request that copied all of its rows closed its record unpublished,
+  // and in a launch without helper blocks every request keeps its whole
+  // list, so only a published record is worth the round trip.
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
-    const bool helpers = gridDim.x > static_cast<unsigned>(p.num_batch_rows) + 1u;
-    if (helpers && !published()) return;
-    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), helpers ? 1 : p.num_batch_rows, record_, 0);
+    if (!published()) return;
+    handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), 1, record_, 0);
   }
 
   // A block with no request of its own (past the batch, or inactive): every

@@ -874,11 +874,9 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
                          ids=["helpers", "owners-keep-lists", "fills-every-sm", "paired", "paired-full", "past-twice"])
 def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     """Batches around the SM count (H = 4096, k = 2048, 656-byte rows):
-    below it the handoff schedule adds a helper block per idle SM (from
-    half the SM count on, the requests keep their whole lists and the
-    helpers find nothing published), and a
-    batch that fills every SM has none (every request keeps its whole
-    list); up to twice the SM count, where the shape fits half an
+    below half of it the handoff schedule adds a helper block per idle SM;
+    from half the SM count on (and for a batch that fills every SM) it adds
+    none and every request keeps its whole list; up to twice the SM count, where the shape fits half an
     SM's shared memory (an H200, not an A100), the CUDA resolver runs two
     blocks per SM with the stage that still fits; past it, or where the
     shape does not fit, one block per SM, and the automatic schedule takes
