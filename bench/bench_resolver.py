@@ -28,6 +28,16 @@ along the same sliding order, so a request's union is q x k positions
 (capped at H) and each step still brings m new ones. Shapes whose resolver
 arrays do not fit a block's shared memory run with their workspace.
 
+--early-start-bound adds, per point on CUDA, what a schedule that knew
+every miss at launch could reach with the library's gathers: each step's own
+swap list (taken from an untimed run of the same steps) copied by
+gather_compact (warp_per_row and the default) alone
+("gather_alone_*_us"), and beside the resolve, forked onto a second stream
+at the step's start and joined at its end ("resolve_beside_gather_*_us";
+the gather's blocks take the SMs the resolve leaves idle, then the rest).
+No schedule of those copies that learns its misses from the resolve can
+beat the faster "beside" time.
+
 Every point also reports the line bound: a row read alone costs whole
 128-byte lines (six for 656 bytes: 768 B), so a step cannot take less than
 missed rows x line bytes / memcpy bandwidth; *_over_line_bound are the
@@ -93,6 +103,8 @@ def parse_args(argv=None):
     parser.add_argument("--spec-miss-rates", default="0.001,0.05,0.2")
     parser.add_argument("--spec-token-rows", default="2,4", help="token rows per request")
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
+    parser.add_argument("--early-start-bound", action="store_true",
+                        help="CUDA: also time each step's own swap list copied alone and beside the resolve")
     parser.add_argument("--peer", default=None,
                         help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -242,6 +254,9 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
         timing = timer.time(steps, repeats=args.replays, restore=restore)
         results[f"{name}_us"] = timing["median_s"] * 1e6 / args.steps
 
+    if args.early_start_bound and device.type == "cuda":
+        results.update(early_start_bound(s, timer, restore))
+
     # Exactly the designed misses? (checks the trace, and that the kernel saw hits)
     restore()
     s.resolve(2)
@@ -277,10 +292,49 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     results["line_bytes_per_row"] = line_bytes
     results["ideal_line_bound_us"] = results["swap_rows_observed"] * line_bytes / (memcpy_gbps * 1e9) * 1e6
     best = min(results["resolve+gather_default_us"], results["resolve_fused_gather_us"])
-    for name, us in (("gather_default", results["resolve+gather_default_us"]),
+    bounds = [(name[:-3], results[name]) for name in results if name.startswith(("gather_alone", "resolve_beside"))]
+    for name, us in bounds + [("gather_default", results["resolve+gather_default_us"]),
                      ("fused", results["resolve_fused_gather_us"]), ("auto", results["resolve_auto_gather_us"]),
-                     ("auto_tail", results["resolve_auto_tail_gather_us"]), ("best", best)):
+                     ("auto_tail", results["resolve_auto_tail_gather_us"]), ("best", best)]:
         results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
+    return results
+
+
+def early_start_bound(s, timer, restore):
+    """The timings of --early-start-bound for scenario `s` (see the module
+    docstring): every step's swap list from an untimed run of the steps,
+    then each gather variant alone and beside the resolve."""
+    a = s.args
+    restore()
+    lists = []
+    for step in range(2, 2 + a.steps):
+        s.resolve(step)
+        lists.append((s.out["swap_host"].clone(), s.out["swap_device"].clone(), s.swap_counts.clone()))
+    side = torch.cuda.Stream(s.hot_cache.device)
+
+    def copy(swap_lists, variant):
+        hisparse.ops.gather_compact(s.host_cache, s.hot_cache, *swap_lists, hot_block_size=a.block_size,
+                                    variant=variant)
+
+    results = {}
+    for variant, name in (("warp_per_row", "warp_per_row"), ("auto", "default")):
+
+        def alone(variant=variant):
+            for swap_lists in lists:
+                copy(swap_lists, variant)
+
+        def beside(variant=variant):
+            step_stream = torch.cuda.current_stream()
+            for step, swap_lists in zip(range(2, 2 + a.steps), lists):
+                side.wait_stream(step_stream)
+                with torch.cuda.stream(side):
+                    copy(swap_lists, variant)
+                s.resolve(step)
+                step_stream.wait_stream(side)
+
+        for label, work in (("gather_alone", alone), ("resolve_beside_gather", beside)):
+            timing = timer.time(work, repeats=a.replays, restore=restore)
+            results[f"{label}_{name}_us"] = timing["median_s"] * 1e6 / a.steps
     return results
 
 
@@ -325,6 +379,10 @@ def report(r):
         f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
         f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
         f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}"
+        + (f"  beside(plain)={r['resolve_beside_gather_warp_per_row_us']:.2f}us "
+           f"beside(default)={r['resolve_beside_gather_default_us']:.2f}us "
+           f"alone(plain)={r['gather_alone_warp_per_row_us']:.2f}us "
+           f"alone(default)={r['gather_alone_default_us']:.2f}us" if "gather_alone_default_us" in r else "")
         + (f"  peer={r['peer_us']:.1f}us (x{r['peer_over_auto']:.2f} auto)  target={r['target_us']:.1f}us "
            f"{'met' if r['meets_target'] else 'not met'}" if "peer_us" in r else ""),
         flush=True,

@@ -69,6 +69,55 @@ def test_each_timed_path_runs_the_kernels_its_name_says(monkeypatch):
             "resolve_auto_tail_gather_us"} <= set(result)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the early-start bound forks a CUDA stream")
+def test_the_early_start_bound_copies_each_steps_own_list_alone_and_beside_the_resolve(monkeypatch):
+    bench = load_bench()
+    args = bench.parse_args(["--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
+                             "--replays", "1", "--baseline-steps", "0", "--early-start-bound"])
+    calls = []
+    resolve, gather = hisparse.ops.resolve_residency, hisparse.ops.gather_compact
+
+    def spy_resolve(*a, **kw):
+        calls.append(("resolve", kw.get("gather_schedule")))
+        return resolve(*a, **kw)
+
+    def spy_gather(*a, **kw):
+        calls.append(("gather", kw.get("variant"), a[2].data_ptr()))
+        return gather(*a, **kw)
+
+    monkeypatch.setattr(hisparse.ops, "gather_compact", spy_gather)
+    monkeypatch.setattr(bench.Scenario.resolve, "__defaults__", (spy_resolve, None))
+    pool, host_cache, hot_cache = bench.make_caches(args, 2, "cuda")
+    seen = []
+    timed = bench.measure.Timer.time
+
+    def record(self, fn, **kw):
+        calls.clear()
+        fn()
+        torch.cuda.synchronize()
+        seen.append(list(calls))
+        return timed(self, fn, **kw)
+
+    monkeypatch.setattr(bench.measure.Timer, "time", record)
+    result = bench.run_point(args, 2, 0.05, host_cache, hot_cache, memcpy_gbps=1.0)
+    del host_cache, hot_cache
+    pool.release()
+    bound = seen[6:10]
+    assert len(bound) == 4
+    for timed_calls, variant, with_resolve in ((bound[0], "warp_per_row", False), (bound[1], "warp_per_row", True),
+                                               (bound[2], "auto", False), (bound[3], "auto", True)):
+        gathers = [c for c in timed_calls if c[0] == "gather"]
+        resolves = [c for c in timed_calls if c[0] == "resolve"]
+        assert [c[1] for c in gathers] == [variant, variant]
+        # Each step copies its own list (a copy of it, not the resolver's output buffer).
+        assert len({c[2] for c in gathers}) == 2
+        assert resolves == ([("resolve", None)] * 2 if with_resolve else [])
+    for name in ("gather_alone_warp_per_row", "resolve_beside_gather_warp_per_row", "gather_alone_default",
+                 "resolve_beside_gather_default"):
+        assert result[f"{name}_us"] > 0
+        assert result[f"{name}_over_line_bound"] > 0
+
+
 PEER = SCRIPT.parent / "peers" / "sglang_010c002_h200.json"
 
 
