@@ -74,7 +74,7 @@ cmake --version | head -n1
 # configuration into an error instead of AUTO's quiet CPU-only build.
 if command -v nvcc >/dev/null 2>&1; then
   cuda=${cuda:-ON}
-  echo "nvcc found: the CUDA backend is compiled (HISPARSE_CUDA=$cuda); GPU tests skip without a device"
+  echo "nvcc found: HISPARSE_CUDA=$cuda (ON: the CUDA backend must compile; GPU tests skip without a device)"
 else
   cuda=${cuda:-AUTO}
   echo "no nvcc on PATH: the CUDA backend is built only where CMake finds one (HISPARSE_CUDA=$cuda)"
