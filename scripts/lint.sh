@@ -65,7 +65,7 @@ clang_format_command() {
 }
 
 cpp_sources() {
-  local dirs=(cpp tests/cpp python/bindings examples/cpp)
+  local dirs=(cpp tests/cpp python/bindings examples/cpp bench)
   if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     git ls-files -- "${dirs[@]}"
   else
