@@ -60,7 +60,7 @@ __global__ void gather_rows(const uint8_t* __restrict__ host, uint8_t* __restric
   }
 }
 
-int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows, uint8_t* d_dst) {
+int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows, uint8_t* d_dst, int blocks) {
   const int64_t pool_rows = pool_bytes / kRowBytes;
   std::mt19937_64 rng(1234);
   cudaEvent_t e0, e1;
@@ -72,7 +72,7 @@ int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows,
       for (auto& r : rows) r = rng() % pool_rows;  // fresh rows each time: cold translations
       CK(cudaMemcpy(d_rows, rows.data(), n * 8, cudaMemcpyHostToDevice));
       cudaEventRecord(e0);
-      gather_rows<<<132 * 4, 512>>>(dev_host, d_dst, d_rows, n);
+      gather_rows<<<blocks, 512>>>(dev_host, d_dst, d_rows, n);
       cudaEventRecord(e1);
       CK(cudaEventSynchronize(e1));
       float ms;
@@ -81,6 +81,8 @@ int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows,
              (double)n * kRowBytes / (ms * 1e-3) / 1e9);
     }
   }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   return 0;
 }
 
@@ -88,6 +90,9 @@ int main() {
   const size_t pool = size_t{4} << 30;
   CK(cudaSetDevice(0));
   CKD(cuInit(0));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int blocks = 4 * sms;  // 16 warps each, four blocks per SM
   int64_t* d_rows;
   uint8_t* d_dst;
   CK(cudaMalloc(&d_rows, 262144 * 8));
@@ -95,12 +100,18 @@ int main() {
   for (int mode = 0; mode < 4; ++mode) {
     if (mode <= 1) {
       void* p = aligned_alloc(2 << 20, pool);
+      if (p == nullptr) {
+        printf("aligned_alloc of %zu bytes failed\n", pool);
+        return 1;
+      }
+      // Huge pages are advised (or refused), not checked: with THP set to
+      // "madvise" the kernel backs the advised region where it can.
       madvise(p, pool, mode == 0 ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
       memset(p, 0x5A, pool);
       CK(cudaHostRegister(p, pool, cudaHostRegisterMapped));
       uint8_t* dp;
       CK(cudaHostGetDevicePointer((void**)&dp, p, 0));
-      run(mode == 0 ? "malloc+THP+register" : "malloc+4K+register", dp, pool, d_rows, d_dst);
+      if (run(mode == 0 ? "malloc+THP+register" : "malloc+4K+register", dp, pool, d_rows, d_dst, blocks)) return 1;
       CK(cudaHostUnregister(p));
       free(p);
     } else if (mode == 2) {
@@ -109,7 +120,7 @@ int main() {
       memset(p, 0x5A, pool);
       uint8_t* dp;
       CK(cudaHostGetDevicePointer((void**)&dp, p, 0));
-      run("cudaHostAlloc", dp, pool, d_rows, d_dst);
+      if (run("cudaHostAlloc", dp, pool, d_rows, d_dst, blocks)) return 1;
       CK(cudaFreeHost(p));
     } else {
       CUmemAllocationProp prop = {};
@@ -141,7 +152,7 @@ int main() {
       }
       CK(cudaMemset((void*)va, 0x5A, pool));
       CK(cudaDeviceSynchronize());
-      run("cuMemCreate host NUMA", (uint8_t*)va, pool, d_rows, d_dst);
+      if (run("cuMemCreate host NUMA", (uint8_t*)va, pool, d_rows, d_dst, blocks)) return 1;
       cuMemUnmap(va, pool);
       cuMemAddressFree(va, pool);
       cuMemRelease(h);
