@@ -64,8 +64,8 @@ int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows,
   const int64_t pool_rows = pool_bytes / kRowBytes;
   std::mt19937_64 rng(1234);
   cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
   for (int n : {200, 8192, 65536, 262144}) {
     for (int rep = 0; rep < 3; ++rep) {
       std::vector<int64_t> rows(n);
@@ -73,6 +73,7 @@ int run(const char* name, uint8_t* dev_host, size_t pool_bytes, int64_t* d_rows,
       CK(cudaMemcpy(d_rows, rows.data(), n * 8, cudaMemcpyHostToDevice));
       cudaEventRecord(e0);
       gather_rows<<<blocks, 512>>>(dev_host, d_dst, d_rows, n);
+      CK(cudaGetLastError());  // a refused launch would otherwise time an empty interval
       cudaEventRecord(e1);
       CK(cudaEventSynchronize(e1));
       float ms;
