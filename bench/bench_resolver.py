@@ -48,7 +48,9 @@ one CUDA graph (each step reads its own top-k buffer); the state is restored
 from a snapshot before every replay, outside the timed window; per-step time
 = replay time / N, median of several replays. The PyTorch baseline runs
 eagerly (it needs one host sync). The link's ceiling is contiguous pinned
-memcpy host-to-device measured in the same run.
+memcpy host-to-device measured in the same run. Every resolve gets a
+residency hint kept with the state, as the runtime's do (--residency-hint
+off leaves it out).
 
     python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
 
@@ -105,6 +107,8 @@ def parse_args(argv=None):
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
     parser.add_argument("--early-start-bound", action="store_true",
                         help="CUDA: also time each step's own swap list copied alone and beside the resolve")
+    parser.add_argument("--residency-hint", choices=("on", "off"), default="on",
+                        help="pass the resolves a residency hint kept with the state, as the runtime does")
     parser.add_argument("--peer", default=None,
                         help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -171,6 +175,10 @@ class Scenario:
                 self.workspace = torch.empty(size, dtype=torch.uint8, device=device)
         # The automatic schedule's records, kept with the state (zero between launches).
         self.handoff = torch.zeros((batch, hisparse.ops.RESOLVER_HANDOFF_WORDS), dtype=torch.int32, device=device)
+        # The residency hint, kept with the state like the runtime's: every resolve keeps it from the cold start on.
+        self.hint = None
+        if args.residency_hint == "on":
+            self.hint = torch.zeros((self.host_rows + 31) // 32, dtype=torch.int32, device=device)
 
     def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None):
         a = self.args
@@ -184,6 +192,8 @@ class Scenario:
                 gather["handoff"] = self.handoff
         if self.workspace is not None and fn is hisparse.ops.resolve_residency:
             gather["workspace"] = self.workspace
+        if self.hint is not None and fn is hisparse.ops.resolve_residency:
+            gather["residency_hint"] = self.hint
         fn(
             self.topk[step], self.req_id, self.state_rows, self.dgi, self.lru, self.hot_block_table,
             hot_block_size=a.block_size, attention_block_stride=a.block_size, host_rows=self.host_rows,
@@ -222,11 +232,13 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     s.resolve(0)  # cold start: fill the hot buffers
     s.resolve(1)
     measure.synchronize(device)
-    snapshot = (s.dgi.clone(), s.lru.clone())
+    snapshot = (s.dgi.clone(), s.lru.clone(), None if s.hint is None else s.hint.clone())
 
     def restore():
         s.dgi.copy_(snapshot[0])
         s.lru.copy_(snapshot[1])
+        if s.hint is not None:
+            s.hint.copy_(snapshot[2])
 
     results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch}
     if token_rows != 1 or hot is not None:

@@ -173,6 +173,10 @@ HS_API hs_status_t hs_runtime_reset_hot_state(hs_runtime_t runtime, hs_stream_t 
   return api_guard([&] { from_handle(runtime, "runtime").reset_hot_state(stream); });
 }
 
+HS_API hs_status_t hs_runtime_rebuild_residency_hint(hs_runtime_t runtime, hs_stream_t stream) {
+  return api_guard([&] { from_handle(runtime, "runtime").rebuild_residency_hint(stream); });
+}
+
 HS_API hs_status_t hs_runtime_invalidate_sorted_slots(hs_runtime_t runtime, const hs_tensor_t* sorted_slots,
                                                       const hs_tensor_t* state_indices, hs_stream_t stream) {
   return api_guard(

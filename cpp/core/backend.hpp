@@ -145,6 +145,9 @@ class Backend {
   virtual void read_rows(const ReadRowsParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement read_rows");
   }
+  virtual void build_residency_hint(const ResidencyHintParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement build_residency_hint");
+  }
   virtual void update_residency(const ResidencyParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement update_residency");
   }

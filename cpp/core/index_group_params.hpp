@@ -7,6 +7,17 @@
 
 namespace hisparse {
 
+// A residency hint rebuilt from an index group's state: every bit clear, then
+// the bit of each host row below host_rows that an entry of
+// device_global_indices holds (docs/residency.md, "Residency hint").
+struct ResidencyHintParams {
+  const int32_t* device_global_indices = nullptr;  // [entries]
+  int64_t entries = 0;                             // S * H
+  uint32_t* hint = nullptr;                        // [ceil(host_rows / 32)]
+  int64_t host_rows = 0;
+  int device = 0;  // CUDA device index (ignored by the CPU backend)
+};
+
 // device_global_indices = -1, every lru_slots row = lru_init, counters = 0.
 struct ResetHotStateParams {
   int32_t* device_global_indices = nullptr;  // [S, H] contiguous

@@ -286,6 +286,15 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
   resolve_workspace_params(workspace, device, &p);
   const TensorArg handoff(a.handoff, "handoff", true);
   resolve_handoff_params(handoff, device, &p);
+  const TensorArg hint(a.residency_hint, "residency_hint", true);
+  if (hint.present()) {
+    hint.dtype_is(HS_DTYPE_INT32)
+        .ndim_is(1)
+        .size_is(0, (p.host_rows + 31) / 32, "ceil(host_rows / 32)")
+        .contiguous()
+        .on(device, "topk_indices");
+    if (device.is_cuda()) p.residency_hint = reinterpret_cast<uint32_t*>(hint.data<int32_t>());
+  }
   // The state and every output are written; the rest is read.
   AliasCheck()
       .writes(dgi)
@@ -302,6 +311,7 @@ ResolveResidencyParams resolve_residency_params(const hs_resolve_residency_args_
       .writes(gather_hot)
       .writes(workspace)
       .writes(handoff)
+      .writes(hint)
       .reads(topk)
       .reads(req_ids)
       .reads(state_indices)

@@ -88,6 +88,8 @@ struct ResolveResidencyParams {
   // per state row (cuda/resolver_handoff.cuh), zero between launches; null
   // = the tail gather. Ignored by the CPU backend and the other schedules.
   int32_t* handoff = nullptr;
+  // Optional residency hint (hs_resolve_residency_args_t), bits over host rows.
+  uint32_t* residency_hint = nullptr;
 };
 
 }  // namespace hisparse

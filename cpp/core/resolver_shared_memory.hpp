@@ -65,7 +65,13 @@ struct ResolverSharedLayout {
                            // (high 16 bits) and its slot or 0xFFFF when unusable (low 16 bits)
   uint32_t entry_codes = 0;  // uint16 [max_union_rows]: per entry (first ones of the request), its hash
                              // slot, or resident / invalid, so the output pass need not classify again
+  // int32 [H]: the request's device_global_indices row as phase A read it,
+  // kept through phase D for a residency hint's upkeep; kNoHeldRows: the
+  // copy lives in the evictable words until phase C2 overwrites it.
+  uint32_t held_rows = kNoHeldRows;
   uint32_t total_bytes = 0;
+
+  static constexpr uint32_t kNoHeldRows = 0xFFFFFFFFu;
 };
 
 // The fused gather's early staging area, appended to the layout at launch
@@ -99,7 +105,8 @@ HS_HOST_DEVICE inline int32_t resolver_hash_capacity(int32_t max_union_rows,
 }
 
 HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_size, int32_t max_union_rows,
-                                                                  int32_t slack_halves = kResolverMinSlackHalves) {
+                                                                  int32_t slack_halves = kResolverMinSlackHalves,
+                                                                  bool keep_held_rows = false) {
   ResolverSharedLayout layout;
   layout.hash_capacity = resolver_hash_capacity(max_union_rows, slack_halves);
   const uint64_t hot = hot_size > 0 ? static_cast<uint64_t>(hot_size) : 0;
@@ -127,6 +134,10 @@ HS_HOST_DEVICE inline ResolverSharedLayout resolver_shared_layout(int32_t hot_si
   offset += resolver_align16(4ull * hot);
   layout.entry_codes = static_cast<uint32_t>(offset);
   offset += resolver_align16(2ull * members);
+  if (keep_held_rows) {
+    layout.held_rows = static_cast<uint32_t>(offset);
+    offset += resolver_align16(4ull * hot);
+  }
   layout.total_bytes = static_cast<uint32_t>(offset);
   return layout;
 }
@@ -169,11 +180,12 @@ constexpr int32_t kResolverMaxHashCapacity = 0xFFFE;
 HS_HOST_DEVICE inline ResolverLaunchLayout resolver_launch_layout(int32_t hot_size, int32_t max_union_rows,
                                                                   int64_t row_bytes, int32_t wanted_stage_rows,
                                                                   uint64_t limit_bytes,
-                                                                  int32_t max_slack_halves = kResolverMaxSlackHalves) {
+                                                                  int32_t max_slack_halves = kResolverMaxSlackHalves,
+                                                                  bool keep_held_rows = false) {
   ResolverLaunchLayout chosen;
-  chosen.layout = resolver_shared_layout(hot_size, max_union_rows);
+  chosen.layout = resolver_shared_layout(hot_size, max_union_rows, kResolverMinSlackHalves, keep_held_rows);
   for (int32_t slack = max_slack_halves; slack > kResolverMinSlackHalves; --slack) {
-    const ResolverSharedLayout roomier = resolver_shared_layout(hot_size, max_union_rows, slack);
+    const ResolverSharedLayout roomier = resolver_shared_layout(hot_size, max_union_rows, slack, keep_held_rows);
     if (roomier.hash_capacity >= kResolverMaxHashCapacity || roomier.total_bytes > limit_bytes) continue;
     if (wanted_stage_rows > 0 &&
         resolver_miss_stage(roomier, row_bytes, wanted_stage_rows, limit_bytes).rows != wanted_stage_rows) {

@@ -250,6 +250,8 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   source_ = source;
   source_bound_ = true;
   pool_reader_ = role.has_value() && !role->is_writer();
+  // The leader's source rows are the host rows its resolves name.
+  if (is_leader()) group_->rebuild_residency_hint(rows);
 }
 
 void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {
@@ -483,6 +485,8 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   p.hot_block_size = static_cast<int32_t>(hot_.block_size);
   p.attention_block_stride = hot_.attention_block_stride;
   p.host_rows = source_.rows;
+  // The hint sized for the leader's rows (this runtime's, when it resolves).
+  if (group_->residency_hint_rows() == source_.rows) p.residency_hint = group_->residency_hint();
   // The bound hot block table, checked at bind but for its rows: one per
   // batch row of this step.
   const TensorArg table(hot_.block_table.get(), "hot_block_table");
@@ -642,6 +646,13 @@ void Runtime::reset_hot_state(hs_stream_t stream) {
   // copy stream joins the capture before the caller's stream waits on it.
   group_->copy_waits_for(stream);
   group_->index_group().reset(group_->copy_stream());
+  group_->rebuild_residency_hint(group_->residency_hint_rows());
+  group_->stream_waits_for_copy(stream);
+}
+
+void Runtime::rebuild_residency_hint(hs_stream_t stream) {
+  group_->copy_waits_for(stream);
+  group_->rebuild_residency_hint(group_->residency_hint_rows());
   group_->stream_waits_for_copy(stream);
 }
 

@@ -113,6 +113,7 @@ class Runtime {
   void begin_forward();
   SwapInResult swap_in(const hs_runtime_swap_in_args_t& args, hs_stream_t stream);
   void reset_hot_state(hs_stream_t stream);
+  void rebuild_residency_hint(hs_stream_t stream);
   void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices, hs_stream_t stream);
   void mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t* slot_mapping, hs_stream_t stream);
   void copy_stats_async(hs_stream_t stream);

@@ -43,6 +43,25 @@ RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
 
 RuntimeGroup::~RuntimeGroup() = default;
 
+void RuntimeGroup::rebuild_residency_hint(int64_t host_rows) {
+  if (!device().is_cuda() || host_rows <= 0) return;
+  const int device_index = device().index;
+  if (hint_ == nullptr || hint_rows_ != host_rows) {
+    hint_.reset();  // the old buffer goes first: no two hints live at once
+    hint_ = std::make_unique<DeviceBuffer>(backend_, device_index,
+                                           static_cast<size_t>((host_rows + 31) / 32) * sizeof(uint32_t));
+    hint_rows_ = host_rows;
+  }
+  const IndexGroupOptions& o = index_group_.options();
+  ResidencyHintParams p;
+  p.device_global_indices = index_group_.data<int32_t>(HS_INDEX_GROUP_DEVICE_GLOBAL_INDICES);
+  p.entries = static_cast<int64_t>(o.max_num_reqs) * o.device_buffer_size;
+  p.hint = hint_->data<uint32_t>();
+  p.host_rows = host_rows;
+  p.device = device_index;
+  backend_.build_residency_hint(p, streams_.copy);
+}
+
 void RuntimeGroup::copy_waits_for(hs_stream_t stream) {
   backend_.record_event(streams_.fork, stream);
   backend_.stream_wait_event(streams_.copy, streams_.fork);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/backend.hpp"
@@ -58,6 +59,16 @@ class RuntimeGroup {
   // Row bytes summed over the live members: the bytes one miss moves.
   uint64_t row_bytes() const;
 
+  // The group's residency hint (docs/residency.md, "Residency hint"): a bit
+  // per host row of the leader's source cache, read and kept by the CUDA
+  // resolves; null on the CPU and until the leader binds a source cache.
+  uint32_t* residency_hint() const { return hint_ != nullptr ? hint_->data<uint32_t>() : nullptr; }
+  int64_t residency_hint_rows() const { return hint_rows_; }
+  // Sizes the hint for `host_rows` (reallocated when that changes) and
+  // rebuilds it from the state on the copy stream: after the leader binds
+  // a source cache, and after the state is reset.
+  void rebuild_residency_hint(int64_t host_rows);
+
   // Token rows [0, resolved_rows) of the shared state hold the leader's
   // resolution for the current forward.
   int64_t resolved_rows() const { return resolved_rows_; }
@@ -88,6 +99,8 @@ class RuntimeGroup {
   Runtime* leader_ = nullptr;
   std::vector<Runtime*> followers_;
   int64_t resolved_rows_ = 0;
+  std::unique_ptr<DeviceBuffer> hint_;
+  int64_t hint_rows_ = 0;
 };
 
 }  // namespace hisparse

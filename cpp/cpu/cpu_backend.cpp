@@ -85,6 +85,9 @@ class CpuBackend final : public Backend {
   }
 
   void reset_hot_state(const ResetHotStateParams& params, hs_stream_t) override { reset_hot_state_reference(params); }
+  void build_residency_hint(const ResidencyHintParams& params, hs_stream_t) override {
+    build_residency_hint_reference(params);
+  }
   void invalidate_sorted_slots(const InvalidateSortedSlotsParams& params, hs_stream_t) override {
     invalidate_sorted_slots_reference(params);
   }

@@ -28,4 +28,13 @@ void invalidate_sorted_slots_reference(const InvalidateSortedSlotsParams& p) {
   }
 }
 
+void build_residency_hint_reference(const ResidencyHintParams& p) {
+  const int64_t words = (p.host_rows + 31) / 32;
+  std::fill(p.hint, p.hint + words, 0u);
+  for (int64_t i = 0; i < p.entries; ++i) {
+    const int32_t row = p.device_global_indices[i];
+    if (row >= 0 && row < p.host_rows) p.hint[row >> 5] |= 1u << (row & 31);
+  }
+}
+
 }  // namespace hisparse

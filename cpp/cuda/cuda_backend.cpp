@@ -259,6 +259,10 @@ class CudaBackend final : public Backend {
     CudaDeviceGuard guard(params.device);
     cuda::launch_update_residency(params, as_cuda(stream));
   }
+  void build_residency_hint(const ResidencyHintParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_build_residency_hint(params, as_cuda(stream));
+  }
   size_t staging_remap_workspace_bytes(int64_t count, int device) const override {
     CudaDeviceGuard guard(device);
     return cuda::staging_remap_workspace_bytes(count);

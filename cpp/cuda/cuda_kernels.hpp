@@ -36,6 +36,8 @@ void launch_prepare_topk(const PrepareTopkParams& params, cudaStream_t stream);
 void launch_write_rows(const WriteRowsParams& params, cudaStream_t stream);
 void launch_read_rows(const ReadRowsParams& params, cudaStream_t stream);
 void launch_update_residency(const ResidencyParams& params, cudaStream_t stream);
+// Index groups' residency hint (residency_hint.cu).
+void launch_build_residency_hint(const ResidencyHintParams& params, cudaStream_t stream);
 // Prefill staging (staging.cu). The workspace size asks the current device.
 size_t staging_remap_workspace_bytes(int64_t count);
 void launch_staging_remap(const StagingRemapParams& params, cudaStream_t stream);

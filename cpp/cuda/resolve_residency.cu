@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/resolver_shared_memory.hpp"
@@ -351,7 +352,10 @@ __device__ __forceinline__ UnionSummary build_union(const ResolveResidencyParams
 // slot j: usable (occurs once in the LRU row, a hot block, an attention index
 // within int32), and the rank of the member it holds; slot_info[j] becomes
 // kSlotUsable | (rank + 1). A usable slot's member is held (member_held).
-template <class Gather>
+// With a residency hint and a layout that keeps them (c.held_rows), the
+// slots' rows are also kept for phase D's upkeep of the hint, since phase C2
+// overwrites the words that hold them.
+template <bool kMayKeepRows, class Gather>
 __device__ __forceinline__ void match_slots(const ResolveResidencyParams& p, const ResolverConstants& c,
                                             const ResolverWorkspace& ws, const ResolverRequest& request,
                                             Gather& gather) {
@@ -370,6 +374,14 @@ __device__ __forceinline__ void match_slots(const ResolveResidencyParams& p, con
       const int32_t j = min(base + x * kThreads + tid, H - 1);
       held[x] = held_copy[j];
       block[x] = __ldg(request.hot_table + c.hot_block_size.quotient(j));
+    }
+    if (kMayKeepRows && p.residency_hint != nullptr && c.held_rows != ResolverSharedLayout::kNoHeldRows) {
+      int32_t* const kept = reinterpret_cast<int32_t*>(ws.base + c.held_rows);
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int32_t j = base + x * kThreads + tid;
+        if (j < H) kept[j] = held[x];
+      }
     }
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
@@ -461,6 +473,61 @@ __device__ __forceinline__ LruWalk walk_lru(const ResolveResidencyParams& p, con
   return walk;
 }
 
+// ---- The residency hint's upkeep (docs/residency.md, "Residency hint"),
+// with a hint only: a slot that takes a miss drops the bit of the row it held
+// and sets the new row's. Where the layout keeps the device_global_indices
+// row that phase A copied (c.held_rows), phase D reads the replaced row from
+// shared memory and changes the bits at once, as fire-and-forget
+// reductions (take_slot). Where it does not (paired blocks, split layouts, a
+// shape with no room for the copy), phase D leaves the slots' entries alone
+// and keep_hint_after_outputs writes them after phase F, reading the rows
+// they replace from the table: a round trip to L2 at the end of the block.
+__device__ __forceinline__ void move_hint_bit(const ResolveResidencyParams& p, int32_t replaced, int32_t host_row) {
+  uint32_t* const hint = p.residency_hint;
+  if (replaced >= 0 && replaced < p.host_rows) atomicAnd(hint + (replaced >> 5), ~(1u << (replaced & 31)));
+  atomicOr(hint + (host_row >> 5), 1u << (host_row & 31));
+}
+
+// Phase D: slot j of the request takes host row `key`. Only launches that
+// may keep the rows (kMayKeepRows: shared placement, one block per SM) have
+// that path; in the others it spilled registers.
+template <bool kMayKeepRows>
+__device__ __forceinline__ void take_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                          const ResolverWorkspace& ws, const ResolverRequest& request, int32_t j,
+                                          int32_t key) {
+  if (p.residency_hint == nullptr) {
+    request.dgi_row[j] = key;
+  } else if (kMayKeepRows && c.held_rows != ResolverSharedLayout::kNoHeldRows) {
+    request.dgi_row[j] = key;
+    move_hint_bit(p, reinterpret_cast<const int32_t*>(ws.base + c.held_rows)[j], key);
+  }
+}
+
+// After phase F, for a hint not kept in phase D: every slot E[m] that took
+// a miss (m < taken) gets its entry, the host row of its swap entry.
+__device__ __forceinline__ void keep_hint_for_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                   const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                   int32_t m) {
+  const int32_t word = ws.evictable[m];
+  if ((word & kSlotMask) == kNoSlot) return;
+  const int32_t order = word >> 16;
+  const int32_t row = c.top_k.quotient(order);
+  const int64_t t = request.t0 + row;
+  const int32_t slot = word & kSlotMask;
+  const int32_t host_row = p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + c.top_k.remainder(order, row)];
+  const int32_t replaced = request.dgi_row[slot];
+  request.dgi_row[slot] = host_row;
+  move_hint_bit(p, replaced, host_row);
+}
+
+__device__ __forceinline__ void keep_hint_after_outputs(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                        const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                        int32_t taken) {
+  if (p.residency_hint == nullptr || c.held_rows != ResolverSharedLayout::kNoHeldRows) return;
+  for (int32_t m = threadIdx.x + kThreads; m < taken; m += kThreads) keep_hint_for_slot(p, c, ws, request, m);
+  if (static_cast<int32_t>(threadIdx.x) < taken) keep_hint_for_slot(p, c, ws, request, threadIdx.x);
+}
+
 struct Assignment {
   int32_t miss_total;      // |M|: members that no hit position serves
   int32_t assigned_total;  // misses that took a slot
@@ -473,7 +540,7 @@ struct Assignment {
 // row and attention index (member_first: see kServedHit). An assigned miss
 // writes device_global_indices and its swap entry; the swap counts and the
 // new LRU order E[n:], E[:n], P (into the free slot_info words) follow.
-template <class Gather>
+template <bool kMayKeepRows, class Gather>
 __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                     const ResolverWorkspace& ws, const ResolverRequest& request,
                                                     const MemberRun& run, const LruWalk& walk, Gather& gather) {
@@ -526,7 +593,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
     ws.member_keys[r] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset);
     if (order >= 0) {
       gather.note_assigned_miss(ws, r);
-      request.dgi_row[j] = key;
+      take_slot<kMayKeepRows>(p, c, ws, request, j, key);
       const int32_t swap_row = c.top_k.quotient(order);
       const int64_t t = request.t0 + swap_row;
       const int32_t column = c.top_k.remainder(order, swap_row);
@@ -704,15 +771,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gather.help_as_idle(p, c, ws);                                             // H
     return;
   }
-  gather.open_request(p, request);                                           // A
+  constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
+  gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
   count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
-  match_slots(p, c, ws, request, gather);                                    // C1 | B3
+  match_slots<kMayKeepRows>(p, c, ws, request, gather);                                    // C1 | B3
   const MemberRun run = member_run(u.members);
-  gather.after_slot_scan(c, ws, u.members, run);                             // the stage after C1
+  gather.after_slot_scan(p, c, ws, u.members, run);                          // the stage after C1
   const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
-  const Assignment a = assign_misses(p, c, ws, request, run, walk, gather);  // D  | B5, B6
+  const Assignment a = assign_misses<kMayKeepRows>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
   gather.note_assigned_total(c, p, request, a.assigned_total);
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
@@ -724,6 +792,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
   write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
   count_request(p, ws, request, u, a);                                       // F
+  const int32_t taken = p.residency_hint != nullptr ? min(a.miss_total, walk.evictable_total) : 0;
+  keep_hint_after_outputs(p, c, ws, request, taken);                         // F
   gather.finish(c, ws);                                                      // G  | B8
   gather.help_as_owner(p, c, ws);                                              // H
 }
@@ -832,6 +902,7 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   // The automatic schedule: a request whose misses its stage holds copies them
   // itself (fewer than K, which the tail gather's row test relies on).
   constants.auto_local_rows = std::max(0, std::min(chosen.stage.rows, params.top_k - 1));
+  constants.held_rows = layout.held_rows;
   constants.ones_vectors = static_cast<int32_t>((layout.slot_info - layout.hash_keys) / 16);
   constants.zero_vectors = static_cast<int32_t>((layout.scratch + 4 * kScratchZeroedWords - layout.slot_info) / 16);
   constants.rows_per_request = params.num_batch_rows > 0 && params.num_tokens % params.num_batch_rows == 0
@@ -881,12 +952,31 @@ unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const Resol
   return static_cast<unsigned>(d.multiprocessors - own_blocks(params));
 }
 
+// Whether the handoff's helper blocks read early (resolver_early_reads.cuh):
+// with a residency hint to predict from, for requests of one token row each,
+// with at least two helpers per request (the batches where early reads
+// were measured to pay: bench/results/resolver_hint_upkeep_ab_h200.json),
+// and arrays in shared memory (a batch of single rows has a union of at
+// most top_k rows). The early-read path is its own instantiation, so that
+// launches without it keep the registers of the handoff without it.
+bool reads_early(const ResolveResidencyParams& params, unsigned helpers) {
+  const int64_t batch = params.num_batch_rows;
+  return params.residency_hint != nullptr && params.num_tokens == batch && batch > 0 && helpers >= 2 * batch;
+}
+
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
                     cudaStream_t stream) {
-  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
-                                                   handoff_helper_blocks(params, d));
+  const unsigned helpers = handoff_helper_blocks(params, d);
+  if constexpr (std::is_same<Placement, SharedPlacement>::value) {
+    if (reads_early(params, helpers)) {
+      launch<HandoffGather<FusedGather, true>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
+                                                             helpers);
+      return;
+    }
+  }
+  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
@@ -963,8 +1053,15 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
                           stream);
       return;
     }
-    const ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
-                                                               stage_rows, limit, kResolverMaxSlackHalves);
+    ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
+                                                         stage_rows, limit, kResolverMaxSlackHalves);
+    if (params.residency_hint != nullptr) {
+      // The hint's upkeep reads the replaced rows from a kept copy of the
+      // state row where that fits beside the same miss stage.
+      const ResolverLaunchLayout keeping = resolver_launch_layout(
+          params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit, kResolverMaxSlackHalves, true);
+      if (keeping.stage.total_bytes <= limit && keeping.stage.rows == chosen.stage.rows) chosen = keeping;
+    }
     launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device, d,
                                    stream);
     return;

@@ -55,6 +55,9 @@ struct ResolverConstants {
   uint8_t* stage_hot;
   int64_t stage_hot_block_stride;
   int64_t stage_hot_span_rows;
+  // ResolverSharedLayout::held_rows: where a residency hint's upkeep finds
+  // the rows the slots held (kNoHeldRows: nowhere, it asks the table).
+  uint32_t held_rows;
   // The automatic schedule (AutoGather): a request with at most this many
   // assigned misses copies them itself; the rows of the others are left to
   // the tail gather launched after the resolve (resolver_tail_gather.cu).

@@ -46,8 +46,9 @@ struct NoGather {
   __device__ __forceinline__ void after_slot_match(const ResolverWorkspace& /*ws*/, int /*held_here*/) {}
 
   // After B3 (C1's results final), before phase C2.
-  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/,
-                                                  int32_t /*members*/, const MemberRun& /*run*/) {}
+  __device__ __forceinline__ void after_slot_scan(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                  const ResolverWorkspace& /*ws*/, int32_t /*members*/,
+                                                  const MemberRun& /*run*/) {}
 
   // Phase D: per assigned miss (rank r), then once before B6; after it, the
   // request's assigned misses (block-uniform).
@@ -69,7 +70,7 @@ struct NoGather {
 
   // The handoff (resolver_handoff.cuh): after phase A found the request
   // active; after phase G; and in a block with no active request.
-  __device__ __forceinline__ void open_request(const ResolveResidencyParams& /*p*/,
+  __device__ __forceinline__ void open_request(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
                                                const ResolverRequest& /*request*/) {}
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
                                                 const ResolverWorkspace& /*ws*/) const {}
@@ -81,21 +82,10 @@ struct NoGather {
 // block holds 64 registers per thread, and one step's few misses fit one pass.
 constexpr int kAssignedRowUnroll = 4;
 
-// The warp copies the rows of the lanes with `has_row` set (host slot `g`,
-// physical hot row `row`), exactly as gather_compact would copy those swap
-// entries: a destination outside the hot cache is skipped, a source past the
-// host rows zero-fills.
-__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row, int32_t g,
-                                                        int32_t row, int lane) {
-  const uint8_t* src = nullptr;
-  uint8_t* dst = nullptr;
-  if (has_row) {
-    const int64_t offset = hot_row_offset(row, g_params.hot_block_size, g_params.hot_block_stride);
-    if (offset < g_params.hot_span_rows) {
-      dst = g_params.hot + offset * g_params.row_bytes;
-      if (g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
-    }
-  }
+// The warp copies the row of every lane with a destination `dst` (from
+// `src`, or zero-filled where src is null), by line, all lanes' rows in one
+// call.
+__device__ __forceinline__ void warp_copy_lane_rows(const uint8_t* src, uint8_t* dst, int chunks, int lane) {
   const unsigned rows = __ballot_sync(kFullMask, dst != nullptr);
   if (rows == 0) return;
   // Lane e takes the row of the e-th lane with one, as warp_copy_rows_by_line wants.
@@ -104,8 +94,26 @@ __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParam
   const uint8_t* my_src =
       reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
   uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
-  warp_copy_rows_by_line<kAssignedRowUnroll>(n, my_src, my_dst, static_cast<int>(g_params.row_bytes / kChunkBytes),
-                                             lane);
+  warp_copy_rows_by_line<kAssignedRowUnroll>(n, my_src, my_dst, chunks, lane);
+}
+
+// Where a swap entry's physical hot row `row` lies in the gather's hot
+// cache, or null when it lies outside (the entry is skipped).
+__device__ __forceinline__ uint8_t* assigned_row_destination(const GatherCompactParams& g_params, int32_t row) {
+  const int64_t offset = hot_row_offset(row, g_params.hot_block_size, g_params.hot_block_stride);
+  return offset < g_params.hot_span_rows ? g_params.hot + offset * g_params.row_bytes : nullptr;
+}
+
+// The warp copies the rows of the lanes with `has_row` set (host slot `g`,
+// physical hot row `row`), exactly as gather_compact would copy those swap
+// entries: a destination outside the hot cache is skipped, a source past the
+// host rows zero-fills.
+__device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row, int32_t g,
+                                                        int32_t row, int lane) {
+  const uint8_t* src = nullptr;
+  uint8_t* dst = has_row ? assigned_row_destination(g_params, row) : nullptr;
+  if (dst != nullptr && g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
+  warp_copy_lane_rows(src, dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
 }
 
 // The miss stage (ResolverMissStage, appended to the workspace): rows of
@@ -140,8 +148,8 @@ class FusedGather : public NoGather {
   // phases C2, D and F instead of following them. (members - held members
   // seen in C1 is the miss count, or less when a corrupt table holds a
   // member twice; either way only the choice, never the bytes, depends on it.)
-  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                  int32_t members, const MemberRun& run) {
+  __device__ __forceinline__ void after_slot_scan(const ResolveResidencyParams& /*p*/, const ResolverConstants& c,
+                                                  const ResolverWorkspace& ws, int32_t members, const MemberRun& run) {
     const ResolverMissStage& stage = c.miss_stage;
     const int lane = threadIdx.x & 31;
     const int32_t misses_seen = members - ws.scratch[kScratchHeldMembers];

@@ -9,73 +9,24 @@
 // helper blocks it keeps the whole list. One launch, and copies start while
 // other requests still resolve.
 //
-// One record of HS_RESOLVER_HANDOFF_WORDS int32 per state row. A state row is
-// unique among a launch's active requests, and two launches must never
-// resolve one state row at once (its LRU row would race too), so records of
-// concurrent launches never meet.
-//   state   kIdle between launches, kResolving from the owner's phase A to
-//           its phase D, then kPublished until the owner has claimed the
-//           last of its rows (or kIdle at once: a request that copies its
-//           own rows publishes nothing, and one whose misses fit its stage
-//           closes the record after C1 already);
-//   cursor  swap entries claimed so far, reset by the owner when it opens
-//           and set past the entries it keeps when it publishes;
-//   first   the request's first token row;
-//   count   its assigned misses (swap entries), in token-row order.
-// Freedom from deadlock: a block waits on a record in kResolving, whose
-// owner set that state while running and waits on no other block, and a
-// helper block also on an idle record it has not seen open, for at most
-// kOpenGraceNs from its start; every other idle record is skipped, and its
-// owner copies whatever is left of its rows itself, since it claims its own
-// record first. Only resolves may write the array: a record that was not
-// idle when the launch began (memory not zeroed at allocation) is taken at
-// its word as far as it names entries of the launch's swap lists, and can
-// make the launch copy rows it must not.
+// The records are described in resolver_handoff_record.cuh; launches with a
+// residency hint and at least two helper blocks per request read early
+// (resolver_early_reads.cuh).
 #pragma once
 
 #include <cstdint>
 
-#include <cuda/atomic>
-
 #include "core/resolve_residency_params.hpp"
 #include "cuda/resolver_context.cuh"
+#include "cuda/resolver_early_reads.cuh"
 #include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_handoff_record.cuh"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
 namespace cuda {
 
 namespace handoff {
-
-constexpr int kState = 0;
-constexpr int kCursor = 1;
-constexpr int kFirstRow = 2;
-constexpr int kCount = 3;
-static_assert(HS_RESOLVER_HANDOFF_WORDS == 4, "the record's words are the four above");
-
-constexpr int32_t kIdle = 0;
-constexpr int32_t kResolving = 1;
-constexpr int32_t kPublished = 2;
-
-// A record's state past this long in kResolving is treated as kIdle. The
-// owner leaves kResolving within its resolve (microseconds), so only a
-// record that no resolve wrote (memory that was not zero when allocated)
-// stays there, and a launch must not hang on it.
-constexpr uint64_t kResolvingTimeoutNs = 20'000'000;
-
-// How long a helper block, which starts looking as the owners start their
-// phase A, takes an idle record for one whose owner has not opened it yet.
-// Past it an idle record is skipped: its owner, if it opens later, copies
-// its rows itself.
-constexpr uint64_t kOpenGraceNs = 8'000;
-
-using Word = ::cuda::atomic_ref<int32_t, ::cuda::thread_scope_device>;
-
-__device__ __forceinline__ uint64_t global_time_ns() {
-  uint64_t now;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
-  return now;
-}
 
 // Where a block keeps one round of claims (the request-reduce words of the
 // scratch, free after phase A): per lane r of the scanning warp, the first
@@ -94,19 +45,6 @@ static_assert(3 * kWarpSize + 2 <= 4 * kResolverWarps, "a claim round fits the r
 
 // Most swap entries one lane claims from its record per round.
 constexpr int32_t kMaxClaimRows = 8;
-
-// Swap entry `e` of the request whose first token row is `first_row`: its
-// host row and physical hot row. The entries were written by other threads
-// (of this block, ordered by a barrier, or of another block, by the
-// record's release), so they are read at L2, past this SM's L1.
-__device__ __forceinline__ void load_swap_entry(const GatherCompactParams& g, const ResolverConstants& c,
-                                                int32_t first_row, int32_t e, int32_t& host_row, int32_t& hot_row) {
-  const int32_t r = c.top_k.quotient(e);
-  const int64_t t = first_row + r;
-  const int32_t column = c.top_k.remainder(e, r);
-  host_row = __ldcg(g.swap_host_rows + t * g.swap_host_row_stride + column);
-  hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
-}
 
 // The block's warps copy the rows of the round's claims, one row per warp
 // at a time so that a round's few rows keep as many warps reading as they
@@ -265,18 +203,22 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
 // idle SM past the batch, and no tail gather): AutoGather's choice per
 // request, but a request with many misses publishes them to every block
 // of the launch instead of leaving them to a second kernel.
-template <class Fused>
+template <class Fused, bool kEarlyReads = false>
 class HandoffGather : public AutoGather<Fused> {
  public:
   __device__ __forceinline__ HandoffGather(const ResolverConstants& c, const ResolverWorkspace& ws)
       : AutoGather<Fused>(c, ws) {}
 
   // Phase A found the request active: its record opens (kResolving).
-  __device__ __forceinline__ void open_request(const ResolveResidencyParams& p, const ResolverRequest& request) {
+  __device__ __forceinline__ void open_request(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const ResolverRequest& request) {
     record_ = p.handoff + static_cast<int64_t>(request.s) * HS_RESOLVER_HANDOFF_WORDS;
     if (threadIdx.x == 0) {
       handoff::Word(record_[handoff::kCursor]).store(0, ::cuda::memory_order_relaxed);
-      handoff::Word(record_[handoff::kState]).store(handoff::kResolving, ::cuda::memory_order_relaxed);
+      // With early reads a helper that sees the record open claims a
+      // partition: after the reset (a release; the others need no order).
+      handoff::Word(record_[handoff::kState])
+          .store(handoff::kResolving, kEarlyReads ? ::cuda::memory_order_release : ::cuda::memory_order_relaxed);
     }
   }
 
@@ -286,11 +228,13 @@ class HandoffGather : public AutoGather<Fused> {
   // it leave (and let the next programmatic launch start) sooner. Should
   // phase D still assign more (a corrupt table holding a member twice
   // counts it held twice), the record is published after all: a helper
-  // that left early misses it, and the owner copies what is left.
-  __device__ __forceinline__ void after_slot_scan(const ResolverConstants& c, const ResolverWorkspace& ws,
-                                                  int32_t members, const MemberRun& run) {
-    AutoGather<Fused>::after_slot_scan(c, ws, members, run);
-    if (threadIdx.x == 0 && members - ws.scratch[kScratchHeldMembers] <= c.auto_local_rows) {
+  // that left early misses it, and the owner copies what is left (with
+  // early reads it stays closed and the owner copies its whole list).
+  __device__ __forceinline__ void after_slot_scan(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                  const ResolverWorkspace& ws, int32_t members, const MemberRun& run) {
+    AutoGather<Fused>::after_slot_scan(p, c, ws, members, run);
+    closed_early_ = members - ws.scratch[kScratchHeldMembers] <= c.auto_local_rows;
+    if (threadIdx.x == 0 && closed_early_) {
       handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
     }
   }
@@ -314,12 +258,17 @@ class HandoffGather : public AutoGather<Fused> {
   __device__ __forceinline__ void note_assigned_total(const ResolverConstants& c, const ResolveResidencyParams& p,
                                                       const ResolverRequest& request, int32_t assigned_total) {
     AutoGather<Fused>::note_assigned_total(c, p, request, assigned_total);
-    if (!this->local()) {
+    // With early reads the helpers copy every row of a request that does not
+    // copy its own (none in phase E), and the cursor holds their claims.
+    // A record closed after C1 stays closed: with early reads, helpers that
+    // claimed a partition have left, so the owner keeps its whole list.
+    const bool early = kEarlyReads && !closed_early_;
+    if (!this->local() && !early) {
       // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
       const uint32_t blocks = gridDim.x;
       const uint32_t batch = static_cast<uint32_t>(p.num_batch_rows);
       const int32_t share = static_cast<int32_t>((static_cast<uint32_t>(assigned_total) * batch + blocks - 1) / blocks);
-      const bool helpers = blocks > batch + 1u;
+      const bool helpers = blocks > batch + 1u && !kEarlyReads;
       kept_ = share >= assigned_total || !helpers ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
     }
     if (threadIdx.x != 0) return;
@@ -329,7 +278,7 @@ class HandoffGather : public AutoGather<Fused> {
     }
     record_[handoff::kFirstRow] = request.t0;
     record_[handoff::kCount] = assigned_total;
-    handoff::Word(record_[handoff::kCursor]).store(kept_, ::cuda::memory_order_relaxed);
+    if (!early) handoff::Word(record_[handoff::kCursor]).store(kept_, ::cuda::memory_order_relaxed);
     // The other threads' swap entries are ordered before this by B6; the
     // fence makes them visible device-wide with the state.
     __threadfence();
@@ -354,9 +303,14 @@ class HandoffGather : public AutoGather<Fused> {
   // After phase G: what is left of the block's own list, when it published
   // one. A request that copied all of its rows closed its record unpublished,
   // and in a launch without helper blocks every request keeps its whole
-  // list, so only a published record is worth the round trip.
+  // list, so only a published record is worth the round trip. With early
+  // reads, the partitions no helper claimed (and the record's close).
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
+    if constexpr (kEarlyReads) {
+      if (published()) early_reads::finish_as_owner(p, c, record_, ws.scratch + kScratchRequestReduce);
+      return;
+    }
     if (!published()) return;
     handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x), 1, record_, 0);
   }
@@ -368,6 +322,13 @@ class HandoffGather : public AutoGather<Fused> {
                                                const ResolverWorkspace& ws) const {
     const int32_t B = p.num_batch_rows;
     if (B <= 0) return;
+    if constexpr (kEarlyReads) {
+      // Only the blocks past the batch help; an inactive request's block has nothing to claim.
+      if (blockIdx.x > static_cast<unsigned>(B)) {
+        early_reads::help_as_helper(p, c, ws.base, c.miss_stage.total_bytes, static_cast<int32_t>(blockIdx.x) - B - 1);
+      }
+      return;
+    }
     handoff::help_published(p, c, ws, static_cast<int32_t>(blockIdx.x % static_cast<unsigned>(B)), B, nullptr,
                             handoff::kOpenGraceNs);
   }
@@ -383,6 +344,8 @@ class HandoffGather : public AutoGather<Fused> {
   // for both facts: a separate flag live through phases E-H made the
   // handoff kernel spill.
   int32_t kept_ = 0;
+  // Whether the record closed after C1 (block-uniform; read once, after phase D).
+  bool closed_early_ = false;
 };
 
 }  // namespace cuda

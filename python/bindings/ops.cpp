@@ -25,7 +25,8 @@ void resolve_residency(const PyArray& topk_indices, const PyArray& req_id_per_to
                        const PyOptionalArray& num_valid_rows, const PyOptionalArray& stats,
                        const PyOptionalArray& gather_host_cache, const PyOptionalArray& gather_hot_cache,
                        const PyInt& gather_hot_block_stride, const PyOptionalArray& workspace,
-                       const PyInt& gather_schedule, const PyOptionalArray& handoff, const PyInt& stream) {
+                       const PyInt& gather_schedule, const PyOptionalArray& handoff,
+                       const PyOptionalArray& residency_hint, const PyInt& stream) {
   const TensorArg topk(topk_indices, "topk_indices", kRead), req(req_id_per_token, "req_id_per_token", kRead),
       rsi(request_state_indices, "request_state_indices", kRead),
       dgi(device_global_indices, "device_global_indices", kWrite), lru(lru_slots, "lru_slots", kWrite),
@@ -39,7 +40,7 @@ void resolve_residency(const PyArray& topk_indices, const PyArray& req_id_per_to
       resident(resident_block_table, "resident_block_table", kRead), nvr(num_valid_rows, "num_valid_rows", kRead),
       counters(stats, "stats", kWrite), gather_host(gather_host_cache, "gather_host_cache", kRead),
       gather_hot(gather_hot_cache, "gather_hot_cache", kWrite), scratch(workspace, "workspace", kWrite),
-      records(handoff, "handoff", kWrite);
+      records(handoff, "handoff", kWrite), hint(residency_hint, "residency_hint", kWrite);
   hs_resolve_residency_args_t args;
   hs_resolve_residency_args_init(&args);
   args.topk_indices = topk.get();
@@ -72,6 +73,7 @@ void resolve_residency(const PyArray& topk_indices, const PyArray& req_id_per_to
   args.workspace = scratch.get();
   args.gather_schedule = int32_arg(gather_schedule, "gather_schedule");
   args.handoff = records.get();
+  args.residency_hint = hint.get();
   check(hs_resolve_residency(&args, stream_arg(stream)));
 }
 
@@ -89,7 +91,7 @@ void register_ops(nb::module_& m) {
         nb::arg("num_valid_rows") = nb::none(), nb::arg("stats") = nb::none(),
         nb::arg("gather_host_cache") = nb::none(), nb::arg("gather_hot_cache") = nb::none(),
         nb::arg("gather_hot_block_stride") = 0, nb::arg("workspace") = nb::none(), nb::arg("gather_schedule") = 0,
-        nb::arg("handoff") = nb::none(), nb::arg("stream") = 0);
+        nb::arg("handoff") = nb::none(), nb::arg("residency_hint") = nb::none(), nb::arg("stream") = 0);
   m.attr("RESOLVE_GATHER_AUTO") = static_cast<int>(HS_RESOLVE_GATHER_AUTO);
   m.attr("RESOLVE_GATHER_FUSED") = static_cast<int>(HS_RESOLVE_GATHER_FUSED);
   m.attr("RESOLVER_HANDOFF_WORDS") = static_cast<int>(HS_RESOLVER_HANDOFF_WORDS);

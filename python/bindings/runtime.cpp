@@ -210,6 +210,9 @@ class Runtime {
   }
 
   void reset_hot_state(const PyInt& stream) { check(hs_runtime_reset_hot_state(handle(), stream_arg(stream))); }
+  void rebuild_residency_hint(const PyInt& stream) {
+    check(hs_runtime_rebuild_residency_hint(handle(), stream_arg(stream)));
+  }
 
   void invalidate_sorted_slots(const PyArray& sorted_slots, const PyArray& state_indices, const PyInt& stream) {
     const TensorArg slots(sorted_slots, "sorted_slots", kRead), states(state_indices, "state_indices", kRead);
@@ -333,6 +336,7 @@ void register_runtime(nb::module_& m) {
            nb::arg("num_tokens"), nb::arg("fused_gather"), nb::arg("group_gather"), nb::arg("stream"),
            nb::arg("seq_lens") = nb::none())
       .def("reset_hot_state", &Runtime::reset_hot_state, nb::arg("stream") = 0)
+      .def("rebuild_residency_hint", &Runtime::rebuild_residency_hint, nb::arg("stream") = 0)
       .def("invalidate_sorted_slots", &Runtime::invalidate_sorted_slots, nb::arg("sorted_slots"),
            nb::arg("state_indices"), nb::arg("stream") = 0)
       .def("mirror_rows", &Runtime::mirror_rows, nb::arg("src_rows"), nb::arg("slot_mapping"), nb::arg("stream") = 0)

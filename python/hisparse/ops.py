@@ -85,6 +85,7 @@ def resolve_residency(
     workspace: Optional[Any] = None,
     gather_schedule: str = "auto",
     handoff: Optional[Any] = None,
+    residency_hint: Optional[Any] = None,
     stream: Any = None,
 ) -> None:
     """Resolve one step's top-k positions to readable rows and update the LRU.
@@ -137,6 +138,18 @@ def resolve_residency(
     Memory that is not zeroed (``torch.empty``) cannot be detected and can
     make a launch copy wrong rows. Checked on
     every backend, read only by the CUDA backend's automatic schedule.
+
+    ``residency_hint``: an int32 tensor of ``ceil(host_rows / 32)``
+    elements, contiguous on the device: bit ``g`` set when some slot of
+    ``device_global_indices`` probably holds host row ``g``. Start it from the
+    state (all zeros for an empty one) and let the resolves keep it: on CUDA
+    every resolve sets the bit of each row a slot takes and clears the bit of
+    the row it replaces. With it (and ``handoff``), the automatic schedule's
+    helper blocks read the rows a request will most likely miss from the
+    launch's start, before the request's swap list exists (docs/residency.md,
+    "Residency hint"). A wrong bit only moves a read earlier or later: the
+    rows copied, and where, always come from the swap list. Checked on every
+    backend; the CPU backend neither reads nor writes it.
     """
     _C.resolve_residency(
         _args.tensor("topk_indices", topk_indices),
@@ -169,6 +182,7 @@ def resolve_residency(
         _args.optional_tensor("workspace", workspace),
         _gather_schedule(gather_schedule, gather_host_cache is not None or gather_hot_cache is not None),
         _args.optional_tensor("handoff", handoff),
+        _args.optional_tensor("residency_hint", residency_hint),
         _args.stream(stream, topk_indices),
     )
 

@@ -508,6 +508,15 @@ class Runtime:
         """Drop all hot-buffer bookkeeping of the group (hits become misses), stream-ordered."""
         self._rt.reset_hot_state(self._stream(stream))
 
+    def rebuild_residency_hint(self, *, stream: Any = None) -> None:
+        """Rebuild the group's residency hint from its state, stream-ordered.
+
+        Call it after writing ``device_global_indices`` directly (restoring a
+        snapshot): the hint predicts the misses the fused gather reads early,
+        and a stale one wastes host reads. A no-op without a hint (CPU).
+        """
+        self._rt.rebuild_residency_hint(self._stream(stream))
+
     def reset_request(self, state_row: int, *, stream: Any = None) -> None:
         """Drop the hot state of one request (state row ``state_row``) in the group, stream-ordered.
 

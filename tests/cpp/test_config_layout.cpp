@@ -283,6 +283,27 @@ TEST(ResolverSharedMemory, LaunchTakesTheRoomiestTableThatKeepsTheWholeStage) {
   }
 }
 
+TEST(ResolverSharedMemory, KeptHeldRowsFollowTheOtherArrays) {
+  constexpr uint64_t kH200 = 227u * 1024u;
+  const auto plain = hisparse::resolver_shared_layout(4096, 2048);
+  EXPECT_EQ(plain.held_rows, hisparse::ResolverSharedLayout::kNoHeldRows);
+  // The kept copy of the state row comes last, 4 * H bytes, and moves no
+  // other array.
+  const auto kept = hisparse::resolver_shared_layout(4096, 2048, hisparse::kResolverMinSlackHalves, true);
+  EXPECT_EQ(kept.held_rows, plain.total_bytes);
+  EXPECT_EQ(kept.total_bytes, plain.total_bytes + 4u * 4096u);
+  EXPECT_EQ(kept.entry_codes, plain.entry_codes);
+  EXPECT_EQ(kept.evictable, plain.evictable);
+  // The grid's shape keeps it beside the whole stage on an H200; the launch
+  // puts the stage after it.
+  const auto launch =
+      hisparse::resolver_launch_layout(4096, 2048, 656, 8, kH200, hisparse::kResolverMaxSlackHalves, true);
+  EXPECT_NE(launch.layout.held_rows, hisparse::ResolverSharedLayout::kNoHeldRows);
+  EXPECT_EQ(launch.stage.rows, 8);
+  EXPECT_EQ(launch.stage.stage_members, launch.layout.total_bytes);
+  EXPECT_LE(launch.stage.total_bytes, kH200);
+}
+
 TEST(ResolverSharedMemory, MonotonicInBufferSizeAndUnionRows) {
   uint64_t previous_h = 0;
   for (int32_t h = 1; h <= 32767; h = h < 64 ? h + 1 : h * 3 / 2) {

@@ -194,6 +194,7 @@ def resolve_fixture(state: Any, seed: int) -> Dict[str, Any]:
     kw["workspace"] = None  # the CPU backend needs none; a workspace given is checked all the same
     kw["gather_schedule"] = "auto"
     kw["handoff"] = None  # checked on every backend, read by CUDA's automatic schedule alone
+    kw["residency_hint"] = None  # checked on every backend, kept by CUDA's resolves alone
     return kw
 
 
@@ -243,6 +244,10 @@ RESOLVE_ARGS = [
       **{"over_device_global_indices": (
           Of(lambda s, kw: kw["device_global_indices"].view(-1)[: S_ROWS * _C.RESOLVER_HANDOFF_WORDS]
              .view(S_ROWS, _C.RESOLVER_HANDOFF_WORDS), True), (ValueError,))}),
+    T("residency_hint", "dtype rank_up noncontig short released", role="out", optional=True,
+      like=torch.zeros((HOST_ROWS + 31) // 32, dtype=torch.int32),
+      **{"over_device_global_indices": (
+          Of(lambda s, kw: kw["device_global_indices"].view(-1)[: (HOST_ROWS + 31) // 32], True), (ValueError,))}),
     S(),
 ]
 RESOLVE_ALIAS = [("out_attention", "device_global_indices"), ("out_hot_rows", "topk_indices"),
@@ -295,7 +300,8 @@ def call_c_resolve(state: Any, kw: Dict[str, Any]) -> None:
         kw["out_valid_counts"], kw["out_swap_host_rows"], kw["out_swap_device_rows"], kw["out_swap_counts"],
         stats=kw["stats"], gather_host_cache=kw.get("gather_host_cache"), gather_hot_cache=kw.get("gather_hot_cache"),
         gather_hot_block_stride=kw.get("gather_hot_block_stride", 0), workspace=kw.get("workspace"),
-        gather_schedule=kw.get("gather_schedule", 0), handoff=kw.get("handoff"), stream=_c_stream(kw))
+        gather_schedule=kw.get("gather_schedule", 0), handoff=kw.get("handoff"),
+        residency_hint=kw.get("residency_hint"), stream=_c_stream(kw))
 
 
 def ops_entries() -> List[Entry]:
@@ -675,6 +681,8 @@ def runtime_entries() -> List[Entry]:
               [T("sorted_slots", "dtype rank_up"), T("state_indices", "dtype rank_up"), S()], []),
         Entry("Runtime.reset_hot_state", RuntimeState, lambda s, seed: dict(stream=None),
               lambda s, kw: s.leader.reset_hot_state(**kw), lambda s, kw, r: s.observe(), [S()], []),
+        Entry("Runtime.rebuild_residency_hint", RuntimeState, lambda s, seed: dict(stream=None),
+              lambda s, kw: s.leader.rebuild_residency_hint(**kw), lambda s, kw, r: s.observe(), [S()], []),
         Entry("Runtime.copy_stats_async", RuntimeState, lambda s, seed: dict(stream=None),
               lambda s, kw: s.leader.copy_stats_async(**kw), lambda s, kw, r: [s.leader.stats(synchronize=False)],
               [S()], []),
@@ -1110,6 +1118,9 @@ def more_entries() -> List[Entry]:
                O("leader", optional=True), S("copy_stream"), S("topk_ready_event")], []),
         Entry("_C.Runtime.reset_hot_state", RuntimeState, lambda s, seed: dict(stream=None),
               lambda s, kw: s.leader._rt.reset_hot_state(kw["stream"]), lambda s, kw, r: s.observe(), [S()], []),
+        Entry("_C.Runtime.rebuild_residency_hint", RuntimeState, lambda s, seed: dict(stream=None),
+              lambda s, kw: s.leader._rt.rebuild_residency_hint(kw["stream"]), lambda s, kw, r: s.observe(),
+              [S()], []),
         Entry("_C.Runtime.invalidate_sorted_slots", RuntimeState,
               lambda s, seed: dict(sorted_slots=i32([3, 9, 1]), state_indices=i32([1, 0]), stream=None),
               lambda s, kw: (s.leader.reset_hot_state(), swap_in_call(s, swap_in_fixture(s, 7)),

@@ -503,11 +503,22 @@ def test_fused_gather_many_requests_full_buffers(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
-def resolve_full_buffers(device, schedule, topk, dgi, lru, hot, host, block, host_rows, max_union_rows):
+def hint_of(dgi, host_rows):
+    """The residency hint that holds exactly the host rows of `dgi` below `host_rows`."""
+    rows = dgi.flatten().cpu().numpy().astype(np.int64)
+    rows = rows[(rows >= 0) & (rows < host_rows)]
+    words = np.zeros((host_rows + 31) // 32, dtype=np.uint32)
+    np.bitwise_or.at(words, rows >> 5, (np.uint32(1) << (rows & 31).astype(np.uint32)))
+    return torch.from_numpy(words.view(np.int32).copy())
+
+
+def resolve_full_buffers(device, schedule, topk, dgi, lru, hot, host, block, host_rows, max_union_rows,
+                         hinted=False):
     """One fused resolve of topk's rows, request b on state row b with the
-    given (full) state, hot blocks b * (H / block) on; checks that the
-    handoff records are idle afterwards. Returns the outputs, the final
-    state, the hot cache and the host rows."""
+    given (full) state, hot blocks b * (H / block) on, with a residency hint
+    of the state when `hinted`; checks that the handoff records are idle
+    afterwards. Returns the outputs, the final state, the hot cache and the
+    host rows."""
     B, K = topk.shape
     H = dgi.shape[1]
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
@@ -518,7 +529,8 @@ def resolve_full_buffers(device, schedule, topk, dgi, lru, hot, host, block, hos
     ops.resolve_residency(
         topk.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=block, attention_block_stride=block,
         host_rows=host_rows, max_union_rows=max_union_rows, gather_host_cache=host, gather_hot_cache=hot,
-        **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+        **scheduled.kwargs(), **({"residency_hint": hint_of(dgi, host_rows).to(device)} if hinted else {}),
+        **{f"out_{n}": t for n, t in out.items()})
     scheduled.check_idle()
     return {n: t.cpu().numpy() for n, t in out.items()}, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
@@ -586,7 +598,7 @@ def test_fused_gather_every_staging_path(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
-def run_twice_held_keys(device, schedule, K=64, H=128, row_bytes=656, fresh=12, twice=6):
+def run_twice_held_keys(device, schedule, K=64, H=128, row_bytes=656, fresh=12, twice=6, hinted=False):
     """One fused resolve of two requests with full buffers whose state is
     corrupt: `twice` of the keys they select are held by two usable slots
     each. Each request selects `fresh` new positions (more than the CUDA
@@ -606,19 +618,23 @@ def run_twice_held_keys(device, schedule, K=64, H=128, row_bytes=656, fresh=12, 
         topk[b] = torch.tensor(new + held[b, : K - fresh].tolist(), dtype=torch.int32)
     hot = host[held.flatten().long()].to(device)
     lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
-    return resolve_full_buffers(device, schedule, topk, held.clone().to(device), lru, hot, host, block, B * span, K)
+    return resolve_full_buffers(device, schedule, topk, held.clone().to(device), lru, hot, host, block, B * span, K,
+                                hinted)
 
 
 @pytest.mark.sanitize
+@pytest.mark.parametrize("hinted", [False, True], ids=["no_hint", "hint"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
-def test_fused_gather_with_keys_held_twice(device, schedule):
+def test_fused_gather_with_keys_held_twice(device, schedule, hinted):
     """A corrupt state holding selected keys at two slots makes the misses
     seen after C1 fewer than phase D assigns (run_twice_held_keys): with a
     handoff array the request closes its record after C1 and publishes it
-    after D all the same. Every miss is copied, every valid entry's hot row
-    holds its host row, the records are idle again, and on CUDA every
-    output, the state and every hot byte equal the CPU backend's."""
-    got, dgi, lru, hot, host = run_twice_held_keys(device, schedule)
+    after D all the same (with a residency hint, whose helpers read early,
+    it keeps the record closed and copies its whole list itself). Every
+    miss is copied, every valid entry's hot row holds its host row, the
+    records are idle again, and on CUDA every output, the state and every
+    hot byte equal the CPU backend's."""
+    got, dgi, lru, hot, host = run_twice_held_keys(device, schedule, hinted=hinted)
     assert got["swap_counts"].tolist() == [12, 12]
     assert (got["hot_rows"] >= 0).all()
     assert torch.equal(hot[torch.from_numpy(got["hot_rows"]).long().flatten()],
@@ -628,6 +644,178 @@ def test_fused_gather_with_keys_held_twice(device, schedule):
         assert_same(got, want, "cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
         assert torch.equal(hot, want_hot)
+
+
+# Misses per batch row of run_early_read_cases; batch rows 10 and 11 name
+# the state rows of 0 and 1 again, so they resolve nothing.
+EARLY_READ_MISSES = [0, 3, 9, 40, 100, 200, 1, 8, 60, 150, 5, 5]
+
+
+def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656, hinted=False):
+    """`steps` fused resolves of 12 one-row requests on full buffers, where
+    the handoff's helper blocks read early (at least two helper blocks per
+    request on any GPU of 37 SMs or more): token rows 6-11 in reverse batch order
+    (their helpers cannot find their rows and predict nothing), batch rows
+    10 and 11 naming the state rows of 0 and 1 (their helpers must leave
+    those records alone), top-k rows repeating hits and misses, some misses
+    past the gather's host rows (zero-filled), and EARLY_READ_MISSES[b] fresh
+    positions per step. Returns per step the outputs, and the final state,
+    hot cache and host rows."""
+    block, span, B, S = 16, 4096, len(EARLY_READ_MISSES), 10
+    gen = torch.Generator().manual_seed(67)
+    host_rows = S * span
+    gather_rows = host_rows - 64
+    host = host_copy(torch.randint(-128, 127, (gather_rows, row_bytes), generator=gen, dtype=torch.int8), device)
+    order = [torch.randperm(span, generator=gen) + s * span for s in range(S)]
+    held = torch.stack([order[s][:H] for s in range(S)]).to(torch.int32)
+    dgi = held.clone().to(device)
+    lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(S)]).to(torch.int16).to(device)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
+    for s in range(S):
+        inside = held[s] < gather_rows
+        hot[s * H:(s + 1) * H][inside.to(device)] = host[held[s][inside].long()].to(device)
+    state_rows = torch.tensor(list(range(S)) + [0, 1], dtype=torch.int32)
+    req_id = torch.tensor(list(range(6)) + list(range(11, 5, -1)), dtype=torch.int32)
+    hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32).to(device)
+    scheduled = Schedule(schedule, device, S)
+    fresh_at = [H] * S
+    outputs = []
+    hint = {"residency_hint": hint_of(dgi, host_rows).to(device)} if hinted else {}
+    for step in range(steps):
+        topk = torch.empty((B, K), dtype=torch.int32)
+        for t in range(B):
+            b = int(req_id[t])
+            s = int(state_rows[b])
+            misses = EARLY_READ_MISSES[b]
+            fresh = order[s][fresh_at[s]:fresh_at[s] + misses].tolist()
+            if b < S:
+                fresh_at[s] += misses
+            if s == 3 and misses:
+                fresh[0] = host_rows - 1 - step  # past the gather's host rows: zero-filled
+            hits = dgi[s].cpu()[torch.randperm(H, generator=gen)[: K - misses]].tolist()
+            row = fresh + hits
+            row[-4:] = row[:4]  # repeated positions (misses among them where there are any)
+            topk[t] = torch.tensor(row, dtype=torch.int32)
+        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        ops.resolve_residency(
+            topk.to(device), req_id.to(device), state_rows.to(device), dgi, lru, hot_table, hot_block_size=block,
+            attention_block_stride=block, host_rows=host_rows, max_union_rows=K, gather_host_cache=host,
+            gather_hot_cache=hot, **scheduled.kwargs(), **hint, **{f"out_{n}": t for n, t in out.items()})
+        scheduled.check_idle()
+        outputs.append({n: t.cpu().numpy() for n, t in out.items()})
+        if hinted and device.type == "cuda":
+            # Every request owns its host rows, so the kept hint is exact.
+            assert torch.equal(hint["residency_hint"].cpu(), hint_of(dgi, host_rows)), f"step {step}: hint"
+    return outputs, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("hinted", [False, True], ids=["no_hint", "hint"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_early_reads_edge_cases(device, schedule, hinted):
+    """run_early_read_cases: every request's misses are assigned and copied
+    (zeros past the gather's host rows), the two batch rows naming an
+    earlier request's state row resolve nothing, every valid entry's hot row
+    holds its host row, the handoff's records are idle after every launch,
+    and on CUDA every output, the state and every hot byte equal the CPU
+    backend's after each step."""
+    got, dgi, lru, hot, host = run_early_read_cases(device, schedule, hinted=hinted)
+    for step, out in enumerate(got):
+        # Token row t belongs to batch row req_id[t]: rows 6-11 reversed.
+        by_row = [EARLY_READ_MISSES[b] for b in list(range(6)) + list(range(11, 5, -1))]
+        expected = [m if b < 10 else 0 for m, b in zip(by_row, list(range(6)) + list(range(11, 5, -1)))]
+        assert out["swap_counts"].tolist() == expected, f"step {step}"
+        inactive = [t for t, b in enumerate(list(range(6)) + list(range(11, 5, -1))) if b >= 10]
+        assert (out["hot_rows"][inactive] == -1).all(), f"step {step}"
+    last = got[-1]
+    valid = last["hot_rows"] >= 0
+    rows = torch.from_numpy(last["resolved"][valid]).long()
+    inside = rows < host.shape[0]
+    copied = hot[torch.from_numpy(last["hot_rows"][valid]).long()]
+    assert torch.equal(copied[inside], host[rows[inside]])
+    assert (copied[~inside] == 0).all() and (~inside).any()
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_early_read_cases(CPU, schedule)
+        for step, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"step {step}: cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
+# Launch shapes for the residency hint's upkeep (resolve_residency.cu): the
+# kept copy of the state row (one block per SM, shared arrays, resolve alone
+# or fused), two blocks per SM (a fused batch past the SM count), and arrays
+# in the workspace (H past what one block's shared memory holds).
+HINT_LAUNCHES = {
+    "kept_resolve": dict(B=4, K=64, H=128, fused=False),
+    "kept_fused": dict(B=4, K=64, H=128, fused=True),
+    "paired": dict(B=140, K=64, H=128, fused=True),
+    "split": dict(B=2, K=64, H=32767, fused=True),
+}
+
+
+def run_hint_launch(device, B, K, H, fused, hinted, steps=3, row_bytes=32):
+    """`steps` resolves of B one-row requests on full buffers, each request
+    owning its host rows, with a few fresh positions per request and step
+    (some requests none); with `hinted`, a residency hint of the state is
+    passed and, on CUDA, must equal the state's rows after every step.
+    Returns per step the outputs, and the final state and hot cache."""
+    gen = torch.Generator().manual_seed(B * 1000 + H)
+    span = H + K * steps
+    host_rows = B * span
+    order = [torch.randperm(span, generator=gen) + s * span for s in range(B)]
+    dgi = torch.stack([order[s][:H] for s in range(B)]).to(torch.int32).to(device)
+    lru = torch.stack([torch.randperm(H, generator=gen) for _ in range(B)]).to(torch.int16).to(device)
+    host = host_copy(torch.randint(0, 255, (host_rows, row_bytes), generator=gen, dtype=torch.uint8), device)
+    hot = torch.zeros((B * H, row_bytes), dtype=torch.uint8, device=device)
+    hot_table = (torch.arange(B)[:, None] * H + torch.arange(H)).to(torch.int32).to(device)
+    state_rows = torch.arange(B, dtype=torch.int32)
+    req_id = torch.arange(B, dtype=torch.int32)
+    workspace = resolver_workspace(device, B, H, K)
+    extra = {"workspace": workspace} if workspace is not None else {}
+    hint = {"residency_hint": hint_of(dgi, host_rows).to(device)} if hinted else {}
+    gather = dict(gather_host_cache=host, gather_hot_cache=hot) if fused else {}
+    fresh_at = [H] * B
+    outputs = []
+    for step in range(steps):
+        topk = torch.empty((B, K), dtype=torch.int32)
+        for b in range(B):
+            misses = (b * 7 + step * 3) % 9
+            fresh = order[b][fresh_at[b]:fresh_at[b] + misses].tolist()
+            fresh_at[b] += misses
+            hits = dgi[b].cpu()[torch.randperm(H, generator=gen)[: K - misses]].tolist()
+            topk[b] = torch.tensor(fresh + hits, dtype=torch.int32)
+        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        ops.resolve_residency(
+            topk.to(device), req_id.to(device), state_rows.to(device), dgi, lru, hot_table, hot_block_size=1,
+            attention_block_stride=1, host_rows=host_rows, max_union_rows=K, **extra, **gather, **hint,
+            **{f"out_{n}": t for n, t in out.items()})
+        outputs.append({n: t.cpu().numpy() for n, t in out.items()})
+        if hinted and device.type == "cuda":
+            assert torch.equal(hint["residency_hint"].cpu(), hint_of(dgi, host_rows)), f"step {step}: hint"
+    return outputs, dgi.cpu(), lru.cpu(), hot.cpu()
+
+
+@requires_cuda
+@pytest.mark.parametrize("launch", sanitize_subset(list(HINT_LAUNCHES), {"kept_fused", "paired"}))
+def test_residency_hint_stays_exact_in_every_launch(launch):
+    """A resolve with a residency hint keeps it equal to the state's rows
+    whichever launch runs it (its upkeep differs between them), and its
+    outputs, state and hot bytes equal a resolve without a hint and the CPU
+    backend's."""
+    shape = HINT_LAUNCHES[launch]
+    device = torch.device("cuda")
+    got, dgi, lru, hot = run_hint_launch(device, hinted=True, **shape)
+    for name, (want, want_dgi, want_lru, want_hot) in (
+            ("no hint", run_hint_launch(device, hinted=False, **shape)),
+            ("cpu", run_hint_launch(CPU, hinted=False, **shape))):
+        for step, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{launch}, step {step}: hint vs {name}")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru), f"{launch}: state vs {name}"
+        assert torch.equal(hot, want_hot), f"{launch}: hot bytes vs {name}"
+    assert any(int(o["swap_counts"].sum()) > 0 for o in got)
 
 
 # Misses per request of one cold-start step (K = 16, two token rows each):

@@ -446,6 +446,12 @@ typedef struct hs_resolve_residency_args {
    * on every backend and read only there. Launches that share it must not
    * resolve one state row at once (which the state forbids anyway). */
   const hs_tensor_t* handoff;
+  /* Optional: a residency hint, int32 [ceil(host_rows / 32)] contiguous
+   * on the device of topk_indices: bit g set when some hot slot probably
+   * holds host row g. Read and kept by the CUDA automatic schedule's early
+   * reads (a wrong bit costs a wasted or a late host read, never a wrong
+   * byte); ignored elsewhere. */
+  const hs_tensor_t* residency_hint;
 } hs_resolve_residency_args_t;
 #define HS_RESOLVER_HANDOFF_WORDS 4
 #define HS_RESOLVE_RESIDENCY_ARGS_VERSION 1

@@ -272,6 +272,9 @@ class Runtime {
     return result;
   }
   void reset_hot_state(hs_stream_t stream = nullptr) { check(hs_runtime_reset_hot_state(handle_, stream)); }
+  void rebuild_residency_hint(hs_stream_t stream = nullptr) {
+    check(hs_runtime_rebuild_residency_hint(handle_, stream));
+  }
   void invalidate_sorted_slots(const hs_tensor_t* sorted_slots, const hs_tensor_t* state_indices,
                                hs_stream_t stream = nullptr) {
     check(hs_runtime_invalidate_sorted_slots(handle_, sorted_slots, state_indices, stream));

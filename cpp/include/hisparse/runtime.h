@@ -396,6 +396,13 @@ HS_API hs_status_t hs_runtime_swap_in(hs_runtime_t runtime, const hs_runtime_swa
  * and on the copy stream, and `stream` waits for it. Capturable. */
 HS_API hs_status_t hs_runtime_reset_hot_state(hs_runtime_t runtime, hs_stream_t stream);
 
+/* Rebuild the group's residency hint (docs/residency.md, "Residency hint")
+ * from its state: call it after writing device_global_indices directly (a
+ * restored snapshot), whose rows the hint would otherwise mispredict. Runs
+ * on the copy stream like hs_runtime_reset_hot_state; a no-op without a
+ * hint (CPU, or before the leader binds a source cache). Capturable. */
+HS_API hs_status_t hs_runtime_rebuild_residency_hint(hs_runtime_t runtime, hs_stream_t stream);
+
 /* Drop hot copies of the group using shared, preprocessed inputs
  * (hs_index_group_invalidate_sorted_slots on `stream`). Capturable. */
 HS_API hs_status_t hs_runtime_invalidate_sorted_slots(hs_runtime_t runtime, const hs_tensor_t* sorted_slots,

@@ -216,6 +216,7 @@ class DataPlane:
         for leader, (dgi, lru) in zip(self.leaders, self.snapshot_state()):
             leader.device_global_indices.copy_(dgi)
             leader.lru_slots.copy_(lru)
+            leader.rebuild_residency_hint()
 
     def counters(self) -> Any:
         """int64 [groups, 5] on the device: lookups, hits, misses, resident, invalid."""

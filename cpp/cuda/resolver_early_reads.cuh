@@ -1,0 +1,397 @@
+// Early reads of the handoff (docs/residency.md, "Fused gather"): in a
+// handoff launch with at least two helper blocks per request and one token
+// row per request, every request gets a group of helper blocks (up to
+// kMaxParts), and each helper of the group owns one partition of the
+// request's host rows (a hash of the row picks it). A helper does not wait
+// for the request's swap list to learn its misses: from the launch's start
+// it reads the request's top-k row, predicts the misses of its partition
+// (the top-k's host rows whose residency-hint bit is clear: the hint holds a
+// bit per host row, set by phase D when a slot takes the row and cleared when
+// the slot's row is replaced) and reads their host rows into its shared
+// memory while the owner still resolves. A helper whose partition predicts
+// nothing leaves at once. Once the owner publishes its swap list, the helper copies every
+// swap entry of its partition: from shared memory where it predicted the
+// row, from host memory where it did not. Only the handoff instantiation
+// for early reads has this path (HandoffGather<Fused, true>): its registers
+// make the resolve's phases spill a little, which launches without early
+// reads do not pay.
+//
+// The prediction is only a head start: which rows are copied, and where,
+// always comes from the published swap list, so a wrong prediction (a hint
+// bit that is stale, a host row held by two state rows, a corrupt state, a
+// table too small for the partition) costs a wasted or a late read, never a
+// wrong byte. Every partition is copied exactly once: a
+// helper claims its partition in the record once the owner has opened it,
+// and the owner, after its phase G, claims every partition no helper
+// claimed and copies those itself, so a helper that never runs (or gives up
+// waiting for the record to open) only costs time. A helper that claimed
+// waits for the publication however long it takes: the owner is running
+// (it opened the record) and waits for no one. A request whose misses fit
+// its stage copies them itself and closes its record after phase C1 (as
+// without early reads), and its helpers copy nothing. A published record closes when the last of
+// its partitions is finished, by whichever block finished it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/resolve_residency_params.hpp"
+#include "cuda/block_scan.cuh"
+#include "cuda/resolver_context.cuh"
+#include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_handoff_record.cuh"
+#include "cuda/row_copy.cuh"
+
+namespace hisparse {
+namespace cuda {
+namespace early_reads {
+
+// Partitions per request, at most: the record's cursor word holds a claim
+// bit and a finish bit for each.
+constexpr int32_t kMaxParts = 16;
+constexpr int kPartsWord = handoff::kCursor;
+constexpr uint32_t kClaimBits = (1u << kMaxParts) - 1u;
+
+// The partitions of batch row b's host rows: its helper blocks (helper h,
+// block B + 1 + h, helps batch row h % B, as partition h / B), at most
+// kMaxParts.
+__device__ __forceinline__ int32_t parts_of(int32_t b, int32_t batch) {
+  const int32_t helpers = static_cast<int32_t>(gridDim.x) - batch - 1;
+  return min(helpers / batch + (b < helpers % batch ? 1 : 0), kMaxParts);
+}
+
+// The partition of a host row: a multiplicative hash scaled to [0, parts).
+__device__ __forceinline__ int32_t part_of(int32_t host_row, int32_t parts) {
+  return static_cast<int32_t>(__umulhi(static_cast<uint32_t>(host_row) * 0x9E3779B1u, static_cast<uint32_t>(parts)));
+}
+
+// A finished partition's bit; the block that finishes the record's last
+// one closes the record (thread 0 only). `mine`: the partitions finished
+// now; `all`: every partition of the record.
+__device__ __forceinline__ void finish_parts(int32_t* record, uint32_t mine, uint32_t all) {
+  const uint32_t before =
+      static_cast<uint32_t>(handoff::Word(record[kPartsWord])
+                                .fetch_or(static_cast<int32_t>(mine << kMaxParts), ::cuda::memory_order_relaxed));
+  if ((((before >> kMaxParts) | mine) & all) == all) {
+    handoff::Word(record[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
+  }
+}
+
+// A helper block's shared memory: a few words, an open-addressing table of
+// the partition's predicted misses (their index in the row buffer, or
+// kUnbuffered), the predicted rows' host rows and the row buffer.
+struct HelperMemory {
+  static constexpr int kPredicted = 0;  // predicted misses so far
+  static constexpr int kClaimed = 1;    // whether this helper claimed its partition
+  static constexpr int kFirstRow = 2;   // the published record's first row and count
+  static constexpr int kCount = 3;
+  static constexpr int kRows = 4;  // the request's token rows: count, first, last
+  static constexpr int kRowFirst = 5;
+  static constexpr int kRowLast = 6;
+  static constexpr uint32_t kWords = 16;
+  static constexpr int16_t kNotPredicted = -1;
+  static constexpr int16_t kUnbuffered = -2;
+
+  int32_t* words;
+  int32_t* keys;    // -1: empty
+  int16_t* values;
+  int32_t* predicted;
+  uint8_t* rows;
+  uint32_t capacity;  // a power of two
+  int shift;          // 32 - log2(capacity)
+  int32_t buffered;   // rows the buffer holds
+
+  // The table takes up to half of `bytes` (twice the partition's share of
+  // the top-k row, rounded up to a power of two), the row buffer the rest.
+  __device__ __forceinline__ HelperMemory(unsigned char* smem, uint32_t bytes, int32_t top_k, int32_t parts,
+                                          uint32_t row_bytes) {
+    const uint32_t wanted = 2u * (static_cast<uint32_t>(top_k) / static_cast<uint32_t>(parts) + 32u);
+    uint32_t c = 64;
+    while (c < wanted && c < 32768u) c <<= 1;
+    while (c > 64 && kWords * 4 + 6 * c > bytes / 2) c >>= 1;
+    // Too little shared memory for the smallest table: predict nothing.
+    if (kWords * 4 + 6 * c > bytes) c = 0;
+    capacity = c;
+    shift = c > 0 ? 33 - __ffs(static_cast<int>(c)) : 0;
+    words = reinterpret_cast<int32_t*>(smem);
+    keys = words + kWords;
+    values = reinterpret_cast<int16_t*>(keys + c);
+    const uint32_t predicted_at = (kWords * 4 + 6 * c + 15) / 16 * 16;
+    predicted = reinterpret_cast<int32_t*>(smem + predicted_at);
+    const uint32_t left = bytes > predicted_at + 16 ? bytes - predicted_at - 16 : 0;
+    const uint32_t fit = row_bytes > 0 && c > 0 ? left / (row_bytes + 4) : 0;
+    buffered = static_cast<int32_t>(min(fit, min(static_cast<uint32_t>(top_k), 32767u)));
+    rows = smem + (predicted_at + 4 * static_cast<uint32_t>(buffered) + 15) / 16 * 16;
+  }
+
+  __device__ __forceinline__ uint32_t home(int32_t key) const {
+    return (static_cast<uint32_t>(key) * 0x85EBCA77u) >> shift;
+  }
+
+  // The key's table slot, inserting it when absent (`inserted`); -1 when the
+  // table is full.
+  __device__ __forceinline__ int32_t insert(int32_t key, bool& inserted) const {
+    uint32_t slot = home(key);
+    for (uint32_t probe = 0; probe < capacity; ++probe, slot = (slot + 1) & (capacity - 1)) {
+      const int32_t old = atomicCAS(keys + slot, -1, key);
+      if (old == -1 || old == key) {
+        inserted = old == -1;
+        return static_cast<int32_t>(slot);
+      }
+    }
+    inserted = false;
+    return -1;
+  }
+
+  // The key's value, or kNotPredicted when the table does not hold it.
+  __device__ __forceinline__ int16_t find(int32_t key) const {
+    uint32_t slot = home(key);
+    for (uint32_t probe = 0; probe < capacity; ++probe, slot = (slot + 1) & (capacity - 1)) {
+      const int32_t k = keys[slot];
+      if (k == key) return values[slot];
+      if (k == -1) break;
+    }
+    return kNotPredicted;
+  }
+};
+
+// The helper's prediction: every top-k host row of its partition whose
+// residency-hint bit is clear is a predicted miss (the first entry of a row
+// repeated in the top-k inserts it into the table). Batch row b's token row
+// is b in the usual batch; a batch that maps its rows otherwise predicts
+// nothing. Ends at a block barrier, with the predicted misses counted in
+// words[kPredicted].
+__device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const HelperMemory& m, int32_t b, int32_t part, int32_t parts) {
+  const int tid = threadIdx.x;
+  if (tid == 0) m.words[HelperMemory::kPredicted] = 0;
+  if (m.capacity == 0) {
+    __syncthreads();
+    return;
+  }
+  for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
+  const int32_t K = p.top_k;
+  const bool row_in_range = b < p.num_tokens;
+  const int32_t* const source =
+      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
+  const int32_t* const resident =
+      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
+  const int32_t* const topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
+  const uint32_t* const hint = p.residency_hint;
+  const bool row_of_b = row_in_range && p.req_id_per_token[b] == b;
+  __syncthreads();  // the table is empty
+  for (int32_t e = tid; row_of_b && e < K; e += kResolverThreads) {
+    const Entry entry = classify(p, c, source, resident, topk[e]);
+    if (entry.kind != kHot || part_of(entry.host_slot, parts) != part) continue;
+    const int32_t key = entry.host_slot;
+    if ((__ldcg(hint + (key >> 5)) >> (key & 31)) & 1u) continue;  // probably held
+    bool inserted;
+    const int32_t slot = m.insert(key, inserted);
+    if (slot < 0 || !inserted) continue;
+    const int32_t index = atomicAdd(m.words + HelperMemory::kPredicted, 1);
+    m.values[slot] = index < m.buffered ? static_cast<int16_t>(index) : HelperMemory::kUnbuffered;
+    if (index < m.buffered) m.predicted[index] = key;
+  }
+  __syncthreads();  // the prediction is complete
+}
+
+// Whether predicted row `index` (of host row `key`) is read into the
+// buffer: rows past the gather's host rows are zero-filled by the copy.
+__device__ __forceinline__ bool buffered_row(int32_t host_rows, int32_t index, int32_t key) {
+  return index >= 0 && key < host_rows;
+}
+
+// The block reads the predicted rows into its buffer (row i by warp i % 32,
+// so a few rows keep every warp reading). The rows are complete at the
+// block's next barrier.
+__device__ __forceinline__ void read_predicted_rows(const ResolverConstants& c, const HelperMemory& m) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int32_t count = min(m.words[HelperMemory::kPredicted], m.buffered);
+  const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
+  for (int32_t base = 0; base < count; base += kResolverThreads) {
+    const int32_t i = base + warp + kResolverWarps * lane;
+    const uint8_t* src = nullptr;
+    uint8_t* dst = nullptr;
+    if (i < count) {
+      const int32_t key = m.predicted[i];
+      if (buffered_row(c.stage_host_rows, i, key)) {
+        src = c.stage_host + static_cast<int64_t>(key) * c.stage_host_pitch;
+        dst = m.rows + static_cast<int64_t>(i) * c.stage_row_bytes;
+      }
+    }
+    warp_copy_lane_rows(src, dst, chunks, lane);
+  }
+}
+
+// The helper copies the swap entries of its partition (`mine`) of the
+// published list (`count` entries from token row `first_row`), exactly as
+// gather_compact would: from its buffer where it predicted the row, else
+// from host memory.
+__device__ __forceinline__ void copy_partition(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const HelperMemory& m, int32_t first_row, int32_t count, int32_t parts,
+                                               uint32_t mine) {
+  const int lane = threadIdx.x & 31;
+  const GatherCompactParams& g = p.gather;
+  const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
+  for (int32_t base = 0; base < count; base += kResolverThreads) {
+    const int32_t e = base + static_cast<int32_t>(threadIdx.x);
+    const uint8_t* src = nullptr;
+    uint8_t* dst = nullptr;
+    if (e < count) {
+      int32_t key, hot_row;
+      handoff::load_swap_entry(g, c, first_row, e, key, hot_row);
+      if (key >= 0 && ((mine >> part_of(key, parts)) & 1u)) dst = assigned_row_destination(g, hot_row);
+      if (dst != nullptr) {
+        const int16_t index = m.find(key);
+        if (buffered_row(c.stage_host_rows, index, key)) {
+          src = m.rows + static_cast<int64_t>(index) * c.stage_row_bytes;
+        } else if (key < g.host_rows) {
+          src = g.host + static_cast<int64_t>(key) * g.host_pitch;
+        }
+      }
+    }
+    warp_copy_lane_rows(src, dst, chunks, lane);
+  }
+}
+
+// The owner's copy of the partitions in `mine` (no prediction): entry j by
+// warp j % 32, as the kept head of a handoff list is copied.
+__device__ __forceinline__ void copy_unclaimed_partitions(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                          int32_t first_row, int32_t count, int32_t parts,
+                                                          uint32_t mine) {
+  const GatherCompactParams& g = p.gather;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  constexpr int32_t kEntriesPerPass = kResolverWarps * kWarpSize;
+  for (int32_t base = 0; base < count; base += kEntriesPerPass) {
+    const int32_t j = base + warp + kResolverWarps * lane;
+    int32_t host_row = -1, hot_row = -1;
+    if (j < count) handoff::load_swap_entry(g, c, first_row, j, host_row, hot_row);
+    const bool has_row = host_row >= 0 && ((mine >> part_of(host_row, parts)) & 1u);
+    warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
+  }
+}
+
+// Whether batch row b's own block resolves it (phase A's test: token rows
+// that are consecutive and before num_valid_rows, a state row in range that
+// no earlier batch row names). A helper claims only for such a request, whose
+// owner opens and publishes (or closes) its record whatever the record held
+// before, so that waiting for the publication never hangs. Every thread
+// calls this; it ends at a block barrier.
+__device__ __forceinline__ bool request_resolves(const ResolveResidencyParams& p, const HelperMemory& m, int32_t b,
+                                                 int32_t s) {
+  const int32_t T = p.num_tokens;
+  const int32_t valid_rows = p.num_valid_rows != nullptr ? min(max(*p.num_valid_rows, 0), T) : T;
+  if (threadIdx.x == 0) {
+    m.words[HelperMemory::kRows] = 0;
+    m.words[HelperMemory::kRowFirst] = INT32_MAX;
+    m.words[HelperMemory::kRowLast] = -1;
+  }
+  int duplicate = 0;
+  for (int32_t i = threadIdx.x; i < b; i += kResolverThreads) duplicate |= p.request_state_indices[i] == s;
+  __syncthreads();
+  for (int32_t t = threadIdx.x; t < valid_rows; t += kResolverThreads) {
+    if (p.req_id_per_token[t] == b) {
+      atomicAdd(m.words + HelperMemory::kRows, 1);
+      atomicMin(m.words + HelperMemory::kRowFirst, t);
+      atomicMax(m.words + HelperMemory::kRowLast, t);
+    }
+  }
+  if (__syncthreads_or(duplicate)) return false;
+  const int32_t rows = m.words[HelperMemory::kRows];
+  return rows > 0 && m.words[HelperMemory::kRowLast] - m.words[HelperMemory::kRowFirst] + 1 == rows;
+}
+
+// Helper h of the launch (see the file comment): batch row h % B, partition
+// h / B. Every thread of the block calls this, with the block's dynamic
+// shared memory (`bytes` of it).
+__device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               unsigned char* smem, uint32_t bytes, int32_t h) {
+  const int32_t batch = p.num_batch_rows;
+  const int32_t b = h % batch;
+  const int32_t part = h / batch;
+  const int32_t parts = parts_of(b, batch);
+  if (part >= parts) return;
+  const int32_t s = p.request_state_indices[b];
+  if (s < 0 || s >= p.num_state_rows) return;
+  const uint64_t start = handoff::global_time_ns();
+  int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
+  const HelperMemory m(smem, bytes, p.top_k, parts, c.stage_row_bytes);
+  predict_misses(p, c, m, b, part, parts);
+  // A partition with no predicted miss leaves its rows to the owner.
+  if (m.words[HelperMemory::kPredicted] == 0) return;
+  // Only the first batch row of a state row resolves it: the helpers of a
+  // later one leave that record to the first one's.
+  if (!request_resolves(p, m, b, s)) return;
+  if (threadIdx.x == 0) {
+    // Claim the partition once the owner has opened the record (it resets
+    // the claims when it opens), unless the owner has claimed it already.
+    bool claimed = false;
+    for (;;) {
+      const int32_t state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire);
+      if (state == handoff::kResolving || state == handoff::kPublished) {
+        const uint32_t bit = 1u << part;
+        claimed = !(
+            handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(bit), ::cuda::memory_order_relaxed) & bit);
+        break;
+      }
+      if (handoff::global_time_ns() - start >= handoff::kOpenGraceNs) break;
+      __nanosleep(128);
+    }
+    m.words[HelperMemory::kClaimed] = claimed;
+  }
+  __syncthreads();
+  if (!m.words[HelperMemory::kClaimed]) return;
+  read_predicted_rows(c, m);
+  if (threadIdx.x == 0) {
+    // The owner publishes after its phase D, or closes the record when it
+    // copies its rows itself; the claim keeps a published record from
+    // closing before this block finishes.
+    int32_t state;
+    while ((state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire)) == handoff::kResolving) {
+      __nanosleep(128);
+    }
+    int32_t first_row = -1, count = 0;
+    if (state == handoff::kPublished) {
+      first_row = record[handoff::kFirstRow];
+      count = record[handoff::kCount];
+    }
+    // Words no resolve wrote (memory not zeroed) must not send reads past the swap lists.
+    const bool valid = first_row >= 0 && first_row < p.num_tokens && count > 0 &&
+                       count <= static_cast<int64_t>(p.num_tokens - first_row) * p.top_k;
+    m.words[HelperMemory::kFirstRow] = first_row;
+    m.words[HelperMemory::kCount] = valid ? count : -1;
+  }
+  __syncthreads();  // the buffer's rows and the published list
+  const int32_t count = m.words[HelperMemory::kCount];
+  if (count < 0) return;  // closed: the owner copied its own rows
+  copy_partition(p, c, m, m.words[HelperMemory::kFirstRow], count, parts, 1u << part);
+  if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
+}
+
+// The owner's block after its phase G: it claims every partition no helper
+// claimed, copies their swap entries and finishes them. Every thread calls
+// this; `record` is the owner's (published) record and `scratch` two free
+// shared words.
+__device__ __forceinline__ void finish_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                int32_t* record, int32_t* scratch) {
+  const int32_t parts = parts_of(static_cast<int32_t>(blockIdx.x), p.num_batch_rows);
+  const uint32_t all = (1u << parts) - 1u;
+  if (threadIdx.x == 0) {
+    const uint32_t before = static_cast<uint32_t>(
+        handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(all), ::cuda::memory_order_relaxed));
+    scratch[0] = static_cast<int32_t>(all & ~before);
+  }
+  __syncthreads();
+  const uint32_t mine = static_cast<uint32_t>(scratch[0]);
+  if (mine != 0) {
+    // The owner wrote these words itself.
+    copy_unclaimed_partitions(p, c, record[handoff::kFirstRow], record[handoff::kCount], parts, mine);
+  }
+  if (threadIdx.x == 0) finish_parts(record, mine, all);
+}
+
+}  // namespace early_reads
+
+}  // namespace cuda
+}  // namespace hisparse
