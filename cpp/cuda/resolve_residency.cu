@@ -1057,10 +1057,15 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
                                                          stage_rows, limit, kResolverMaxSlackHalves);
     if (params.residency_hint != nullptr) {
       // The hint's upkeep reads the replaced rows from a kept copy of the
-      // state row where that fits beside the same miss stage.
+      // state row where that fits beside the same miss stage and the same
+      // union table: a fuller table costs every probe more than the kept
+      // copy saves.
       const ResolverLaunchLayout keeping = resolver_launch_layout(
           params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit, kResolverMaxSlackHalves, true);
-      if (keeping.stage.total_bytes <= limit && keeping.stage.rows == chosen.stage.rows) chosen = keeping;
+      if (keeping.stage.total_bytes <= limit && keeping.stage.rows == chosen.stage.rows &&
+          keeping.layout.hash_capacity == chosen.layout.hash_capacity) {
+        chosen = keeping;
+      }
     }
     launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device, d,
                                    stream);
