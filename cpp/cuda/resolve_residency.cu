@@ -354,8 +354,8 @@ __device__ __forceinline__ UnionSummary build_union(const ResolveResidencyParams
 // kSlotUsable | (rank + 1). A usable slot's member is held (member_held).
 // With a residency hint and a layout that keeps them (c.held_rows), the
 // slots' rows are also kept for phase D's upkeep of the hint, since phase C2
-// overwrites the words that hold them.
-template <bool kMayKeepRows, class Gather>
+// overwrites the words that hold them (kKeepRows).
+template <bool kKeepRows, class Gather>
 __device__ __forceinline__ void match_slots(const ResolveResidencyParams& p, const ResolverConstants& c,
                                             const ResolverWorkspace& ws, const ResolverRequest& request,
                                             Gather& gather) {
@@ -375,7 +375,7 @@ __device__ __forceinline__ void match_slots(const ResolveResidencyParams& p, con
       held[x] = held_copy[j];
       block[x] = __ldg(request.hot_table + c.hot_block_size.quotient(j));
     }
-    if (kMayKeepRows && p.residency_hint != nullptr && c.held_rows != ResolverSharedLayout::kNoHeldRows) {
+    if constexpr (kKeepRows) {
       int32_t* const kept = reinterpret_cast<int32_t*>(ws.base + c.held_rows);
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
@@ -475,36 +475,38 @@ __device__ __forceinline__ LruWalk walk_lru(const ResolveResidencyParams& p, con
 
 // ---- The residency hint's upkeep (docs/residency.md, "Residency hint"),
 // with a hint only: a slot that takes a miss drops the bit of the row it held
-// and sets the new row's. Where the layout keeps the device_global_indices
-// row that phase A copied (c.held_rows), phase D reads the replaced row from
-// shared memory and changes the bits at once, as fire-and-forget
-// reductions (take_slot). Where it does not (paired blocks, split layouts, a
-// shape with no room for the copy), phase D leaves the slots' entries alone
-// and keep_hint_after_outputs writes them after phase F, reading the rows
-// they replace from the table: a round trip to L2 at the end of the block.
+// and sets the new row's. How a launch keeps it is part of its instantiation,
+// so that launches without a hint run the code they ran before hints
+// existed, and launches with one test nothing per slot:
+// - kInPhaseD: the layout keeps the device_global_indices row that phase A
+//   copied (c.held_rows); phase D reads the replaced row from shared memory
+//   and changes the bits at once, as fire-and-forget reductions (take_slot).
+// - kAfterOutputs: paired blocks, split layouts and shapes with no room for
+//   the copy; phase D leaves the slots' entries alone and
+//   keep_hint_after_outputs writes them after phase F, reading the rows
+//   they replace from the table: a round trip to L2 at the end of the block.
+enum class HintUpkeep { kNone, kInPhaseD, kAfterOutputs };
+
 __device__ __forceinline__ void move_hint_bit(const ResolveResidencyParams& p, int32_t replaced, int32_t host_row) {
   uint32_t* const hint = p.residency_hint;
   if (replaced >= 0 && replaced < p.host_rows) atomicAnd(hint + (replaced >> 5), ~(1u << (replaced & 31)));
   atomicOr(hint + (host_row >> 5), 1u << (host_row & 31));
 }
 
-// Phase D: slot j of the request takes host row `key`. Only launches that
-// may keep the rows (kMayKeepRows: shared placement, one block per SM) have
-// that path; in the others it spilled registers.
-template <bool kMayKeepRows>
+// Phase D: slot j of the request takes host row `key`.
+template <HintUpkeep kUpkeep>
 __device__ __forceinline__ void take_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
                                           const ResolverWorkspace& ws, const ResolverRequest& request, int32_t j,
                                           int32_t key) {
-  if (p.residency_hint == nullptr) {
-    request.dgi_row[j] = key;
-  } else if (kMayKeepRows && c.held_rows != ResolverSharedLayout::kNoHeldRows) {
-    request.dgi_row[j] = key;
+  if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) return;
+  request.dgi_row[j] = key;
+  if constexpr (kUpkeep == HintUpkeep::kInPhaseD) {
     move_hint_bit(p, reinterpret_cast<const int32_t*>(ws.base + c.held_rows)[j], key);
   }
 }
 
-// After phase F, for a hint not kept in phase D: every slot E[m] that took
-// a miss (m < taken) gets its entry, the host row of its swap entry.
+// After phase F, under kAfterOutputs: every slot E[m] that took a miss
+// (m < taken) gets its entry, the host row of its swap entry.
 __device__ __forceinline__ void keep_hint_for_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                    const ResolverWorkspace& ws, const ResolverRequest& request,
                                                    int32_t m) {
@@ -523,7 +525,6 @@ __device__ __forceinline__ void keep_hint_for_slot(const ResolveResidencyParams&
 __device__ __forceinline__ void keep_hint_after_outputs(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                         const ResolverWorkspace& ws, const ResolverRequest& request,
                                                         int32_t taken) {
-  if (p.residency_hint == nullptr || c.held_rows != ResolverSharedLayout::kNoHeldRows) return;
   for (int32_t m = threadIdx.x + kThreads; m < taken; m += kThreads) keep_hint_for_slot(p, c, ws, request, m);
   if (static_cast<int32_t>(threadIdx.x) < taken) keep_hint_for_slot(p, c, ws, request, threadIdx.x);
 }
@@ -540,7 +541,7 @@ struct Assignment {
 // row and attention index (member_first: see kServedHit). An assigned miss
 // writes device_global_indices and its swap entry; the swap counts and the
 // new LRU order E[n:], E[:n], P (into the free slot_info words) follow.
-template <bool kMayKeepRows, class Gather>
+template <HintUpkeep kUpkeep, class Gather>
 __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                     const ResolverWorkspace& ws, const ResolverRequest& request,
                                                     const MemberRun& run, const LruWalk& walk, Gather& gather) {
@@ -593,7 +594,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
     ws.member_keys[r] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset);
     if (order >= 0) {
       gather.note_assigned_miss(ws, r);
-      take_slot<kMayKeepRows>(p, c, ws, request, j, key);
+      take_slot<kUpkeep>(p, c, ws, request, j, key);
       const int32_t swap_row = c.top_k.quotient(order);
       const int64_t t = request.t0 + swap_row;
       const int32_t column = c.top_k.remainder(order, swap_row);
@@ -757,8 +758,8 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 // contract's steps. kBlocksPerSm is the occupancy the registers are
 // budgeted for: 1 gives a block the whole register file; 2 halves it, which
 // spills a little, for the fused gather past the SM count
-// (pair_blocks_per_sm).
-template <class Gather, class Placement, int kBlocksPerSm>
+// (pair_blocks_per_sm). kUpkeep: how the residency hint is kept, if any.
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const typename Placement::Layout layout) {
@@ -771,16 +772,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gather.help_as_idle(p, c, ws);                                             // H
     return;
   }
-  constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
   gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
   count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
-  match_slots<kMayKeepRows>(p, c, ws, request, gather);                                    // C1 | B3
+  match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
   const MemberRun run = member_run(u.members);
   gather.after_slot_scan(p, c, ws, u.members, run);                          // the stage after C1
   const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
-  const Assignment a = assign_misses<kMayKeepRows>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
+  const Assignment a = assign_misses<kUpkeep>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
   gather.note_assigned_total(c, p, request, a.assigned_total);
   // A block left with no host reads of its own lets the next programmatic
   // launch start now, so its launch and shared-memory fill overlap phases F
@@ -792,8 +792,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
   write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
   count_request(p, ws, request, u, a);                                       // F
-  const int32_t taken = p.residency_hint != nullptr ? min(a.miss_total, walk.evictable_total) : 0;
-  keep_hint_after_outputs(p, c, ws, request, taken);                         // F
+  if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) {
+    keep_hint_after_outputs(p, c, ws, request, min(a.miss_total, walk.evictable_total));  // F
+  }
   gather.finish(c, ws);                                                      // G  | B8
   gather.help_as_owner(p, c, ws);                                              // H
 }
@@ -803,7 +804,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather, class Placement, int kBlocksPerSm>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -812,7 +813,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm>,
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
@@ -922,21 +923,54 @@ int64_t own_blocks(const ResolveResidencyParams& params) { return static_cast<in
 
 // `helper_blocks`: blocks past the batch that only copy published rows
 // (HandoffGather).
-template <class Gather, class Placement, int kBlocksPerSm>
-void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
-            const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
-            unsigned helper_blocks = 0) {
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants& constants,
+                   const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
+                   unsigned helper_blocks) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm>(device, shared_bytes);
+  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep>(device, shared_bytes);
   const unsigned blocks = static_cast<unsigned>(own_blocks(params)) + helper_blocks;
 
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm>,
-                                params, constants, layout),
-             "resolve_residency kernel launch");
+  cuda_check(
+      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
+                         params, constants, layout),
+      "resolve_residency kernel launch");
+}
+
+// Launches with early reads exist only with a residency hint.
+template <class Gather>
+struct ReadsEarly : std::false_type {};
+template <class Fused>
+struct ReadsEarly<HandoffGather<Fused, true>> : std::true_type {};
+
+// The instantiation for the launch's residency hint (HintUpkeep): none, kept
+// in phase D where the layout holds a copy of the state row (only shared
+// placements at one block per SM have one), or after phase F.
+template <class Gather, class Placement, int kBlocksPerSm>
+void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
+            const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
+            unsigned helper_blocks = 0) {
+  constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
+  if constexpr (!ReadsEarly<Gather>::value) {
+    if (params.residency_hint == nullptr) {
+      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper,
+                                                                        stream, helper_blocks);
+      return;
+    }
+  }
+  if constexpr (kMayKeepRows) {
+    if (constants.held_rows != ResolverSharedLayout::kNoHeldRows) {
+      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD>(params, constants, layout, device, hopper,
+                                                                            stream, helper_blocks);
+      return;
+    }
+  }
+  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs>(params, constants, layout, device, hopper,
+                                                                            stream, helper_blocks);
 }
 
 // The automatic schedule with a handoff array: one helper block per SM that
