@@ -48,9 +48,10 @@ one CUDA graph (each step reads its own top-k buffer); the state is restored
 from a snapshot before every replay, outside the timed window; per-step time
 = replay time / N, median of several replays. The PyTorch baseline runs
 eagerly (it needs one host sync). The link's ceiling is contiguous pinned
-memcpy host-to-device measured in the same run. Every resolve gets a
-residency hint kept with the state, as the runtime's do (--residency-hint
-off leaves it out).
+memcpy host-to-device measured in the same run. --residency-hint on gives
+every resolve a residency hint kept with the state, as a runtime created
+with residency_hint=True does (the default, off, times the library's
+default path).
 
     python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
 
@@ -107,8 +108,9 @@ def parse_args(argv=None):
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
     parser.add_argument("--early-start-bound", action="store_true",
                         help="CUDA: also time each step's own swap list copied alone and beside the resolve")
-    parser.add_argument("--residency-hint", choices=("on", "off"), default="on",
-                        help="pass the resolves a residency hint kept with the state, as the runtime does")
+    parser.add_argument("--residency-hint", choices=("on", "off"), default="off",
+                        help="pass the resolves a residency hint kept with the state, as a runtime created with "
+                        "residency_hint=True does")
     parser.add_argument("--peer", default=None,
                         help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")

@@ -119,6 +119,9 @@ Runtime::Runtime(const RuntimeOptions& options, Runtime& leader) {
   if (options_.copy_stream != nullptr) {
     invalid_argument("copy_stream: only a group leader takes a copy stream; followers use their leader's");
   }
+  if (options_.residency_hint) {
+    invalid_argument("residency_hint: only a group leader keeps a residency hint; followers use their leader's");
+  }
   if (options_.topk_ready != nullptr) {
     invalid_argument("topk_ready_event: only a group leader takes a top-k-ready event; followers use their leader's");
   }
@@ -251,7 +254,7 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   source_bound_ = true;
   pool_reader_ = role.has_value() && !role->is_writer();
   // The leader's source rows are the host rows its resolves name.
-  if (is_leader()) group_->rebuild_residency_hint(rows);
+  if (is_leader() && options_.residency_hint) group_->rebuild_residency_hint(rows);
 }
 
 void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {

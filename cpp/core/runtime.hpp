@@ -37,6 +37,7 @@ struct RuntimeOptions {
   hs_dtype_t kv_dtype = HS_DTYPE_UINT8;
   hs_stream_t copy_stream = nullptr;  // leader only, borrowed
   Event topk_ready = nullptr;         // leader only, borrowed
+  bool residency_hint = false;        // leader only: the group keeps a residency hint
 };
 
 struct SwapInResult {

@@ -58,7 +58,7 @@ class Runtime {
           const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
           const PyInt& hot_block_size, const PyBool& eager_host_mirror, const PyInt& device_type,
           const PyInt& device_index, const PyInt& max_num_reqs, const PyInt& max_swap_rows, const PyInt& kv_dtype,
-          nb::handle leader_arg, const PyInt& copy_stream, const PyInt& topk_ready_event)
+          nb::handle leader_arg, const PyInt& copy_stream, const PyInt& topk_ready_event, const PyBool& residency_hint)
       : state_(std::make_shared<RuntimeState>()) {
     const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
                                            block_size, hot_block_size, eager_host_mirror);
@@ -74,6 +74,7 @@ class Runtime {
     options.leader = leader != nullptr ? leader->handle() : nullptr;
     options.copy_stream = stream_arg(copy_stream, "copy_stream");
     options.topk_ready_event = reinterpret_cast<void*>(stream_arg(topk_ready_event, "topk_ready_event"));
+    options.residency_hint = bool_arg(residency_hint, "residency_hint") ? 1 : 0;
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // allocation and a device sync for a leader
@@ -312,12 +313,12 @@ void register_runtime(nb::module_& m) {
   nb::class_<Runtime>(m, "Runtime", "A per-layer hisparse runtime (hs_runtime_t). Use hisparse.Runtime.")
       .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&,
                     const PyBool&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, nb::handle,
-                    const PyInt&, const PyInt&>(),
+                    const PyInt&, const PyInt&, const PyBool&>(),
            nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
            nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
            nb::arg("eager_host_mirror"), nb::arg("device_type"), nb::arg("device_index"), nb::arg("max_num_reqs"),
            nb::arg("max_swap_rows"), nb::arg("kv_dtype"), nb::arg("leader").none(), nb::arg("copy_stream") = 0,
-           nb::arg("topk_ready_event") = 0)
+           nb::arg("topk_ready_event") = 0, nb::arg("residency_hint") = false)
       .def("info", &Runtime::info)
       .def("group_tensor", &Runtime::group_tensor, nb::arg("which"),
            "Zero-copy DLPack array of the group's tensor `which`; it keeps the runtime alive.")

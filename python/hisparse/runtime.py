@@ -124,7 +124,13 @@ class Runtime:
     (torch.cuda.Stream or handle; default: the group creates one) and a
     ``topk_ready`` event (torch.cuda.Event or handle) that the producer of the
     top-k records; the copy stream then waits for it instead of the compute
-    stream.
+    stream. A leader created with ``residency_hint=True`` keeps a residency
+    hint for its group's CUDA resolves (a bit per host row, ``host_rows / 8``
+    bytes of device memory): the fused gather then reads a request's
+    predicted misses from host memory while the request still resolves, which
+    pays where steps miss more than a stage of rows (about 1% of ``top_k``)
+    and costs a fraction of a microsecond where they miss almost nothing
+    (docs/residency.md, "Residency hint"; figures in docs/performance.md).
 
     Construction of a leader allocates and blocks; everything else runs on
     torch's current stream of the runtime's device (or ``stream``), never
@@ -144,12 +150,14 @@ class Runtime:
         leader: Optional["Runtime"] = None,
         copy_stream: Any = None,
         topk_ready: Any = None,
+        residency_hint: bool = False,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
         if leader is not None and not isinstance(leader, Runtime):
             raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
         _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
+        _args.require_bool("residency_hint", residency_hint)
         dtype = row_dtype(config, dtype)
         kv_code = _args.dtype_code("dtype", dtype)
         if max_swap_rows is not None:
@@ -176,6 +184,7 @@ class Runtime:
                 leader._rt if leader is not None else None,
                 _args.handle("copy_stream", copy_stream, "cuda_stream"),
                 self._event_handle(topk_ready, device_type, device_index),
+                residency_hint,
             )
         except (TypeError, ValueError, RuntimeError) as error:
             raise _args.renamed(error, _CREATE_NAMES) from None
@@ -183,6 +192,7 @@ class Runtime:
         torch = _torch()
         self._dtype = _torch_dtype(dtype)
         self._leader = leader
+        self._residency_hint = residency_hint if leader is None else leader.residency_hint
         # Weak, so that a leader and its followers form no reference cycle.
         self._followers: List[weakref.ref] = []
         if leader is not None:
@@ -508,12 +518,18 @@ class Runtime:
         """Drop all hot-buffer bookkeeping of the group (hits become misses), stream-ordered."""
         self._rt.reset_hot_state(self._stream(stream))
 
+    @property
+    def residency_hint(self) -> bool:
+        """Whether the group's leader was created with ``residency_hint=True``."""
+        return self._residency_hint
+
     def rebuild_residency_hint(self, *, stream: Any = None) -> None:
         """Rebuild the group's residency hint from its state, stream-ordered.
 
         Call it after writing ``device_global_indices`` directly (restoring a
         snapshot): the hint predicts the misses the fused gather reads early,
-        and a stale one wastes host reads. A no-op without a hint (CPU).
+        and a stale one wastes host reads. A no-op without a hint (created
+        without ``residency_hint``, or on the CPU).
         """
         self._rt.rebuild_residency_hint(self._stream(stream))
 

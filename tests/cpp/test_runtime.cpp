@@ -193,6 +193,19 @@ TEST(Runtime, LeaderAndFollowerShareOneGroup) {
   hs_runtime_destroy(ok);
   o.kv_dtype = 99;
   expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_DTYPE, {"kv_dtype"});
+
+  // The residency hint is a leader's choice, given as 0 or 1.
+  o = f.options();
+  o.residency_hint = 2;
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"residency_hint", "0 or 1", "2"});
+  o.leader = leader.get();
+  o.residency_hint = 1;
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"residency_hint", "leader"});
+  EXPECT_EQ(bad, nullptr);
+  o = f.options();
+  o.residency_hint = 1;
+  ASSERT_EQ(hs_runtime_create(&o, &ok), HS_SUCCESS) << hs_last_error();
+  hs_runtime_destroy(ok);
 }
 
 // hs_paged_cache_view computes the view bind_hot_cache binds: the same data

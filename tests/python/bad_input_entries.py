@@ -633,7 +633,8 @@ def bind_hot_fixture(state: RuntimeState, seed: int) -> Dict[str, Any]:
 
 def runtime_entries() -> List[Entry]:
     ctor = lambda s, seed: dict(config=s.config, max_num_reqs=S_ROWS, device=None, dtype=None,  # noqa: E731
-                                max_swap_rows=None, leader=None, copy_stream=None, topk_ready=None)
+                                max_swap_rows=None, leader=None, copy_stream=None, topk_ready=None,
+                                residency_hint=False)
     return [
         Entry("Runtime", RuntimeState, ctor, lambda s, kw: hisparse.Runtime(**kw).info(), lambda s, kw, r: [r],
               [O("config"), I("max_num_reqs", "neg zero 2**31 2**63"), I("max_swap_rows", "neg zero 2**31",
@@ -642,7 +643,7 @@ def runtime_entries() -> List[Entry]:
                                             "broken_array": (BROKEN_ARRAY, (TypeError,))}),
                O("leader", optional=True), D("device"),
                I("copy_stream", "neg 2**64", optional=True),
-               I("topk_ready", "neg 2**64", optional=True)], []),
+               I("topk_ready", "neg 2**64", optional=True), B("residency_hint")], []),
         Entry("Runtime.swap_in", RuntimeState, swap_in_fixture, swap_in_call, runtime_observe, SWAP_IN_ARGS,
               [("attention_indices_out", "topk_indices"), ("valid_counts_out", "req_id_per_token"),
                ("attention_indices_out", "valid_counts_out")]),
@@ -1098,7 +1099,7 @@ def c_runtime_fixture(state: Any, seed: int) -> Dict[str, Any]:
     return dict(top_k=K, device_buffer_size=H, max_union_rows=H, num_speculative_tokens=0, row_bytes=W,
                 block_size=HOT_BLOCK, hot_block_size=HOT_BLOCK, eager_host_mirror=False, device_type=_C.DEVICE_CPU,
                 device_index=0, max_num_reqs=S_ROWS, max_swap_rows=0, kv_dtype=0, leader=None, copy_stream=0,
-                topk_ready_event=0)
+                topk_ready_event=0, residency_hint=False)
 
 
 def more_entries() -> List[Entry]:
@@ -1115,7 +1116,7 @@ def more_entries() -> List[Entry]:
                I("device_type", "neg 2**31"), I("device_index", "2**31"), I("max_num_reqs", "neg zero 2**31"),
                I("max_swap_rows", "neg 2**31"),
                I("kv_dtype", "2**31", **{"past": (99, (TypeError,)), "negative": (-1, (TypeError,))}),
-               O("leader", optional=True), S("copy_stream"), S("topk_ready_event")], []),
+               O("leader", optional=True), S("copy_stream"), S("topk_ready_event"), B("residency_hint")], []),
         Entry("_C.Runtime.reset_hot_state", RuntimeState, lambda s, seed: dict(stream=None),
               lambda s, kw: s.leader._rt.reset_hot_state(kw["stream"]), lambda s, kw, r: s.observe(), [S()], []),
         Entry("_C.Runtime.rebuild_residency_hint", RuntimeState, lambda s, seed: dict(stream=None),

@@ -60,6 +60,16 @@ def swap_kwargs(step):
 # ---------------------------------------------------------------- binding errors
 
 
+def test_only_a_leader_takes_a_residency_hint(device):
+    setup = GroupSetup(device, num_layers=1, residency_hint=True)
+    assert setup.leader.residency_hint
+    with pytest.raises(ValueError, match="residency_hint: only a group leader"):
+        hisparse.Runtime(setup.config, max_num_reqs=setup.max_num_reqs, leader=setup.leader, residency_hint=True)
+    with pytest.raises(TypeError, match="residency_hint: expected a bool"):
+        hisparse.Runtime(setup.config, max_num_reqs=setup.max_num_reqs, device=device, residency_hint=1)
+    assert setup.leader.info()["group_size"] == 1
+
+
 def test_bind_errors_name_the_argument(device):
     setup = GroupSetup(device, num_layers=2)
     leader, follower = setup.runtimes
@@ -282,11 +292,15 @@ def assert_same_group(a, b, where):
     assert a.leader.stats() == b.leader.stats(), where
 
 
+@pytest.mark.parametrize("hinted", [False, True], ids=["no_hint", "hint"])
 @pytest.mark.parametrize("prefetch", sanitize_subset([False, True], {True}))
-def test_fused_gather_on_the_leader_equals_a_separate_gather(device, prefetch):
+def test_fused_gather_on_the_leader_equals_a_separate_gather(device, prefetch, hinted):
+    """With a residency hint (CUDA: the fused gather reads predicted misses
+    early) or without, a fused step leaves what a separate gather does."""
     kwargs = dict(num_layers=3, top_k=8, hot_size=24, max_union_rows=16, max_num_reqs=4, max_swap_rows=16,
                   resident_blocks_per_req=1, seed=11)
-    fused, plain = GroupSetup(device, **kwargs), GroupSetup(device, **kwargs)
+    fused, plain = GroupSetup(device, residency_hint=hinted, **kwargs), GroupSetup(device, **kwargs)
+    assert fused.leader.residency_hint is hinted and fused.runtimes[1].residency_hint is hinted
     batches = [[0, 1, 2, 3], [3, 1], [2, -1, 0, 1], [1, 3, 0], [0, 1, 2, 3], [3, 2, 1, 0]]
     staged_after_leader = [False] + [prefetch] * (fused.num_layers - 1)
     for index, state_rows in enumerate(batches):

@@ -108,7 +108,9 @@ typedef struct hs_runtime_options {
   int32_t max_swap_rows;     /* R: token rows of the shared top-k state per forward; 0 = the leader's on a follower,
                                 else max_num_reqs x (1 + config->num_speculative_tokens) (hs_default_max_swap_rows) */
   int32_t kv_dtype;          /* hs_dtype_t of the KV rows; row width = config->row_bytes / its size */
-  int32_t reserved0;
+  int32_t residency_hint;    /* leader only (0 for followers): 1 = keep a residency hint for the group's CUDA
+                                resolves, so the fused gather reads predicted misses early (docs/residency.md,
+                                "Residency hint"); 0 (default) = none */
   hs_runtime_t leader;       /* NULL: become a group leader; else join this runtime's group */
   /* leader only (NULL for followers) */
   hs_stream_t copy_stream;   /* borrowed copy stream; NULL = the group creates and owns one */
@@ -117,7 +119,7 @@ typedef struct hs_runtime_options {
 #define HS_RUNTIME_OPTIONS_VERSION 1
 
 /* Defaults: CPU backend, uint8 rows, the default max_swap_rows, leader with
- * its own copy stream. Set config and max_num_reqs. */
+ * its own copy stream, no residency hint. Set config and max_num_reqs. */
 static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
   memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
@@ -400,7 +402,8 @@ HS_API hs_status_t hs_runtime_reset_hot_state(hs_runtime_t runtime, hs_stream_t 
  * from its state: call it after writing device_global_indices directly (a
  * restored snapshot), whose rows the hint would otherwise mispredict. Runs
  * on the copy stream like hs_runtime_reset_hot_state; a no-op without a
- * hint (CPU, or before the leader binds a source cache). Capturable. */
+ * hint (a leader created without residency_hint, the CPU, or before the
+ * leader binds a source cache). Capturable. */
 HS_API hs_status_t hs_runtime_rebuild_residency_hint(hs_runtime_t runtime, hs_stream_t stream);
 
 /* Drop hot copies of the group using shared, preprocessed inputs

@@ -88,7 +88,8 @@ class DataPlane:
             leader = None
             for i in range(size):
                 runtime = hisparse.Runtime(self.config, max_num_reqs=batch, device=device,
-                                           max_swap_rows=self.token_rows, leader=leader)
+                                           max_swap_rows=self.token_rows, leader=leader,
+                                           residency_hint=s.residency_hint and leader is None)
                 runtime.request_state_indices = self.state_rows
                 runtime.bind_source_cache(self.host_caches[layer])
                 runtime.bind_hot_cache(slab, byte_offset=i * self.block_bytes, block_stride=size * self.block_bytes,

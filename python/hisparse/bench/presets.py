@@ -59,6 +59,8 @@ class Settings:
     baseline_steps: int = 4
     hot_sizes: List[int] = field(default_factory=list)
     gather_fractions: List[float] = field(default_factory=lambda: [0.01, 0.05, 0.1, 0.25, 0.5, 1.0])
+    # The runtimes keep a residency hint (hisparse.Runtime's residency_hint).
+    residency_hint: bool = False
 
     @property
     def rows_per_request(self) -> int:
@@ -117,7 +119,7 @@ OVERRIDABLE = (
     "batch", "context", "hot_size", "layers", "group_size", "spec_tokens", "steps", "warmup_steps", "top_k",
     "row_bytes", "block_size", "hot_block_size", "trace_mode", "trace_groups", "reuse", "window", "region",
     "clusters", "drift", "query_drift", "query_spread", "seed", "compute_us", "replays", "baseline_steps",
-    "hot_sizes", "gather_fractions",
+    "hot_sizes", "gather_fractions", "residency_hint",
 )
 
 
