@@ -66,6 +66,17 @@ def test_changed_tracked_files_mark_the_commit_dirty_but_results_do_not(checkout
 
 
 @needs_git
+def test_an_untracked_tree_inside_a_checkout_does_not_take_its_commit(checkout, monkeypatch, tmp_path):
+    copy = checkout / "scratch" / "tree"
+    shutil.copytree(checkout / "cpp", copy / "cpp")
+    (copy / "bench").mkdir()
+    monkeypatch.chdir(copy)
+    assert provenance.commit(copy / "bench") != git(checkout, "rev-parse", "HEAD")
+    # The checkout's own tracked places still name it.
+    assert provenance.commit(checkout / "bench") == git(checkout, "rev-parse", "HEAD")
+
+
+@needs_git
 def test_another_git_tree_is_not_taken_for_hisparse(tmp_path, monkeypatch):
     other = tmp_path / "other"
     other.mkdir()

@@ -13,7 +13,8 @@ The commit is, in order of preference:
    places the caller names, this package's own directory and the current
    directory, with ``-dirty`` appended when tracked files outside
    ``bench/results/`` differ from that commit (a result of uncommitted code
-   must not claim a commit);
+   must not claim a commit); a place the checkout does not track (a copy
+   of another tree inside it) belongs to no checkout;
 3. ``"unknown"``.
 """
 
@@ -65,6 +66,8 @@ def commit(*places: PathLike) -> str:
         top = _git(directory, "rev-parse", "--show-toplevel")
         if not top or not (Path(top) / _CHECKOUT_MARKER).is_file():
             continue
+        if not _git(directory, "ls-files", "--", "."):
+            continue  # untracked here: its code is not the checkout's
         head = _git(top, "rev-parse", "HEAD")
         if not head:
             continue
