@@ -349,6 +349,15 @@ def test_recommend_reports_an_unmet_target():
     assert recommend(curve, top_k=64, target_hit_rate=0.4)["hot_size"] == 64
 
 
+def test_host_plan_counts_the_residency_hint_per_index_group():
+    plan = host_plan(max_model_len=8192, max_requests=2, layers=61, row_bytes=656, block_size=64, index_groups=16)
+    rows = plan["layout"]["host_num_blocks"] * 64  # a layer's host rows
+    assert plan["residency_hint_bytes_per_index_group"] == (rows + 31) // 32 * 4
+    assert plan["residency_hint_bytes"] == 16 * plan["residency_hint_bytes_per_index_group"]
+    assert host_plan(max_model_len=8192, max_requests=2, layers=61, row_bytes=656,
+                     block_size=64)["index_groups"] == 61
+
+
 def test_host_plan_refuses_a_budget_too_small_for_one_request():
     plan = host_plan(max_model_len=8192, max_requests=2, layers=61, row_bytes=656, block_size=64,
                      host_budget_bytes=1 << 20)

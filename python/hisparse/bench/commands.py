@@ -285,7 +285,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     host = host_plan(
         max_model_len=args.max_model_len or trace.context, max_requests=args.max_requests or trace.batch,
         layers=settings.layers, row_bytes=settings.row_bytes, block_size=settings.block_size,
-        host_budget_bytes=budget,
+        host_budget_bytes=budget, index_groups=settings.index_groups,
     )
     config = settings.as_dict()
     config.update(rows_per_request=trace.rows_per_request, index_groups=settings.index_groups,

@@ -165,9 +165,11 @@ def recommend(
 
 def host_plan(
     *, max_model_len: int, max_requests: int, layers: int, row_bytes: int, block_size: int,
-    host_budget_bytes: Optional[int] = None,
+    host_budget_bytes: Optional[int] = None, index_groups: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """Host pool size per request and per node, checked by plan_host_layout."""
+    """Host pool size per request and per node, checked by plan_host_layout, and
+    the GPU memory of the opt-in residency hint (a bit per host row of a
+    layer, one hint per index group; ``index_groups`` defaults to ``layers``)."""
     for name, value in (("max_model_len", max_model_len), ("max_requests", max_requests)):
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected a positive value, got {value}")
@@ -177,6 +179,8 @@ def host_plan(
     node_bytes = node_blocks * page
     layout = hisparse.plan_host_layout(page, block_size, max_model_len, node_bytes)
     available = available_host_memory()
+    hint_bytes = -(-layout.host_num_blocks * block_size // 32) * 4
+    groups = layers if index_groups is None else index_groups
     plan: Dict[str, Any] = {
         "max_model_len": max_model_len,
         "max_requests_per_node": max_requests,
@@ -190,6 +194,9 @@ def host_plan(
         "layout": layout._asdict(),
         "available_host_memory_bytes_here": available,
         "fits_this_machine": node_bytes <= available,
+        "index_groups": groups,
+        "residency_hint_bytes_per_index_group": hint_bytes,
+        "residency_hint_bytes": hint_bytes * groups,
     }
     if host_budget_bytes is not None:
         try:
