@@ -476,8 +476,9 @@ __device__ __forceinline__ LruWalk walk_lru(const ResolveResidencyParams& p, con
 // ---- The residency hint's upkeep (docs/residency.md, "Residency hint"),
 // with a hint only: a slot that takes a miss drops the bit of the row it held
 // and sets the new row's. How a launch keeps it is part of its instantiation,
-// so that launches without a hint run the code they ran before hints
-// existed, and launches with one test nothing per slot:
+// so that launches without a hint carry none of its code (it cost the
+// resolve registers and time even where it never ran), and launches with
+// one test nothing per slot:
 // - kInPhaseD: the layout keeps the device_global_indices row that phase A
 //   copied (c.held_rows); phase D reads the replaced row from shared memory
 //   and changes the bits at once, as fire-and-forget reductions (take_slot).
