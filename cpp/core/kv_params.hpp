@@ -21,6 +21,10 @@ struct ResetRequestParams {
   int32_t num_state_rows = 0;                // S
   int32_t hot_size = 0;                      // H
   int32_t state_row = 0;                     // 0 <= state_row < S (checked on the host)
+  // Optional (CUDA): the group's residency hint, whose bits of the rows the
+  // state row held are cleared (docs/residency.md, "Residency hint").
+  uint32_t* residency_hint = nullptr;  // [ceil(host_rows / 32)]
+  int64_t host_rows = 0;
 };
 
 // out[t, k] = topk[t, k] for k < width when that position is >= 0 and below

@@ -730,6 +730,8 @@ void Runtime::reset_request(int32_t state_row, hs_stream_t stream) {
   p.num_state_rows = rows;
   p.hot_size = group.options().device_buffer_size;
   p.state_row = state_row;
+  p.residency_hint = group_->residency_hint();
+  p.host_rows = group_->residency_hint_rows();
   group_->copy_waits_for(stream);
   backend_->reset_request(p, group_->copy_stream());
   group_->stream_waits_for_copy(stream);

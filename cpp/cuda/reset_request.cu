@@ -1,5 +1,7 @@
 // reset_request: one state row of an index group back to its initial hot
-// state. One block strides over the row's hot slots; capturable.
+// state, clearing the residency hint's bits of the rows it held (when the
+// group keeps a hint). One block strides over the row's hot slots;
+// capturable.
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
@@ -14,6 +16,10 @@ constexpr int kThreads = 256;
 __global__ void reset_request_kernel(ResetRequestParams p) {
   const int64_t base = static_cast<int64_t>(p.state_row) * p.hot_size;
   for (int32_t j = threadIdx.x; j < p.hot_size; j += blockDim.x) {
+    if (p.residency_hint != nullptr) {
+      const int32_t held = p.device_global_indices[base + j];
+      if (held >= 0 && held < p.host_rows) atomicAnd(p.residency_hint + (held >> 5), ~(1u << (held & 31)));
+    }
     p.device_global_indices[base + j] = -1;
     p.lru_slots[base + j] = static_cast<int16_t>(j);
   }

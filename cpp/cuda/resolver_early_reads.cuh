@@ -254,22 +254,14 @@ __device__ __forceinline__ void copy_partition(const ResolveResidencyParams& p, 
   }
 }
 
-// The owner's copy of the partitions in `mine` (no prediction): entry j by
-// warp j % 32, as the kept head of a handoff list is copied.
+// The owner's copy of the partitions in `mine` (no prediction), as the kept
+// head of a handoff list is copied.
 __device__ __forceinline__ void copy_unclaimed_partitions(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                           int32_t first_row, int32_t count, int32_t parts,
                                                           uint32_t mine) {
-  const GatherCompactParams& g = p.gather;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  constexpr int32_t kEntriesPerPass = kResolverWarps * kWarpSize;
-  for (int32_t base = 0; base < count; base += kEntriesPerPass) {
-    const int32_t j = base + warp + kResolverWarps * lane;
-    int32_t host_row = -1, hot_row = -1;
-    if (j < count) handoff::load_swap_entry(g, c, first_row, j, host_row, hot_row);
-    const bool has_row = host_row >= 0 && ((mine >> part_of(host_row, parts)) & 1u);
-    warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
-  }
+  handoff::copy_entries_by_warp(p, c, first_row, count, [=](int32_t host_row) {
+    return host_row >= 0 && ((mine >> part_of(host_row, parts)) & 1u) != 0;
+  });
 }
 
 // Whether batch row b's own block resolves it (phase A's test: token rows

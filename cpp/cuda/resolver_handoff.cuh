@@ -76,22 +76,10 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 }
 
 // Phase E of a request that published its swap list: the block copies the
-// `kept` entries at its head, which the other blocks never claim. Entry j
-// goes to warp j % 32, so that a few rows per warp keep every warp reading
-// at once.
+// `kept` entries at its head, which the other blocks never claim.
 __device__ __forceinline__ void copy_kept_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                const ResolverRequest& request, int32_t kept) {
-  const GatherCompactParams& g = p.gather;
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  constexpr int32_t kEntriesPerPass = kResolverWarps * kWarpSize;
-  for (int32_t base = 0; base < kept; base += kEntriesPerPass) {
-    const int32_t j = base + warp + kResolverWarps * lane;
-    const bool has_row = j < kept;
-    int32_t host_row = -1, hot_row = -1;
-    if (has_row) load_swap_entry(g, c, request.t0, j, host_row, hot_row);
-    warp_copy_assigned_rows(g, has_row, host_row, hot_row, lane);
-  }
+  copy_entries_by_warp(p, c, request.t0, kept, [](int32_t) { return true; });
 }
 
 // The block visits `visits` batch rows' records from batch row `first` on,

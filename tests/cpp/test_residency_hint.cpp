@@ -1,14 +1,18 @@
 // The residency hint rebuilt from an index group's state
 // (build_residency_hint): the CPU reference against a hand-made case, and
-// the CUDA kernel against the reference, bit for bit, on a random state.
+// the CUDA kernel against the reference, bit for bit, on a random state;
+// a request reset on CUDA leaves the hint of the state that remains.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "core/backend.hpp"
 #include "core/index_group_params.hpp"
+#include "core/kv_params.hpp"
 
 namespace {
 
@@ -68,6 +72,59 @@ TEST(ResidencyHint, CudaMatchesTheReference) {
   cuda->deallocate(device_hint, device);
   cuda->deallocate(device_state, device);
   EXPECT_EQ(got, want);
+}
+
+TEST(ResidencyHint, CudaRequestResetClearsTheRowsItHeld) {
+  Backend* cuda = hisparse::cuda_backend();
+  if (cuda == nullptr || !cuda->available() || cuda->device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const int32_t S = 4, H = 300, reset_row = 2;
+  const int64_t host_rows = 5'000;
+  // Every held row belongs to one state row (distinct host rows), with some
+  // empty slots and some rows past host_rows, which set no bit.
+  std::mt19937 random(11);
+  std::vector<int32_t> rows(host_rows + 100);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), random);
+  std::vector<int32_t> state(rows.begin(), rows.begin() + S * H);
+  for (size_t i = 0; i < state.size(); i += 7) state[i] = -1;
+  const std::vector<uint32_t> before = reference_hint(state, host_rows);
+  std::vector<int32_t> after = state;
+  std::fill(after.begin() + reset_row * H, after.begin() + (reset_row + 1) * H, -1);
+  const std::vector<uint32_t> want = reference_hint(after, host_rows);
+  ASSERT_NE(before, want);
+
+  const int device = 0;
+  const size_t state_bytes = state.size() * sizeof(int32_t);
+  const size_t lru_bytes = state.size() * sizeof(int16_t);
+  const size_t hint_bytes = before.size() * sizeof(uint32_t);
+  void* device_state = cuda->allocate(state_bytes, device);
+  void* device_lru = cuda->allocate(lru_bytes, device);
+  void* device_hint = cuda->allocate(hint_bytes, device);
+  hs_stream_t stream = cuda->create_stream(device);
+  cuda->copy_async(device_state, state.data(), state_bytes, stream);
+  cuda->fill_async(device_lru, 0, lru_bytes, stream);
+  cuda->copy_async(device_hint, before.data(), hint_bytes, stream);
+  hisparse::ResetRequestParams p;
+  p.device = device;
+  p.device_global_indices = static_cast<int32_t*>(device_state);
+  p.lru_slots = static_cast<int16_t*>(device_lru);
+  p.num_state_rows = S;
+  p.hot_size = H;
+  p.state_row = reset_row;
+  p.residency_hint = static_cast<uint32_t*>(device_hint);
+  p.host_rows = host_rows;
+  cuda->reset_request(p, stream);
+  std::vector<uint32_t> got(before.size());
+  std::vector<int32_t> got_state(state.size());
+  cuda->copy_async(got.data(), device_hint, hint_bytes, stream);
+  cuda->copy_async(got_state.data(), device_state, state_bytes, stream);
+  cuda->synchronize_stream(stream);
+  cuda->destroy_stream(stream, device);
+  cuda->deallocate(device_hint, device);
+  cuda->deallocate(device_lru, device);
+  cuda->deallocate(device_state, device);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_state, after);
 }
 
 }  // namespace
