@@ -942,12 +942,6 @@ void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants
       "resolve_residency kernel launch");
 }
 
-// Launches with early reads exist only with a residency hint.
-template <class Gather>
-struct ReadsEarly : std::false_type {};
-template <class Fused>
-struct ReadsEarly<HandoffGather<Fused, true>> : std::true_type {};
-
 // The instantiation for the launch's residency hint (HintUpkeep): none, kept
 // in phase D where the layout holds a copy of the state row (only shared
 // placements at one block per SM have one), or after phase F.
@@ -956,12 +950,10 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
             unsigned helper_blocks = 0) {
   constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
-  if constexpr (!ReadsEarly<Gather>::value) {
-    if (params.residency_hint == nullptr) {
-      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper,
-                                                                        stream, helper_blocks);
-      return;
-    }
+  if (params.residency_hint == nullptr) {
+    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper, stream,
+                                                                      helper_blocks);
+    return;
   }
   if constexpr (kMayKeepRows) {
     if (constants.held_rows != ResolverSharedLayout::kNoHeldRows) {
@@ -988,15 +980,17 @@ unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const Resol
 }
 
 // Whether the handoff's helper blocks read early (resolver_early_reads.cuh):
-// with a residency hint to predict from, for requests of one token row each,
-// with at least two helpers per request (the batches where early reads
-// were measured to pay: bench/results/resolver_hint_upkeep_ab_h200.json),
-// and arrays in shared memory (a batch of single rows has a union of at
-// most top_k rows). The early-read path is its own instantiation, so that
-// launches without it keep the registers of the handoff without it.
+// for requests of one token row each, with at least two helpers per request
+// (the batches where early reads were measured to pay:
+// bench/results/resolver_hint_upkeep_ab_h200.json), and arrays in shared
+// memory (a batch of single rows has a union of at most top_k rows). The
+// helpers predict from the residency hint where the launch has one, and
+// otherwise from the requests' state rows. The early-read path is its own
+// instantiation, so that launches without it keep the registers of the
+// handoff without it.
 bool reads_early(const ResolveResidencyParams& params, unsigned helpers) {
   const int64_t batch = params.num_batch_rows;
-  return params.residency_hint != nullptr && params.num_tokens == batch && batch > 0 && helpers >= 2 * batch;
+  return params.num_tokens == batch && batch > 0 && helpers >= 2 * batch;
 }
 
 template <class Placement>

@@ -5,31 +5,31 @@
 // request's host rows (a hash of the row picks it). A helper does not wait
 // for the request's swap list to learn its misses: from the launch's start
 // it reads the request's top-k row, predicts the misses of its partition
-// (the top-k's host rows whose residency-hint bit is clear: the hint holds a
-// bit per host row, set by phase D when a slot takes the row and cleared when
-// the slot's row is replaced) and reads their host rows into its shared
-// memory while the owner still resolves. A helper whose partition predicts
-// nothing leaves at once. Once the owner publishes its swap list, the helper copies every
-// swap entry of its partition: from shared memory where it predicted the
-// row, from host memory where it did not. Only the handoff instantiation
-// for early reads has this path (HandoffGather<Fused, true>): its registers
-// make the resolve's phases spill a little, which launches without early
-// reads do not pay.
+// (the top-k's host rows that the request's state row does not hold, or,
+// where the launch has a residency hint, whose hint bit is clear) and reads
+// their host rows into its shared memory while the owner still resolves;
+// one coordinator warp meanwhile claims the partition and waits for the
+// swap list. A helper whose partition predicts nothing leaves at once. Once
+// the owner publishes its swap list, the helper copies every swap entry of
+// its partition: from shared memory where it predicted the row, from host
+// memory where it did not. Only the handoff instantiation for early reads
+// has this path (HandoffGather<Fused, true>).
 //
 // The prediction is only a head start: which rows are copied, and where,
-// always comes from the published swap list, so a wrong prediction (a hint
-// bit that is stale, a host row held by two state rows, a corrupt state, a
-// table too small for the partition) costs a wasted or a late read, never a
-// wrong byte. Every partition is copied exactly once: a
-// helper claims its partition in the record once the owner has opened it,
-// and the owner, after its phase G, claims every partition no helper
-// claimed and copies those itself, so a helper that never runs (or gives up
-// waiting for the record to open) only costs time. A helper that claimed
-// waits for the publication however long it takes: the owner is running
-// (it opened the record) and waits for no one. A request whose misses fit
-// its stage copies them itself and closes its record after phase C1 (as
-// without early reads), and its helpers copy nothing. A published record closes when the last of
-// its partitions is finished, by whichever block finished it.
+// always comes from the published swap list, so a wrong prediction (a state
+// entry the owner replaces meanwhile, an unusable slot, a stale hint bit, a
+// host row held by two state rows, a corrupt state, a table too small for
+// the partition) costs a wasted or a late read, never a wrong byte. Every
+// partition is copied exactly once: a helper claims its partition in the
+// record once the owner has opened it, and the owner, after its phase G,
+// claims every partition no helper claimed and copies those itself, so a
+// helper that never runs (or gives up waiting for the record to open) only
+// costs time. A helper that claimed waits for the publication however long
+// it takes: the owner is running (it opened the record) and waits for no
+// one. A request whose misses fit its stage copies them itself and closes
+// its record after phase C1 (as without early reads), and its helpers copy
+// nothing. A published record closes when the last of its partitions is
+// finished, by whichever block finished it.
 #pragma once
 
 #include <cstdint>
@@ -84,12 +84,10 @@ struct HelperMemory {
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
   static constexpr int kFirstRow = 2;   // the published record's first row and count
   static constexpr int kCount = 3;
-  static constexpr int kRows = 4;  // the request's token rows: count, first, last
-  static constexpr int kRowFirst = 5;
-  static constexpr int kRowLast = 6;
   static constexpr uint32_t kWords = 16;
   static constexpr int16_t kNotPredicted = -1;
   static constexpr int16_t kUnbuffered = -2;
+  static constexpr int16_t kHeld = -3;  // a host row the state row holds: predicted to hit
 
   int32_t* words;
   int32_t* keys;    // -1: empty
@@ -101,10 +99,12 @@ struct HelperMemory {
   int32_t buffered;   // rows the buffer holds
 
   // The table takes up to half of `bytes` (twice the partition's share of
-  // the top-k row, rounded up to a power of two), the row buffer the rest.
-  __device__ __forceinline__ HelperMemory(unsigned char* smem, uint32_t bytes, int32_t top_k, int32_t parts,
-                                          uint32_t row_bytes) {
-    const uint32_t wanted = 2u * (static_cast<uint32_t>(top_k) / static_cast<uint32_t>(parts) + 32u);
+  // the top-k row and of the `held` rows of the state row, rounded up to a
+  // power of two), the row buffer the rest.
+  __device__ __forceinline__ HelperMemory(unsigned char* smem, uint32_t bytes, int32_t top_k, int32_t held,
+                                          int32_t parts, uint32_t row_bytes) {
+    const uint32_t wanted =
+        2u * ((static_cast<uint32_t>(top_k) + static_cast<uint32_t>(held)) / static_cast<uint32_t>(parts) + 32u);
     uint32_t c = 64;
     while (c < wanted && c < 32768u) c <<= 1;
     while (c > 64 && kWords * 4 + 6 * c > bytes / 2) c >>= 1;
@@ -154,21 +154,64 @@ struct HelperMemory {
   }
 };
 
-// The helper's prediction: every top-k host row of its partition whose
-// residency-hint bit is clear is a predicted miss (the first entry of a row
-// repeated in the top-k inserts it into the table). Batch row b's token row
-// is b in the usual batch; a batch that maps its rows otherwise predicts
-// nothing. Ends at a block barrier, with the predicted misses counted in
-// words[kPredicted].
+// Prediction loads issued per thread before the helper's table is clear:
+// a top-k row of up to 2048 entries and a state row of up to 4096 slots
+// take one round of loads.
+constexpr int kTopkLoads = 2;
+constexpr int kHeldLoads = 4;
+
+// The host row of a top-k entry when it is a hot candidate of partition
+// `part`, else -1.
+__device__ __forceinline__ int32_t partition_key(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                 const int32_t* source, const int32_t* resident, int32_t position,
+                                                 int32_t part, int32_t parts) {
+  const Entry entry = classify(p, c, source, resident, position);
+  return entry.kind == kHot && part_of(entry.host_slot, parts) == part ? entry.host_slot : -1;
+}
+
+// Marks a host row that the request's state row holds (kHeld), when it lies
+// in partition `part`: the top-k's rows found there are predicted to hit.
+__device__ __forceinline__ void mark_held(const HelperMemory& m, int32_t key, int32_t part, int32_t parts) {
+  if (key < 0 || part_of(key, parts) != part) return;
+  bool inserted;
+  const int32_t slot = m.insert(key, inserted);
+  if (slot >= 0 && inserted) m.values[slot] = HelperMemory::kHeld;
+}
+
+// A predicted miss, unless the table holds the key already (held, or an
+// earlier entry's), its hint bit is set (`hint`, where the launch has one),
+// or the table is full.
+__device__ __forceinline__ void note_predicted(const HelperMemory& m, const uint32_t* hint, int32_t key) {
+  if (key < 0) return;
+  if (hint != nullptr && ((__ldcg(hint + (key >> 5)) >> (key & 31)) & 1u)) return;  // probably held
+  bool inserted;
+  const int32_t slot = m.insert(key, inserted);
+  if (slot < 0 || !inserted) return;
+  const int32_t index = atomicAdd(m.words + HelperMemory::kPredicted, 1);
+  m.values[slot] = index < m.buffered ? static_cast<int16_t>(index) : HelperMemory::kUnbuffered;
+  if (index < m.buffered) m.predicted[index] = key;
+}
+
+// The helper's prediction: every top-k host row of its partition that is
+// not held is a predicted miss (the first entry of a row repeated in the
+// top-k inserts it into the table). Held: its residency-hint bit is set,
+// where the launch has a hint, and otherwise the request's state row holds
+// it. The owner may be replacing some of the state row's entries in its
+// phase D while the helper reads them: either value is a prediction, never
+// an answer. Batch row b's token row is b in the usual batch; a batch that
+// maps its rows otherwise predicts nothing. The first round of the top-k
+// and state-row loads is issued before anything waits, so that their round
+// trips overlap. Ends at a block barrier, with the predicted misses counted
+// in words[kPredicted].
 __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const HelperMemory& m, int32_t b, int32_t part, int32_t parts) {
+                                               const HelperMemory& m, int32_t b, int32_t s, int32_t part,
+                                               int32_t parts) {
   const int tid = threadIdx.x;
   if (tid == 0) m.words[HelperMemory::kPredicted] = 0;
   if (m.capacity == 0) {
     __syncthreads();
     return;
   }
-  for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
   const int32_t K = p.top_k;
   const bool row_in_range = b < p.num_tokens;
   const int32_t* const source =
@@ -177,19 +220,41 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
       p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
   const int32_t* const topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
   const uint32_t* const hint = p.residency_hint;
+  const int32_t* const held_row =
+      hint == nullptr ? p.device_global_indices + static_cast<int64_t>(s) * p.hot_size : nullptr;
+  const int32_t H = held_row != nullptr ? p.hot_size : 0;
+  int32_t position[kTopkLoads];
+  int32_t held[kHeldLoads];
+#pragma unroll
+  for (int x = 0; x < kTopkLoads; ++x) {
+    const int32_t e = tid + x * kResolverThreads;
+    position[x] = row_in_range && e < K ? topk[e] : -1;
+  }
+#pragma unroll
+  for (int x = 0; x < kHeldLoads; ++x) {
+    const int32_t j = tid + x * kResolverThreads;
+    held[x] = j < H ? __ldcg(held_row + j) : -1;
+  }
   const bool row_of_b = row_in_range && p.req_id_per_token[b] == b;
+  for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
   __syncthreads();  // the table is empty
-  for (int32_t e = tid; row_of_b && e < K; e += kResolverThreads) {
-    const Entry entry = classify(p, c, source, resident, topk[e]);
-    if (entry.kind != kHot || part_of(entry.host_slot, parts) != part) continue;
-    const int32_t key = entry.host_slot;
-    if ((__ldcg(hint + (key >> 5)) >> (key & 31)) & 1u) continue;  // probably held
-    bool inserted;
-    const int32_t slot = m.insert(key, inserted);
-    if (slot < 0 || !inserted) continue;
-    const int32_t index = atomicAdd(m.words + HelperMemory::kPredicted, 1);
-    m.values[slot] = index < m.buffered ? static_cast<int16_t>(index) : HelperMemory::kUnbuffered;
-    if (index < m.buffered) m.predicted[index] = key;
+  int32_t key[kTopkLoads];
+#pragma unroll
+  for (int x = 0; x < kTopkLoads; ++x) {
+    key[x] = row_of_b && position[x] >= 0 ? partition_key(p, c, source, resident, position[x], part, parts) : -1;
+  }
+  if (held_row != nullptr) {
+#pragma unroll
+    for (int x = 0; x < kHeldLoads; ++x) mark_held(m, held[x], part, parts);
+    for (int32_t j = tid + kHeldLoads * kResolverThreads; j < H; j += kResolverThreads) {
+      mark_held(m, __ldcg(held_row + j), part, parts);
+    }
+    __syncthreads();  // every held row is marked
+  }
+#pragma unroll
+  for (int x = 0; x < kTopkLoads; ++x) note_predicted(m, hint, key[x]);
+  for (int32_t e = tid + kTopkLoads * kResolverThreads; row_of_b && e < K; e += kResolverThreads) {
+    note_predicted(m, hint, partition_key(p, c, source, resident, topk[e], part, parts));
   }
   __syncthreads();  // the prediction is complete
 }
@@ -200,16 +265,20 @@ __device__ __forceinline__ bool buffered_row(int32_t host_rows, int32_t index, i
   return index >= 0 && key < host_rows;
 }
 
-// The block reads the predicted rows into its buffer (row i by warp i % 32,
-// so a few rows keep every warp reading). The rows are complete at the
-// block's next barrier.
+// The reading warps (all but the coordinator) read the predicted rows into
+// the buffer (row i by reading warp i % kReadingWarps, so a few rows keep
+// every one of them reading). The rows are complete at the block's next
+// barrier.
+constexpr int kCoordinatorWarp = kResolverWarps - 1;
+constexpr int kReadingWarps = kResolverWarps - 1;
+
 __device__ __forceinline__ void read_predicted_rows(const ResolverConstants& c, const HelperMemory& m) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int32_t count = min(m.words[HelperMemory::kPredicted], m.buffered);
   const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
-  for (int32_t base = 0; base < count; base += kResolverThreads) {
-    const int32_t i = base + warp + kResolverWarps * lane;
+  for (int32_t base = 0; base < count; base += kReadingWarps * kWarpSize) {
+    const int32_t i = base + warp + kReadingWarps * lane;
     const uint8_t* src = nullptr;
     uint8_t* dst = nullptr;
     if (i < count) {
@@ -268,30 +337,70 @@ __device__ __forceinline__ void copy_unclaimed_partitions(const ResolveResidency
 // that are consecutive and before num_valid_rows, a state row in range that
 // no earlier batch row names). A helper claims only for such a request, whose
 // owner opens and publishes (or closes) its record whatever the record held
-// before, so that waiting for the publication never hangs. Every thread
-// calls this; it ends at a block barrier.
-__device__ __forceinline__ bool request_resolves(const ResolveResidencyParams& p, const HelperMemory& m, int32_t b,
-                                                 int32_t s) {
+// before, so that waiting for the publication never hangs. Every lane of the
+// calling warp calls this (early reads run for batches of at most half the
+// SMs, so the scans are short).
+__device__ __forceinline__ bool request_resolves(const ResolveResidencyParams& p, int32_t b, int32_t s) {
+  const int lane = threadIdx.x & 31;
   const int32_t T = p.num_tokens;
   const int32_t valid_rows = p.num_valid_rows != nullptr ? min(max(*p.num_valid_rows, 0), T) : T;
-  if (threadIdx.x == 0) {
-    m.words[HelperMemory::kRows] = 0;
-    m.words[HelperMemory::kRowFirst] = INT32_MAX;
-    m.words[HelperMemory::kRowLast] = -1;
-  }
-  int duplicate = 0;
-  for (int32_t i = threadIdx.x; i < b; i += kResolverThreads) duplicate |= p.request_state_indices[i] == s;
-  __syncthreads();
-  for (int32_t t = threadIdx.x; t < valid_rows; t += kResolverThreads) {
+  int duplicate = 0, rows = 0, first = INT32_MAX, last = -1;
+  for (int32_t i = lane; i < b; i += kWarpSize) duplicate |= p.request_state_indices[i] == s;
+  for (int32_t t = lane; t < valid_rows; t += kWarpSize) {
     if (p.req_id_per_token[t] == b) {
-      atomicAdd(m.words + HelperMemory::kRows, 1);
-      atomicMin(m.words + HelperMemory::kRowFirst, t);
-      atomicMax(m.words + HelperMemory::kRowLast, t);
+      ++rows;
+      first = min(first, t);
+      last = max(last, t);
     }
   }
-  if (__syncthreads_or(duplicate)) return false;
-  const int32_t rows = m.words[HelperMemory::kRows];
-  return rows > 0 && m.words[HelperMemory::kRowLast] - m.words[HelperMemory::kRowFirst] + 1 == rows;
+  if (warp_max(duplicate) != 0) return false;
+  rows = warp_sum(rows);
+  return rows > 0 && warp_max(last) - warp_min(first) + 1 == rows;
+}
+
+// The coordinator warp's part of a helper (lane 0 does the record's round
+// trips): whether the request resolves, the claim of the partition once the
+// owner has opened the record (it resets the claims when it opens), unless
+// the owner has claimed it already, and then the wait for the publication.
+// Leaves kClaimed, kFirstRow and kCount (-1: nothing to copy) in the words.
+__device__ __forceinline__ void claim_and_wait(const ResolveResidencyParams& p, const HelperMemory& m, int32_t* record,
+                                               int32_t b, int32_t s, int32_t part, uint64_t start) {
+  const bool resolves = request_resolves(p, b, s);
+  if ((threadIdx.x & 31) != 0) return;
+  m.words[HelperMemory::kClaimed] = 0;
+  m.words[HelperMemory::kCount] = -1;
+  if (!resolves) return;
+  bool claimed = false;
+  for (;;) {
+    const int32_t state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire);
+    if (state == handoff::kResolving || state == handoff::kPublished) {
+      const uint32_t bit = 1u << part;
+      claimed =
+          !(handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(bit), ::cuda::memory_order_relaxed) & bit);
+      break;
+    }
+    if (handoff::global_time_ns() - start >= handoff::kOpenGraceNs) break;
+    __nanosleep(128);
+  }
+  m.words[HelperMemory::kClaimed] = claimed;
+  if (!claimed) return;
+  // The owner publishes after its phase D, or closes the record when it
+  // copies its rows itself; the claim keeps a published record from closing
+  // before this block finishes.
+  int32_t state;
+  while ((state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire)) == handoff::kResolving) {
+    __nanosleep(128);
+  }
+  int32_t first_row = -1, count = 0;
+  if (state == handoff::kPublished) {
+    first_row = record[handoff::kFirstRow];
+    count = record[handoff::kCount];
+  }
+  // Words no resolve wrote (memory not zeroed) must not send reads past the swap lists.
+  const bool valid = first_row >= 0 && first_row < p.num_tokens && count > 0 &&
+                     count <= static_cast<int64_t>(p.num_tokens - first_row) * p.top_k;
+  m.words[HelperMemory::kFirstRow] = first_row;
+  m.words[HelperMemory::kCount] = valid ? count : -1;
 }
 
 // Helper h of the launch (see the file comment): batch row h % B, partition
@@ -308,55 +417,21 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  const HelperMemory m(smem, bytes, p.top_k, parts, c.stage_row_bytes);
-  predict_misses(p, c, m, b, part, parts);
+  const HelperMemory m(smem, bytes, p.top_k, p.residency_hint != nullptr ? 0 : p.hot_size, parts, c.stage_row_bytes);
+  predict_misses(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;
-  // Only the first batch row of a state row resolves it: the helpers of a
-  // later one leave that record to the first one's.
-  if (!request_resolves(p, m, b, s)) return;
-  if (threadIdx.x == 0) {
-    // Claim the partition once the owner has opened the record (it resets
-    // the claims when it opens), unless the owner has claimed it already.
-    bool claimed = false;
-    for (;;) {
-      const int32_t state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire);
-      if (state == handoff::kResolving || state == handoff::kPublished) {
-        const uint32_t bit = 1u << part;
-        claimed = !(
-            handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(bit), ::cuda::memory_order_relaxed) & bit);
-        break;
-      }
-      if (handoff::global_time_ns() - start >= handoff::kOpenGraceNs) break;
-      __nanosleep(128);
-    }
-    m.words[HelperMemory::kClaimed] = claimed;
+  // The reads start at once; the coordinator warp meanwhile claims the
+  // partition and waits for the swap list. A helper that does not claim
+  // (its request does not resolve, the owner was first) read for nothing.
+  if ((threadIdx.x >> 5) == kCoordinatorWarp) {
+    claim_and_wait(p, m, record, b, s, part, start);
+  } else {
+    read_predicted_rows(c, m);
   }
-  __syncthreads();
-  if (!m.words[HelperMemory::kClaimed]) return;
-  read_predicted_rows(c, m);
-  if (threadIdx.x == 0) {
-    // The owner publishes after its phase D, or closes the record when it
-    // copies its rows itself; the claim keeps a published record from
-    // closing before this block finishes.
-    int32_t state;
-    while ((state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire)) == handoff::kResolving) {
-      __nanosleep(128);
-    }
-    int32_t first_row = -1, count = 0;
-    if (state == handoff::kPublished) {
-      first_row = record[handoff::kFirstRow];
-      count = record[handoff::kCount];
-    }
-    // Words no resolve wrote (memory not zeroed) must not send reads past the swap lists.
-    const bool valid = first_row >= 0 && first_row < p.num_tokens && count > 0 &&
-                       count <= static_cast<int64_t>(p.num_tokens - first_row) * p.top_k;
-    m.words[HelperMemory::kFirstRow] = first_row;
-    m.words[HelperMemory::kCount] = valid ? count : -1;
-  }
-  __syncthreads();  // the buffer's rows and the published list
+  __syncthreads();  // the buffer's rows, the claim and the published list
   const int32_t count = m.words[HelperMemory::kCount];
-  if (count < 0) return;  // closed: the owner copied its own rows
+  if (!m.words[HelperMemory::kClaimed] || count < 0) return;  // closed: the owner copied its own rows
   copy_partition(p, c, m, m.words[HelperMemory::kFirstRow], count, parts, 1u << part);
   if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
 }

@@ -15,10 +15,9 @@
 //           reads, the partitions claimed (low 16 bits) and finished (high
 //           16 bits) instead, reset when the owner opens;
 //   first   the request's first token row;
-//   count   its assigned misses (swap entries), in token-row order; with
-//           early reads, also written for a request that copies its own
-//           rows, and read by the next launch's helpers, which predict
-//           only for a request whose last count its stage did not hold.
+//   count   its assigned misses (swap entries), in token-row order
+//           (first and count are written only when the record is
+//           published).
 // Freedom from deadlock: a block waits on a record in kResolving, whose
 // owner set that state while running and waits on no other block, and a
 // helper block also on an idle record it has not seen open, for at most

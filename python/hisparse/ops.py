@@ -144,12 +144,14 @@ def resolve_residency(
     ``device_global_indices`` probably holds host row ``g``. Start it from the
     state (all zeros for an empty one) and let the resolves keep it: on CUDA
     every resolve sets the bit of each row a slot takes and clears the bit of
-    the row it replaces. With it (and ``handoff``), the automatic schedule's
-    helper blocks read the rows a request will most likely miss from the
-    launch's start, before the request's swap list exists (docs/residency.md,
-    "Residency hint"). A wrong bit only moves a read earlier or later: the
-    rows copied, and where, always come from the swap list. Checked on every
-    backend; the CPU backend neither reads nor writes it.
+    the row it replaces. With ``handoff``, the automatic schedule's helper
+    blocks read the rows a request will most likely miss from the launch's
+    start, before the request's swap list exists; with a hint they predict
+    those rows from its bits, without one from ``device_global_indices``
+    (docs/residency.md, "Residency hint"). A wrong bit only moves a read
+    earlier or later: the rows copied, and where, always come from the swap
+    list. Checked on every backend; the CPU backend neither reads nor writes
+    it.
     """
     _C.resolve_residency(
         _args.tensor("topk_indices", topk_indices),

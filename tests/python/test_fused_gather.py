@@ -465,30 +465,50 @@ def test_fused_gather_full_buffers(device, schedule):
         assert torch.equal(hot, want_hot)
 
 
-# Per step, per request: misses among K = 128 selected positions of a full
-# buffer of 512 rows, for 16 requests: some fit the stage, the others are
-# handed over (with the handoff, the longer lists keep a head for their
-# owners: 100 and 128 misses over 16 of 132 blocks are 13 and 16 rows);
-# requests 3 and 11 have unusable slots: the rows those hold miss again, and
-# misses that would take them are dropped.
-MANY_REQUEST_MISSES = [[(0, 3, 9, 30, 100, 128, 8, 64)[(b + step) % 8] for b in range(16)] for step in range(3)]
+def many_request_misses(batch: int) -> list:
+    """Per step, per request: misses among K = 128 selected positions of a
+    full buffer of 512 rows, three steps: some fit the CUDA resolver's stage,
+    the others are handed over."""
+    return [[(0, 3, 9, 30, 100, 128, 8, 64)[(b + step) % 8] for b in range(batch)] for step in range(3)]
+
+
+def kept_head_batch() -> int:
+    """A batch whose CUDA handoff launch has helper blocks, but fewer than
+    two per request (44 requests on 132 SMs): the helpers do not read early,
+    and the requests with long lists keep a head of them for their phase E
+    (100 and 128 misses over 44 of 132 blocks are 34 and 43 rows)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+    return (sms - 1) // 3 + 1
+
+
+# Batches of test_fused_gather_many_requests_full_buffers: 16 requests have
+# two helper blocks or more each on a GPU of 49 SMs or more (early reads).
+MANY_REQUEST_BATCHES = {"early_reads": lambda: 16, "kept_heads": kept_head_batch}
 
 
 @pytest.mark.sanitize
+@pytest.mark.parametrize("batch", sorted(MANY_REQUEST_BATCHES))
 @pytest.mark.parametrize("schedule", SCHEDULES)
-def test_fused_gather_many_requests_full_buffers(device, schedule):
-    """16 requests with full hot buffers and 0 to 128 misses each, three
-    steps: every valid entry's hot row holds its host row afterwards, the
+def test_fused_gather_many_requests_full_buffers(device, schedule, batch):
+    """Many requests with full hot buffers and 0 to 128 misses each, three
+    steps (many_request_misses); requests 3 and 11 have unusable slots: the
+    rows those hold miss again, and misses that would take them are
+    dropped. Every valid entry's hot row holds its host row afterwards, the
     requests without unusable slots assign every miss, and on CUDA all
-    outputs, the state and every hot byte equal the CPU backend's. Under
-    the handoff on CUDA, requests with long lists copy their head in phase
-    E and the helper blocks the rest (docs/residency.md, "Fused gather")."""
+    outputs, the state and every hot byte equal the CPU backend's. Under the
+    handoff on CUDA (docs/residency.md, "Fused gather"), 16 requests have
+    their misses predicted and read early by the helper blocks, which take
+    the rows held in unusable slots for hits (a wrong prediction: read late),
+    and the kept-heads batch copies the heads of its long lists in phase E
+    and leaves the rest to the helper blocks."""
+    B = MANY_REQUEST_BATCHES[batch]()
+    misses = many_request_misses(B)
     unusable = (3, 11)
     run = dict(K=128, H=512, max_union_rows=128, schedule=schedule, unusable=unusable)
-    got, dgi, lru, hot, host = run_full_buffer_steps(device, MANY_REQUEST_MISSES, **run)
-    usable = [b for b in range(16) if b not in unusable]
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, misses, **run)
+    usable = [b for b in range(B) if b not in unusable]
     for step, out in enumerate(got):
-        assert out["swap_counts"][usable].tolist() == [MANY_REQUEST_MISSES[step][b] for b in usable], f"step {step}"
+        assert out["swap_counts"][usable].tolist() == [misses[step][b] for b in usable], f"step {step}"
         assert (out["hot_rows"][usable] >= 0).all(), f"step {step}"
     assert any((out["hot_rows"][list(unusable)] < 0).any() for out in got), "no miss was dropped"
     last = got[-1]
@@ -496,7 +516,7 @@ def test_fused_gather_many_requests_full_buffers(device, schedule):
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"][valid]).long()],
                        host[torch.from_numpy(last["resolved"][valid]).long()])
     if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, MANY_REQUEST_MISSES, **run)
+        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, misses, **run)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
@@ -629,8 +649,9 @@ def test_fused_gather_with_keys_held_twice(device, schedule, hinted):
     """A corrupt state holding selected keys at two slots makes the misses
     seen after C1 fewer than phase D assigns (run_twice_held_keys): with a
     handoff array the request closes its record after C1 and publishes it
-    after D all the same (with a residency hint, whose helpers read early,
-    it keeps the record closed and copies its whole list itself). Every
+    after D all the same (where its helpers read early, as two requests'
+    do on any GPU of 7 SMs or more, it keeps the record closed and copies
+    its whole list itself). Every
     miss is copied, every valid entry's hot row holds its host row, the
     records are idle again, and on CUDA every output, the state and every
     hot byte equal the CPU backend's."""

@@ -448,9 +448,10 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* handoff;
   /* Optional: a residency hint, int32 [ceil(host_rows / 32)] contiguous
    * on the device of topk_indices: bit g set when some hot slot probably
-   * holds host row g. Read and kept by the CUDA automatic schedule's early
-   * reads (a wrong bit costs a wasted or a late host read, never a wrong
-   * byte); ignored elsewhere. */
+   * holds host row g. Read and kept by the CUDA automatic schedule, whose
+   * early reads predict from it instead of from device_global_indices (a
+   * wrong bit costs a wasted or a late host read, never a wrong byte);
+   * ignored elsewhere. */
   const hs_tensor_t* residency_hint;
 } hs_resolve_residency_args_t;
 #define HS_RESOLVER_HANDOFF_WORDS 4

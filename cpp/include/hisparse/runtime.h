@@ -109,8 +109,9 @@ typedef struct hs_runtime_options {
                                 else max_num_reqs x (1 + config->num_speculative_tokens) (hs_default_max_swap_rows) */
   int32_t kv_dtype;          /* hs_dtype_t of the KV rows; row width = config->row_bytes / its size */
   int32_t residency_hint;    /* leader only (0 for followers): 1 = keep a residency hint for the group's CUDA
-                                resolves, so the fused gather reads predicted misses early (docs/residency.md,
-                                "Residency hint"); 0 (default) = none */
+                                resolves, from which the fused gather predicts the misses it reads early
+                                instead of from the state (docs/residency.md, "Residency hint"); 0 (default) =
+                                none */
   hs_runtime_t leader;       /* NULL: become a group leader; else join this runtime's group */
   /* leader only (NULL for followers) */
   hs_stream_t copy_stream;   /* borrowed copy stream; NULL = the group creates and owns one */
