@@ -10,6 +10,7 @@
 #include <new>
 #include <string>
 
+#include "abi/struct_versions.hpp"
 #include "core/error.hpp"
 #include "hisparse/hisparse.h"
 
@@ -46,13 +47,14 @@ T* require_pointer(T* pointer, const char* name) {
   return pointer;
 }
 
-// Checks that the caller's struct `name` is large enough to hold every field
-// of this library's `Struct`, from its struct_size.
+// Checks that the caller's struct `name` holds at least the first version
+// of this library's `Struct` (struct_versions.hpp), from its struct_size.
 template <typename Struct>
 const Struct& require_struct_size(const Struct* value, const char* name) {
   require_pointer(value, name);
-  if (value->struct_size < sizeof(Struct)) {
-    invalid_argument(name, ": struct_size ", value->struct_size, " is smaller than the ", sizeof(Struct),
+  const size_t first = first_struct_version_bytes<Struct>();
+  if (value->struct_size < first) {
+    invalid_argument(name, ": struct_size ", value->struct_size, " is smaller than the ", first,
                      " bytes of this struct; initialise it with its *_init call (or set struct_size = sizeof)");
   }
   return *value;
@@ -60,28 +62,39 @@ const Struct& require_struct_size(const Struct* value, const char* name) {
 
 // A copy of the caller's input struct `name`, after checking its size and
 // version: the struct opens with struct_size and struct_version (kVersion is
-// the version this library reads). A caller's struct may be larger than
-// ours; only the fields this library knows are read.
+// the version this library reads). The fields of the caller's version are
+// read (a caller's struct may be larger; what this library does not know is
+// not read), and the fields of later versions take their *_init defaults.
 template <uint32_t kVersion, typename Struct>
 Struct read_struct(const Struct* caller, const char* name) {
   const Struct& given = require_struct_size(caller, name);
-  if (given.struct_version < 1 || given.struct_version > kVersion) {
-    invalid_argument(name, ": struct_version ", given.struct_version, " is not one this library reads (1 to ", kVersion,
+  const uint32_t version = given.struct_version;
+  if (version < 1 || version > kVersion) {
+    invalid_argument(name, ": struct_version ", version, " is not one this library reads (1 to ", kVersion,
                      "); initialise the struct with its *_init call");
   }
+  const size_t bytes = struct_version_bytes<kVersion, Struct>(version);
+  if (given.struct_size < bytes) {
+    invalid_argument(name, ": struct_size ", given.struct_size, " is smaller than the ", bytes, " bytes of version ",
+                     version, " of this struct; initialise it with its *_init call (or set struct_size = sizeof)");
+  }
   Struct value;
-  std::memcpy(static_cast<void*>(&value), &given, sizeof(Struct));
+  StructDefaults<Struct>::fill(&value);
+  std::memcpy(static_cast<void*>(&value), &given, bytes);
   return value;
 }
 
 // Writes `value` into the caller's output struct (checked with
-// require_struct_size first), keeping the caller's struct_size and setting
-// struct_version to kVersion. Bytes past this library's struct are left alone.
+// require_struct_size first) as the newest version, up to kVersion, that
+// its struct_size holds, keeping the caller's struct_size and setting
+// struct_version to that version. Bytes past it are left alone.
 template <uint32_t kVersion, typename Struct>
 void write_struct(Struct* out, Struct value) {
+  uint32_t version = kVersion;
+  while (version > 1 && struct_version_bytes<kVersion, Struct>(version) > out->struct_size) --version;
   value.struct_size = out->struct_size;
-  value.struct_version = kVersion;
-  std::memcpy(static_cast<void*>(out), &value, sizeof(Struct));
+  value.struct_version = version;
+  std::memcpy(static_cast<void*>(out), &value, struct_version_bytes<kVersion, Struct>(version));
 }
 
 }  // namespace hisparse

@@ -7,11 +7,15 @@
  *     that names the argument, what was expected and what was given;
  *   - objects are opaque handles created by *_create and freed by *_destroy;
  *   - structs passed by pointer open with their own size and version, so
- *     they can grow without breaking old callers; the *_init helpers are
- *     inline, so they always fill the struct the caller was compiled with.
- *     A struct smaller than the library's, or an input struct of a version
- *     the library does not read, is refused naming struct_size or
- *     struct_version; output structs are written up to the library's size;
+ *     they can grow without breaking old callers: a struct grows only by
+ *     appending fields, with a bump of its HS_*_VERSION; the library reads
+ *     the fields of an input struct's version and gives the later ones
+ *     their *_init defaults, and writes an output struct as the newest
+ *     version its struct_size holds (struct_version says which). The *_init
+ *     helpers are inline, so they always fill the struct the caller was
+ *     compiled with. A struct smaller than its version (or than the
+ *     struct's first version), or an input struct of a version newer than
+ *     the library's, is refused naming struct_size or struct_version;
  *   - a stream is an opaque pointer (a cudaStream_t for the CUDA backend,
  *     ignored by the CPU backend) and is always the last argument;
  *   - functions that take a stream never block the host and never allocate
