@@ -673,7 +673,8 @@ EARLY_READ_MISSES = [0, 3, 9, 40, 100, 200, 1, 8, 60, 150, 5, 5]
 
 
 def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656, hinted=False):
-    """`steps` fused resolves of 12 one-row requests on full buffers, where
+    """`steps` fused resolves of 12 one-row requests on full buffers of H
+    slots (each state row's host rows span max(4096, 2 H) rows), where
     the handoff's helper blocks read early (at least two helper blocks per
     request on any GPU of 37 SMs or more): token rows 6-11 in reverse batch order
     (their helpers cannot find their rows and predict nothing), batch rows
@@ -682,7 +683,7 @@ def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656
     past the gather's host rows (zero-filled), and EARLY_READ_MISSES[b] fresh
     positions per step. Returns per step the outputs, and the final state,
     hot cache and host rows."""
-    block, span, B, S = 16, 4096, len(EARLY_READ_MISSES), 10
+    block, span, B, S = 16, max(4096, 2 * H), len(EARLY_READ_MISSES), 10
     gen = torch.Generator().manual_seed(67)
     host_rows = S * span
     gather_rows = host_rows - 64
@@ -731,17 +732,14 @@ def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656
     return outputs, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
 
-@pytest.mark.sanitize
-@pytest.mark.parametrize("hinted", [False, True], ids=["no_hint", "hint"])
-@pytest.mark.parametrize("schedule", SCHEDULES)
-def test_fused_gather_early_reads_edge_cases(device, schedule, hinted):
+def check_early_read_cases(device, schedule, **run):
     """run_early_read_cases: every request's misses are assigned and copied
     (zeros past the gather's host rows), the two batch rows naming an
     earlier request's state row resolve nothing, every valid entry's hot row
     holds its host row, the handoff's records are idle after every launch,
     and on CUDA every output, the state and every hot byte equal the CPU
     backend's after each step."""
-    got, dgi, lru, hot, host = run_early_read_cases(device, schedule, hinted=hinted)
+    got, dgi, lru, hot, host = run_early_read_cases(device, schedule, **run)
     for step, out in enumerate(got):
         # Token row t belongs to batch row req_id[t]: rows 6-11 reversed.
         by_row = [EARLY_READ_MISSES[b] for b in list(range(6)) + list(range(11, 5, -1))]
@@ -757,11 +755,29 @@ def test_fused_gather_early_reads_edge_cases(device, schedule, hinted):
     assert torch.equal(copied[inside], host[rows[inside]])
     assert (copied[~inside] == 0).all() and (~inside).any()
     if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_early_read_cases(CPU, schedule)
+        run.pop("hinted", None)
+        want, want_dgi, want_lru, want_hot, _ = run_early_read_cases(CPU, schedule, **run)
         for step, (g, w) in enumerate(zip(got, want)):
             assert_same(g, w, f"step {step}: cuda vs cpu")
         assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
         assert torch.equal(hot, want_hot)
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("hinted", [False, True], ids=["no_hint", "hint"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_fused_gather_early_reads_edge_cases(device, schedule, hinted):
+    """check_early_read_cases at 1,024 hot slots per request."""
+    check_early_read_cases(device, schedule, hinted=hinted)
+
+
+@pytest.mark.sanitize
+def test_fused_gather_early_reads_on_a_large_hot_buffer(device):
+    """check_early_read_cases at 8,192 hot slots per request (32-byte rows),
+    under the handoff, whose helpers predict from the state rows: each
+    helper marks a state row longer than its first round of loads (4,096
+    entries) as held."""
+    check_early_read_cases(device, "handoff", H=8192, row_bytes=32)
 
 
 # Launch shapes for the residency hint's upkeep (resolve_residency.cu): the
