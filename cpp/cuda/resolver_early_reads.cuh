@@ -77,8 +77,9 @@ __device__ __forceinline__ void finish_parts(int32_t* record, uint32_t mine, uin
 }
 
 // A helper block's shared memory: a few words, an open-addressing table of
-// the partition's predicted misses (their index in the row buffer, or
-// kUnbuffered), the predicted rows' host rows and the row buffer.
+// the partition's host rows (a predicted miss's index in the row buffer or
+// kUnbuffered; kHeld for a row the state row holds), the predicted rows'
+// host rows and the row buffer.
 struct HelperMemory {
   static constexpr int kPredicted = 0;  // predicted misses so far
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
