@@ -182,7 +182,7 @@ class Scenario:
         if args.residency_hint == "on":
             self.hint = torch.zeros((self.host_rows + 31) // 32, dtype=torch.int32, device=device)
 
-    def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None):
+    def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None, stats=None):
         a = self.args
         # The fused gather (schedule "fused", "auto" with the handoff array,
         # or "auto-tail" without it): the resolver copies its own swap list's rows.
@@ -196,6 +196,8 @@ class Scenario:
             gather["workspace"] = self.workspace
         if self.hint is not None and fn is hisparse.ops.resolve_residency:
             gather["residency_hint"] = self.hint
+        if stats is not None:
+            gather["stats"] = stats
         fn(
             self.topk[step], self.req_id, self.state_rows, self.dgi, self.lru, self.hot_block_table,
             hot_block_size=a.block_size, attention_block_stride=a.block_size, host_rows=self.host_rows,

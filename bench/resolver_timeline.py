@@ -1,0 +1,258 @@
+"""Per-block timelines of resolver launches: when each block passes each phase.
+
+    python3 bench/resolver_timeline.py BATCH MISS_RATE [--schedule auto] [--launches 4]
+        [--residency-hint] [--tree DIR] [--out FILE] [-- BENCH_OPTIONS]
+
+Builds a stamped copy of a source tree (default: this checkout) into a
+temporary directory: thread 0 of every block of resolve_residency_kernel
+writes %globaltimer after each line of the kernel body whose trailing
+comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
+them), and the early-read helpers (resolver_early_reads.cuh) after their
+prediction, claim, publication, reads and copies. The stamps go to the
+`stats` tensor past its five counters (entry 5 + block * 32 + point), so the
+stamped build needs no other interface. It then runs bench_resolver.py's
+scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
+BENCH_OPTIONS are its shape options), --launches steady steps launched
+eagerly one at a time, and prints per point the time after the launch's
+first stamp (microseconds; median and range over the owner blocks and over
+the helper blocks, over all launches). A copy of the tree, not the tree,
+is stamped: the timed kernels are those of the tree plus one store per
+phase and block. CUDA only; the build takes a minute or two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = Path("cpp/cuda/resolve_residency.cu")
+EARLY_READS = Path("cpp/cuda/resolver_early_reads.cuh")
+POINTS_PER_BLOCK = 32
+STAT_COUNTERS = 5
+
+# The stamp, defined where resolve_residency.cu and the early reads both see it.
+STAMP_FUNCTIONS = f"""
+// resolver_timeline.py: %globaltimer of a point, into stats past its counters.
+__device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams& p, int point) {{
+  if (p.stats == nullptr) return;
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = static_cast<int64_t>(now);
+}}
+__device__ __forceinline__ void timeline_stamp(const ResolveResidencyParams& p, int point) {{
+  if (threadIdx.x == 0) timeline_stamp_now(p, point);
+}}
+"""
+
+# Helper points: (name, a line of resolver_early_reads.cuh after which to
+# stamp, whether only one lane runs it). Lines that are not found are left
+# out with a warning: the helpers' path may change without the kernel's.
+HELPER_POINTS = [
+    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", False),
+    ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", True),
+    ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", True),
+    ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", False),
+    ("helper: copied", r"^\s*copy_partition\(p, c, m,", False),
+]
+
+
+@dataclass
+class Stamped:
+    sources: dict  # relative path -> stamped text
+    points: list  # point index -> name
+    owner_points: int  # points 0 .. owner_points - 1 are the kernel body's
+
+
+def kernel_phase_lines(text: str) -> list[tuple[int, str]]:
+    """(line index, point name) for the lines of resolve_residency_kernel's
+    body whose trailing comment names a phase: the phase and the function
+    the line calls (`D assign_misses`)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    found = []
+    for index in range(start, end):
+        code, _, comment = lines[index].partition("//")
+        label = re.match(r"\s*([A-H][0-9]?)\s*(?:\||$)", comment)
+        if not label:
+            continue
+        calls = [name for name in re.findall(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", code)
+                 if name not in ("if", "for", "while", "return", "min", "max")]
+        found.append((index, f"{label.group(1)} {calls[0] if calls else ''}".strip()))
+    return found
+
+
+def stamp_sources(tree: Path) -> Stamped:
+    """The stamped texts of the kernel and the early reads of `tree`."""
+    kernel = (tree / KERNEL).read_text()
+    lines = kernel.splitlines()
+    phase_lines = kernel_phase_lines(kernel)
+    if len(phase_lines) < 8:
+        raise SystemExit(f"{tree / KERNEL}: found {len(phase_lines)} phase lines in resolve_residency_kernel, "
+                         "expected the phases A-H (`// X  | ...` comments)")
+    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
+    entry = next(i for i in range(start, phase_lines[0][0]) if "extern __shared__" in lines[i])
+    points = ["entry"]
+    inserts = {entry: ["  timeline_stamp(p, 0);"]}
+    for index, name in phase_lines:
+        indent = re.match(r"\s*", lines[index]).group(0)
+        code = lines[index].split("//")[0].rstrip()
+        if not code.endswith((";", "{")):
+            raise SystemExit(f"{tree / KERNEL}:{index + 1}: a phase line must end its statement (';' or '{{') "
+                             "for a stamp to follow it")
+        if code.endswith("{"):
+            indent += "  "
+        inserts.setdefault(index, []).append(f"{indent}timeline_stamp(p, {len(points)});")
+        points.append(name)
+    owner_points = len(points)
+    stamped_kernel = []
+    for index, line in enumerate(lines):
+        stamped_kernel.append(line)
+        stamped_kernel.extend(inserts.get(index, []))
+
+    early = (tree / EARLY_READS).read_text()
+    anchor = "namespace early_reads {"
+    if anchor not in early:
+        raise SystemExit(f"{tree / EARLY_READS}: '{anchor}' not found")
+    early = early.replace(anchor, STAMP_FUNCTIONS + "\n" + anchor, 1)
+    early_lines = early.splitlines()
+    for name, pattern, one_lane in HELPER_POINTS:
+        matches = [i for i, line in enumerate(early_lines) if re.search(pattern, line)]
+        if len(matches) != 1:
+            print(f"resolver_timeline: helper point '{name}' not stamped ({len(matches)} matching lines)",
+                  file=sys.stderr)
+            continue
+        if len(points) >= POINTS_PER_BLOCK:
+            raise SystemExit(f"more than {POINTS_PER_BLOCK} points")
+        index = matches[0]
+        indent = re.match(r"\s*", early_lines[index]).group(0)
+        call = "timeline_stamp_now" if one_lane else "timeline_stamp"
+        early_lines.insert(index + 1, f"{indent}{call}(p, {len(points)});")
+        points.append(name)
+    sources = {str(KERNEL): "\n".join(stamped_kernel) + "\n", str(EARLY_READS): "\n".join(early_lines) + "\n"}
+    return Stamped(sources, points, owner_points)
+
+
+def build(tree: Path, work: Path, stamped: Stamped) -> Path:
+    """Copies `tree`'s sources to work/src, writes the stamped files and
+    installs the package into work/site; returns the site directory."""
+    source = work / "src"
+    ignore = shutil.ignore_patterns(".git", "build*", "_skbuild", "*.egg-info", "__pycache__", ".dev")
+    shutil.copytree(tree, source, ignore=ignore)
+    for relative, text in stamped.sources.items():
+        (source / relative).write_text(text)
+    site = work / "site"
+    command = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-q", "--target",
+               str(site), "-C", "cmake.define.CMAKE_CUDA_ARCHITECTURES=" + os.environ.get("CUDA_ARCHS", "90"),
+               "-C", f"build-dir={work / 'build'}", str(source)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"building the stamped copy failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return site
+
+
+def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> dict:
+    """Per point, over the owner blocks (batch rows) and the helper blocks
+    (past the batch's extra block): median, min and max microseconds after
+    each launch's first stamp, and how many blocks passed it."""
+    roles = {"owners": lambda block: block < batch, "helpers": lambda block: block > batch}
+    report = {}
+    for role, member in roles.items():
+        per_point = []
+        for point, name in enumerate(stamped.points):
+            times = []
+            for stamps in launches:
+                first = min(t for block in stamps for t in block if t > 0)
+                times += [(block[point] - first) / 1e3 for b, block in enumerate(stamps)
+                          if member(b) and block[point] > 0]
+            if times:
+                per_point.append({"point": name, "blocks": len(times), "median_us": statistics.median(times),
+                                  "min_us": min(times), "max_us": max(times)})
+        report[role] = per_point
+    report["last_stamp_us"] = statistics.median(
+        (max(t for block in s for t in block) - min(t for block in s for t in block if t > 0)) / 1e3 for s in launches)
+    return report
+
+
+def measure(args, bench_options) -> dict:
+    """Runs in the stamped build's interpreter (PYTHONPATH=site)."""
+    sys.path.insert(0, str(Path(args.tree) / "bench"))
+    import bench_resolver as br
+    import torch
+
+    options = br.parse_args([*bench_options, *(["--residency-hint", "on"] if args.residency_hint else [])])
+    pool, host, hot = br.make_caches(options, args.batch, "cuda")  # pool backs host
+    scenario = br.Scenario(options, args.batch, args.miss_rate, host, hot)
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count + args.batch + 1
+    stats = torch.zeros(STAT_COUNTERS + blocks * POINTS_PER_BLOCK, dtype=torch.int64, device="cuda")
+    launches = []
+    for step in range(2 + args.launches):
+        # Nothing runs when the launch starts: its entry stamps (before its
+        # grid dependency wait) cannot race with the zeroing.
+        stats.zero_()
+        torch.cuda.synchronize()
+        scenario.resolve(step, schedule=None if step < 2 else args.schedule, stats=stats)
+        torch.cuda.synchronize()
+        if step >= 2:
+            launches.append(stats[STAT_COUNTERS:].view(blocks, POINTS_PER_BLOCK).cpu().tolist())
+    del pool
+    return {"launches": launches, "swap_rows_last_launch": int(scenario.swap_counts.sum())}
+
+
+def parse(argv):
+    point, bench_options = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("batch", type=int)
+    parser.add_argument("miss_rate", type=float)
+    parser.add_argument("--schedule", default="auto", help='bench_resolver.py\'s schedule ("auto", "fused", '
+                        '"auto-tail"; "none": the resolve alone)')
+    parser.add_argument("--launches", type=int, default=4, help="steady launches to stamp")
+    parser.add_argument("--residency-hint", action="store_true", help="give the resolves a residency hint")
+    parser.add_argument("--tree", default=str(ROOT), help="the source tree to stamp (default: this checkout)")
+    parser.add_argument("--out", default=None, help="write the stamps and the summary as JSON here")
+    parser.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(point)
+    args.schedule = None if args.schedule == "none" else args.schedule
+    return args, bench_options
+
+
+def main(argv):
+    args, bench_options = parse(argv)
+    tree = Path(args.tree).resolve()
+    stamped = stamp_sources(tree)
+    if args.measure_only:
+        print(json.dumps(measure(args, bench_options)))
+        return
+    with tempfile.TemporaryDirectory(prefix="hs-timeline-") as work:
+        site = build(tree, Path(work), stamped)
+        env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        cut = argv.index("--") if "--" in argv else len(argv)
+        run = subprocess.run([sys.executable, __file__, *argv[:cut], "--measure-only", *argv[cut:]], env=env,
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"the stamped run failed:\n{run.stderr[-3000:]}")
+        result = json.loads(run.stdout.strip().splitlines()[-1])
+    report = summarise(result["launches"], args.batch, stamped)
+    print(f"batch {args.batch}, miss rate {args.miss_rate}, schedule {args.schedule or 'resolve alone'}, "
+          f"hint {'on' if args.residency_hint else 'off'}: {result['swap_rows_last_launch']} swap rows in the last "
+          f"launch; last stamp {report['last_stamp_us']:.1f} us after the first")
+    for role in ("owners", "helpers"):
+        for row in report[role]:
+            print(f"  {role:8s} {row['point']:34s} {row['median_us']:8.2f} us  "
+                  f"({row['min_us']:.2f} - {row['max_us']:.2f}, {row['blocks']} blocks)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"command": "python3 bench/resolver_timeline.py " + " ".join(argv),
+                                              "points": stamped.points, "summary": report, **result}, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

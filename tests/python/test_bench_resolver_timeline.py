@@ -1,0 +1,81 @@
+"""bench/resolver_timeline.py stamps every phase of the resolver kernel and the early-read helpers' steps."""
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("resolver_timeline", ROOT / "bench" / "resolver_timeline.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
+    timeline = load()
+    stamped = timeline.stamp_sources(ROOT)
+    names = stamped.points
+    for phase in ("A find_request", "B build_union", "C1 match_slots", "C2 walk_lru", "D assign_misses",
+                  "E copy_assigned", "F write_outputs", "G finish", "H help_as_owner", "H help_as_idle"):
+        assert phase in names, f"{phase} is not stamped: {names}"
+    assert [name for name in names if name.startswith("helper:")] == [name for name, _, _ in timeline.HELPER_POINTS]
+    assert len(names) <= timeline.POINTS_PER_BLOCK
+    text = "".join(stamped.sources.values())
+    stamps = re.findall(r"timeline_stamp(?:_now)?\(p, (\d+)\);", text)
+    assert sorted(int(point) for point in stamps) == list(range(len(names))), "each point is stamped exactly once"
+    # The kernel's own points come first, then the helpers'.
+    assert all(not name.startswith("helper:") for name in names[: stamped.owner_points])
+
+
+def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
+    timeline = load()
+    for relative in (timeline.KERNEL, timeline.EARLY_READS):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    kernel = tmp_path / timeline.KERNEL
+    source = kernel.read_text()
+    # The phase comment stays on the statement's first line.
+    line = next(line for line in source.splitlines() if "walk_lru(p, ws);" in line)
+    kernel.write_text(source.replace(line, "  const LruWalk walk = walk_lru(  // C2 | B4\n      p, ws);", 1))
+    with pytest.raises(SystemExit, match="must end its statement"):
+        timeline.stamp_sources(tmp_path)
+
+
+def test_the_summary_takes_times_after_each_launchs_first_stamp_per_role():
+    timeline = load()
+    stamped = timeline.Stamped(sources={}, points=["entry", "D assign_misses", "helper: copied"], owner_points=2)
+    # Two owners (blocks 0, 1), the extra block 2 (left out), one helper (block 3); times in ns.
+    launch = [[1_000, 11_000, 0], [2_000, 13_000, 0], [500, 0, 0], [1_500, 0, 31_000]]
+    later = [[block[0] + 100_000 if block[0] else 0, block[1] + 100_000 if block[1] else 0,
+              block[2] + 100_000 if block[2] else 0] for block in launch]
+    report = timeline.summarise([launch, later], batch=2, stamped=stamped)
+    owners = {row["point"]: row for row in report["owners"]}
+    assert owners["entry"]["median_us"] == pytest.approx(1.0) and owners["entry"]["blocks"] == 4
+    assert owners["D assign_misses"]["min_us"] == pytest.approx(10.5)
+    assert owners["D assign_misses"]["max_us"] == pytest.approx(12.5)
+    assert "helper: copied" not in owners
+    helpers = {row["point"]: row for row in report["helpers"]}
+    assert helpers["helper: copied"]["median_us"] == pytest.approx(30.5)
+    assert report["last_stamp_us"] == pytest.approx(30.5)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_the_stamped_kernel_compiles(tmp_path):
+    timeline = load()
+    shutil.copytree(ROOT / "cpp", tmp_path / "cpp")
+    for relative, text in timeline.stamp_sources(ROOT).sources.items():
+        (tmp_path / relative).write_text(text)
+    result = subprocess.run(
+        ["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", "-arch=sm_90", "-cubin", "-Icpp/include", "-Icpp",
+         "-DHISPARSE_WITH_CUDA=1", str(timeline.KERNEL), "-o", str(tmp_path / "stamped.cubin")],
+        cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
