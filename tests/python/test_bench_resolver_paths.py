@@ -42,7 +42,7 @@ def test_each_timed_path_runs_the_kernels_its_name_says(monkeypatch):
     monkeypatch.setattr(hisparse.ops, "resolve_residency", spy_resolve)
     monkeypatch.setattr(hisparse.ops, "gather_compact", spy_gather)
     # Scenario.resolve binds the resolver as a default argument at import: route it through the spy.
-    monkeypatch.setattr(bench.Scenario.resolve, "__defaults__", (spy_resolve, None))
+    monkeypatch.setattr(bench.Scenario.resolve, "__defaults__", (spy_resolve, *bench.Scenario.resolve.__defaults__[1:]))
     pool, host_cache, hot_cache = bench.make_caches(args, 2, "cpu")
     seen = {}
     timed = bench.measure.Timer.time
@@ -86,7 +86,7 @@ def test_the_early_start_bound_copies_each_steps_own_list_alone_and_beside_the_r
         return gather(*a, **kw)
 
     monkeypatch.setattr(hisparse.ops, "gather_compact", spy_gather)
-    monkeypatch.setattr(bench.Scenario.resolve, "__defaults__", (spy_resolve, None))
+    monkeypatch.setattr(bench.Scenario.resolve, "__defaults__", (spy_resolve, *bench.Scenario.resolve.__defaults__[1:]))
     pool, host_cache, hot_cache = bench.make_caches(args, 2, "cuda")
     seen = []
     timed = bench.measure.Timer.time
