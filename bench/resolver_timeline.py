@@ -164,6 +164,8 @@ def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> 
     """Per point, over the owner blocks (batch rows) and the helper blocks
     (past the batch's extra block): median, min and max microseconds after
     each launch's first stamp, and how many blocks passed it."""
+    if not all(any(t > 0 for block in stamps for t in block) for stamps in launches):
+        raise SystemExit("a launch left no stamps: is the build the stamped copy, and did the resolve get stats?")
     roles = {"owners": lambda block: block < batch, "helpers": lambda block: block > batch}
     report = {}
     for role, member in roles.items():

@@ -79,3 +79,10 @@ def test_the_stamped_kernel_compiles(tmp_path):
          "-DHISPARSE_WITH_CUDA=1", str(timeline.KERNEL), "-o", str(tmp_path / "stamped.cubin")],
         cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_launch_without_stamps_is_reported():
+    timeline = load()
+    stamped = timeline.Stamped(sources={}, points=["entry"], owner_points=1)
+    with pytest.raises(SystemExit, match="left no stamps"):
+        timeline.summarise([[[0], [0]]], batch=1, stamped=stamped)
