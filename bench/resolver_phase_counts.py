@@ -31,20 +31,33 @@ from pathlib import Path
 KERNEL_SOURCE = Path(__file__).resolve().parent.parent / "cpp" / "cuda" / "resolve_residency.cu"
 
 
+def kernel_body(lines: list[str]) -> range:
+    """The line indices of resolve_residency_kernel's definition, from its
+    name to its closing brace."""
+    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    return range(start, end + 1)
+
+
+def phase_label(line: str) -> str | None:
+    """The phase a kernel-body line's trailing comment names (`// B  | B2
+    ...` -> "B", `// E` -> "E"), or None."""
+    label = re.match(r"\s*([A-H][0-9]?)\s*(?:\||$)", line.partition("//")[2])
+    return label.group(1) if label else None
+
+
 def kernel_phases(source: Path) -> dict[int, str]:
     """Line number -> phase for the body of resolve_residency_kernel: a line
     whose trailing comment starts with a phase letter (`// B  | B2 ...`,
     `// E`) is that phase; any other line is named by the last function it
     calls (the gather's hooks between phases, the workspace's set-up)."""
     lines = source.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
-    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
     phases = {}
-    for index in range(start, end + 1):
-        code, _, comment = lines[index].partition("//")
-        label = re.match(r"\s*([A-H][0-9]?)\s*(?:\||$)", comment)
+    for index in kernel_body(lines):
+        code = lines[index].partition("//")[0]
+        label = phase_label(lines[index])
         calls = [name for name in re.findall(r"(\w+)\s*\(", code) if name not in ("if", "for", "while", "return")]
-        phases[index + 1] = label.group(1) if label else (calls[-1] if calls else "setup")
+        phases[index + 1] = label if label else (calls[-1] if calls else "setup")
     return phases
 
 

@@ -33,6 +33,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import resolver_phase_counts as phase_counts  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = Path("cpp/cuda/resolve_residency.cu")
 EARLY_READS = Path("cpp/cuda/resolver_early_reads.cuh")
@@ -74,20 +78,17 @@ class Stamped:
 
 def kernel_phase_lines(text: str) -> list[tuple[int, str]]:
     """(line index, point name) for the lines of resolve_residency_kernel's
-    body whose trailing comment names a phase: the phase and the function
-    the line calls (`D assign_misses`)."""
+    body whose trailing comment names a phase (resolver_phase_counts.py's
+    reading): the phase and the function the line calls (`D assign_misses`)."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
-    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
     found = []
-    for index in range(start, end):
-        code, _, comment = lines[index].partition("//")
-        label = re.match(r"\s*([A-H][0-9]?)\s*(?:\||$)", comment)
-        if not label:
+    for index in phase_counts.kernel_body(lines):
+        label = phase_counts.phase_label(lines[index])
+        if label is None:
             continue
-        calls = [name for name in re.findall(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", code)
+        calls = [name for name in re.findall(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", lines[index].partition("//")[0])
                  if name not in ("if", "for", "while", "return", "min", "max")]
-        found.append((index, f"{label.group(1)} {calls[0] if calls else ''}".strip()))
+        found.append((index, f"{label} {calls[0] if calls else ''}".strip()))
     return found
 
 
@@ -99,7 +100,7 @@ def stamp_sources(tree: Path) -> Stamped:
     if len(phase_lines) < 8:
         raise SystemExit(f"{tree / KERNEL}: found {len(phase_lines)} phase lines in resolve_residency_kernel, "
                          "expected the phases A-H (`// X  | ...` comments)")
-    start = next(i for i, line in enumerate(lines) if re.match(r"\s+resolve_residency_kernel\(", line))
+    start = phase_counts.kernel_body(lines).start
     entry = next(i for i in range(start, phase_lines[0][0]) if "extern __shared__" in lines[i])
     points = ["entry"]
     inserts = {entry: ["  timeline_stamp(p, 0);"]}

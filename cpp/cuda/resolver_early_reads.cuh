@@ -49,7 +49,6 @@ namespace early_reads {
 // bit and a finish bit for each.
 constexpr int32_t kMaxParts = 16;
 constexpr int kPartsWord = handoff::kCursor;
-constexpr uint32_t kClaimBits = (1u << kMaxParts) - 1u;
 
 // The partitions of batch row b's host rows: its helper blocks (helper h,
 // block B + 1 + h, helps batch row h % B, as partition h / B), at most
@@ -432,7 +431,8 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   }
   __syncthreads();  // the buffer's rows, the claim and the published list
   const int32_t count = m.words[HelperMemory::kCount];
-  if (!m.words[HelperMemory::kClaimed] || count < 0) return;  // closed: the owner copied its own rows
+  // Not claimed (the owner copies this partition), or closed (the owner copied its own rows).
+  if (!m.words[HelperMemory::kClaimed] || count < 0) return;
   copy_partition(p, c, m, m.words[HelperMemory::kFirstRow], count, parts, 1u << part);
   if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
 }
