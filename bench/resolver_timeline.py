@@ -1,7 +1,7 @@
 """Per-block timelines of resolver launches: when each block passes each phase.
 
     python3 bench/resolver_timeline.py BATCH MISS_RATE [--schedule auto] [--launches 4]
-        [--residency-hint] [--tree DIR] [--out FILE] [-- BENCH_OPTIONS]
+        [--residency-hint] [--tree DIR] [--build-dir DIR] [--out FILE] [-- BENCH_OPTIONS]
 
 Builds a stamped copy of a source tree (default: this checkout) into a
 temporary directory: thread 0 of every block of resolve_residency_kernel
@@ -17,7 +17,8 @@ eagerly one at a time, and prints per point the time after the launch's
 first stamp (microseconds; median and range over the owner blocks and over
 the helper blocks, over all launches). A copy of the tree, not the tree,
 is stamped: the timed kernels are those of the tree plus one store per
-phase and block. CUDA only; the build takes a minute or two.
+phase and block. CUDA only; the build takes a minute or two (--build-dir
+keeps it for the next point).
 """
 from __future__ import annotations
 
@@ -161,6 +162,21 @@ def build(tree: Path, work: Path, stamped: Stamped) -> Path:
     return site
 
 
+def stamped_site(tree: Path, work: Path, stamped: Stamped) -> Path:
+    """The site directory of a stamped build of `tree` in `work`: the one
+    already there when it was built from the same stamped sources (its
+    stamped files match), else a new build (`work` must then be empty or
+    absent)."""
+    site, source = work / "site", work / "src"
+    if site.is_dir() and all((source / relative).is_file() and (source / relative).read_text() == text
+                             for relative, text in stamped.sources.items()):
+        return site
+    if work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work}: holds no stamped build of these sources; give an empty or new directory")
+    work.mkdir(parents=True, exist_ok=True)
+    return build(tree, work, stamped)
+
+
 def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> dict:
     """Per point, over the owner blocks (batch rows) and the helper blocks
     (past the batch's extra block): median, min and max microseconds after
@@ -222,6 +238,8 @@ def parse(argv):
     parser.add_argument("--residency-hint", action="store_true", help="give the resolves a residency hint")
     parser.add_argument("--tree", default=str(ROOT), help="the source tree to stamp (default: this checkout)")
     parser.add_argument("--out", default=None, help="write the stamps and the summary as JSON here")
+    parser.add_argument("--build-dir", default=None, help="build the stamped copy here and keep it, or reuse the "
+                        "one an earlier run built here from the same stamped sources")
     parser.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(point)
     args.schedule = None if args.schedule == "none" else args.schedule
@@ -235,8 +253,8 @@ def main(argv):
     if args.measure_only:
         print(json.dumps(measure(args, bench_options)))
         return
-    with tempfile.TemporaryDirectory(prefix="hs-timeline-") as work:
-        site = build(tree, Path(work), stamped)
+    with tempfile.TemporaryDirectory(prefix="hs-timeline-") as temporary:
+        site = stamped_site(tree, Path(args.build_dir) if args.build_dir else Path(temporary), stamped)
         env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         cut = argv.index("--") if "--" in argv else len(argv)
         run = subprocess.run([sys.executable, __file__, *argv[:cut], "--measure-only", *argv[cut:]], env=env,

@@ -86,3 +86,28 @@ def test_a_launch_without_stamps_is_reported():
     stamped = timeline.Stamped(sources={}, points=["entry"], owner_points=1)
     with pytest.raises(SystemExit, match="left no stamps"):
         timeline.summarise([[[0], [0]]], batch=1, stamped=stamped)
+
+
+def test_a_kept_build_is_reused_only_for_the_same_stamped_sources(tmp_path, monkeypatch):
+    timeline = load()
+    stamped = timeline.stamp_sources(ROOT)
+    builds = []
+
+    def fake_build(tree, work, stamped_sources):
+        builds.append(work)
+        for relative, text in stamped_sources.sources.items():
+            (work / "src" / relative).parent.mkdir(parents=True, exist_ok=True)
+            (work / "src" / relative).write_text(text)
+        (work / "site").mkdir()
+        return work / "site"
+
+    monkeypatch.setattr(timeline, "build", fake_build)
+    work = tmp_path / "kept"
+    assert timeline.stamped_site(ROOT, work, stamped) == work / "site"
+    assert timeline.stamped_site(ROOT, work, stamped) == work / "site"
+    assert builds == [work], "the second run reuses the first one's build"
+    changed = timeline.Stamped({**stamped.sources, str(timeline.KERNEL): "// another kernel\n"}, stamped.points,
+                               stamped.owner_points)
+    with pytest.raises(SystemExit, match="holds no stamped build of these sources"):
+        timeline.stamped_site(ROOT, work, changed)
+    assert builds == [work]
