@@ -7,8 +7,9 @@ Builds a stamped copy of a source tree (default: this checkout) into a
 temporary directory: thread 0 of every block of resolve_residency_kernel
 writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
-them), and the early-read helpers (resolver_early_reads.cuh) after their
-prediction, claim, publication, reads and copies. The stamps go to the
+them), and the early-read helpers (resolver_early_reads.cuh) after the
+steps of their prediction (loads issued, table cleared, held rows marked,
+top-k rows noted), their claim, the publication, the reads and the copies. The stamps go to the
 `stats` tensor past its five counters (entry 5 + block * 32 + point), so the
 stamped build needs no other interface. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
@@ -62,6 +63,12 @@ __device__ __forceinline__ void timeline_stamp(const ResolveResidencyParams& p, 
 # stamp, whether only one lane runs it). Lines that are not found are left
 # out with a warning: the helpers' path may change without the kernel's.
 HELPER_POINTS = [
+    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", False),
+    ("helper: loads issued", r"^\s*const bool row_of_b = ", False),
+    ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", False),
+    ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", False),
+    ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", False),
+    ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", False),
     ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", False),
     ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", True),
     ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", True),
