@@ -823,8 +823,10 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
 // Rows the fused gather stages, at most: every miss of a decode step at low
 // miss rates (0.1% of k = 2048 is 2 per request), where the host round trip
 // is the whole cost of the copy. Few on purpose: asynchronous copies from
-// host memory keep fewer bytes in flight than phase E's direct loads, so the
-// rest of a large swap list goes through phase E.
+// host memory keep fewer bytes in flight than phase E's direct loads, and
+// many of them hold the block's own later phases back until they land
+// (docs/performance.md, "Physical bounds": host round trips), so the rest
+// of a large swap list goes through phase E.
 constexpr int32_t kMissStageRows = 8;
 
 // What the launcher needs to know of a device, read once per device (each

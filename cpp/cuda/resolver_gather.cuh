@@ -80,6 +80,8 @@ struct NoGather {
 
 // Loads in flight per lane when a warp copies assigned rows: the resolve
 // block holds 64 registers per thread, and one step's few misses fit one pass.
+// Fewer make the host reads of 256 requests up to 13% slower
+// (docs/performance.md, "Physical bounds": lines in flight per warp).
 constexpr int kAssignedRowUnroll = 4;
 
 // The warp copies the row of every lane with a destination `dst` (from
