@@ -9,9 +9,11 @@ writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
 them), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (loads issued, table cleared, held rows marked,
-top-k rows noted), their claim, the publication, the reads and the copies. The stamps go to the
-`stats` tensor past its five counters (entry 5 + block * 32 + point), so the
-stamped build needs no other interface. It then runs bench_resolver.py's
+top-k rows noted), their claim, the publication, the reads and the copies;
+each helper also records how many rows it predicted, set against when its
+reads are in. The stamps go to the `stats` tensor past its five counters
+(entry 5 + block * 32 + point), so the stamped build needs no other
+interface. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
 BENCH_OPTIONS are its shape options), --launches steady steps launched
 eagerly one at a time, and prints per point the time after the launch's
@@ -57,6 +59,11 @@ __device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams&
 __device__ __forceinline__ void timeline_stamp(const ResolveResidencyParams& p, int point) {{
   if (threadIdx.x == 0) timeline_stamp_now(p, point);
 }}
+// A count instead of a time (plus one, so that zero stays "not recorded").
+__device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, int point, int64_t value) {{
+  if (p.stats == nullptr || threadIdx.x != 0) return;
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = value + 1;
+}}
 """
 
 # Helper points: (name, a line of resolver_early_reads.cuh after which to
@@ -76,12 +83,20 @@ HELPER_POINTS = [
     ("helper: copied", r"^\s*copy_partition\(p, c, m,", False),
 ]
 
+# Counts a helper records (name, the line after which, its expression): its
+# predicted rows, to set against when its reads are in.
+VALUE_POINTS = [
+    ("helper: predicted rows", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);",
+     "m.words[HelperMemory::kPredicted]"),
+]
+
 
 @dataclass
 class Stamped:
     sources: dict  # relative path -> stamped text
     points: list  # point index -> name
     owner_points: int  # points 0 .. owner_points - 1 are the kernel body's
+    values: tuple = ()  # points that hold a count (VALUE_POINTS), not a time
 
 
 def kernel_phase_lines(text: str) -> list[tuple[int, str]]:
@@ -147,8 +162,21 @@ def stamp_sources(tree: Path) -> Stamped:
         call = "timeline_stamp_now" if one_lane else "timeline_stamp"
         early_lines.insert(index + 1, f"{indent}{call}(p, {len(points)});")
         points.append(name)
+    values = []
+    for name, pattern, expression in VALUE_POINTS:
+        matches = [i for i, line in enumerate(early_lines) if re.search(pattern, line)]
+        if len(matches) != 1:
+            print(f"resolver_timeline: value '{name}' not recorded ({len(matches)} matching lines)", file=sys.stderr)
+            continue
+        if len(points) >= POINTS_PER_BLOCK:
+            raise SystemExit(f"more than {POINTS_PER_BLOCK} points")
+        index = matches[0]
+        indent = re.match(r"\s*", early_lines[index]).group(0)
+        early_lines.insert(index + 1, f"{indent}timeline_value(p, {len(points)}, {expression});")
+        values.append(len(points))
+        points.append(name)
     sources = {str(KERNEL): "\n".join(stamped_kernel) + "\n", str(EARLY_READS): "\n".join(early_lines) + "\n"}
-    return Stamped(sources, points, owner_points)
+    return Stamped(sources, points, owner_points, tuple(values))
 
 
 def build(tree: Path, work: Path, stamped: Stamped) -> Path:
@@ -188,25 +216,61 @@ def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> 
     """Per point, over the owner blocks (batch rows) and the helper blocks
     (past the batch's extra block): median, min and max microseconds after
     each launch's first stamp, and how many blocks passed it."""
-    if not all(any(t > 0 for block in stamps for t in block) for stamps in launches):
+    timed = [point for point in range(len(stamped.points)) if point not in stamped.values]
+
+    def times_of(stamps):
+        return [block[point] for block in stamps for point in timed if point < len(block) and block[point] > 0]
+
+    if not all(times_of(stamps) for stamps in launches):
         raise SystemExit("a launch left no stamps: is the build the stamped copy, and did the resolve get stats?")
+    firsts = [min(times_of(stamps)) for stamps in launches]
     roles = {"owners": lambda block: block < batch, "helpers": lambda block: block > batch}
     report = {}
     for role, member in roles.items():
         per_point = []
         for point, name in enumerate(stamped.points):
-            times = []
-            for stamps in launches:
-                first = min(t for block in stamps for t in block if t > 0)
-                times += [(block[point] - first) / 1e3 for b, block in enumerate(stamps)
-                          if member(b) and block[point] > 0]
-            if times:
-                per_point.append({"point": name, "blocks": len(times), "median_us": statistics.median(times),
-                                  "min_us": min(times), "max_us": max(times)})
+            found = []
+            for stamps, first in zip(launches, firsts):
+                found += [block[point] - 1 if point in stamped.values else (block[point] - first) / 1e3
+                          for b, block in enumerate(stamps) if member(b) and block[point] > 0]
+            if not found:
+                continue
+            unit = "" if point in stamped.values else "_us"
+            per_point.append({"point": name, "blocks": len(found), "median" + unit: statistics.median(found),
+                              "min" + unit: min(found), "max" + unit: max(found)})
         report[role] = per_point
     report["last_stamp_us"] = statistics.median(
-        (max(t for block in s for t in block) - min(t for block in s for t in block if t > 0)) / 1e3 for s in launches)
+        (max(times_of(stamps)) - first) / 1e3 for stamps, first in zip(launches, firsts))
+    relation = rows_against_reads(launches, firsts, batch, stamped)
+    if relation is not None:
+        report["helper_rows_against_reads"] = relation
     return report
+
+
+def rows_against_reads(launches, firsts, batch: int, stamped: Stamped):
+    """How the helpers' predicted rows go with when their reads are in
+    (both recorded): the Pearson correlation over every helper of every
+    launch, and the median time of the helpers with more rows than the
+    median against the others'. None without both points."""
+    names = stamped.points
+    if "helper: predicted rows" not in names or "helper: reads in and list seen" not in names:
+        return None
+    rows_at, reads_at = names.index("helper: predicted rows"), names.index("helper: reads in and list seen")
+    pairs = [(block[rows_at] - 1, (block[reads_at] - first) / 1e3) for stamps, first in zip(launches, firsts)
+             for b, block in enumerate(stamps) if b > batch and block[rows_at] > 0 and block[reads_at] > 0]
+    if len(pairs) < 2:
+        return None
+    rows = [r for r, _ in pairs]
+    middle = statistics.median(rows)
+    more = [t for r, t in pairs if r > middle]
+    rest = [t for r, t in pairs if r <= middle]
+    spread = statistics.pstdev(rows) * statistics.pstdev([t for _, t in pairs])
+    mean_rows, mean_time = statistics.fmean(rows), statistics.fmean(t for _, t in pairs)
+    covariance = statistics.fmean((r - mean_rows) * (t - mean_time) for r, t in pairs)
+    return {"helpers": len(pairs), "correlation": covariance / spread if spread > 0 else 0.0,
+            "median_rows": middle,
+            "reads_in_us_more_rows": statistics.median(more) if more else None,
+            "reads_in_us_other_rows": statistics.median(rest) if rest else None}
 
 
 def measure(args, bench_options) -> dict:
@@ -275,8 +339,18 @@ def main(argv):
           f"launch; last stamp {report['last_stamp_us']:.1f} us after the first")
     for role in ("owners", "helpers"):
         for row in report[role]:
-            print(f"  {role:8s} {row['point']:34s} {row['median_us']:8.2f} us  "
-                  f"({row['min_us']:.2f} - {row['max_us']:.2f}, {row['blocks']} blocks)")
+            if "median_us" in row:
+                print(f"  {role:8s} {row['point']:34s} {row['median_us']:8.2f} us  "
+                      f"({row['min_us']:.2f} - {row['max_us']:.2f}, {row['blocks']} blocks)")
+            else:
+                print(f"  {role:8s} {row['point']:34s} {row['median']:8.1f}     "
+                      f"({row['min']} - {row['max']}, {row['blocks']} blocks)")
+    relation = report.get("helper_rows_against_reads")
+    if relation is not None:
+        more, other = relation["reads_in_us_more_rows"], relation["reads_in_us_other_rows"]
+        print(f"  helpers' predicted rows against their reads: correlation {relation['correlation']:.2f}; "
+              f"reads in at {more if more is None else round(more, 2)} us (median) with more than "
+              f"{relation['median_rows']:g} rows, {other if other is None else round(other, 2)} us with the others")
     if args.out:
         Path(args.out).write_text(json.dumps({"command": "python3 bench/resolver_timeline.py " + " ".join(argv),
                                               "points": stamped.points, "summary": report, **result}, indent=1))

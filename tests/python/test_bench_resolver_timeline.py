@@ -26,11 +26,15 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     for phase in ("A find_request", "B build_union", "C1 match_slots", "C2 walk_lru", "D assign_misses",
                   "E copy_assigned", "F write_outputs", "G finish", "H help_as_owner", "H help_as_idle"):
         assert phase in names, f"{phase} is not stamped: {names}"
-    assert [name for name in names if name.startswith("helper:")] == [name for name, _, _ in timeline.HELPER_POINTS]
+    values = [names[point] for point in stamped.values]
+    assert values == [name for name, _, _ in timeline.VALUE_POINTS]
+    assert [name for name in names if name.startswith("helper:") and name not in values] == [
+        name for name, _, _ in timeline.HELPER_POINTS]
     assert len(names) <= timeline.POINTS_PER_BLOCK
     text = "".join(stamped.sources.values())
-    stamps = re.findall(r"timeline_stamp(?:_now)?\(p, (\d+)\);", text)
+    stamps = re.findall(r"timeline_(?:stamp|stamp_now|value)\(p, (\d+)[,)]", text)
     assert sorted(int(point) for point in stamps) == list(range(len(names))), "each point is stamped exactly once"
+    assert re.findall(r"timeline_value\(p, (\d+),", text) == [str(point) for point in stamped.values]
     # The kernel's own points come first, then the helpers'.
     assert all(not name.startswith("helper:") for name in names[: stamped.owner_points])
 
@@ -47,6 +51,28 @@ def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
     kernel.write_text(source.replace(line, "  const LruWalk walk = walk_lru(  // C2 | B4\n      p, ws);", 1))
     with pytest.raises(SystemExit, match="must end its statement"):
         timeline.stamp_sources(tmp_path)
+
+
+def test_recorded_counts_are_reported_apart_from_the_times():
+    timeline = load()
+    points = ["entry", "helper: predicted rows", "helper: reads in and list seen"]
+    stamped = timeline.Stamped(sources={}, points=points, owner_points=1, values=(1,))
+    # One owner (block 0), the extra block 1, four helpers (blocks 2-5); counts are stored plus one.
+    # Times in ns; a count never counts as a launch's first or last stamp.
+    launch = [[1_000, 0, 0], [0, 0, 0], [1_200, 11, 21_000], [1_300, 21, 41_000], [1_100, 31, 61_000],
+              [1_100, 1, 0]]
+    report = timeline.summarise([launch], batch=1, stamped=stamped)
+    helpers = {row["point"]: row for row in report["helpers"]}
+    assert helpers["helper: predicted rows"] == {"point": "helper: predicted rows", "blocks": 4, "median": 15,
+                                                 "min": 0, "max": 30}
+    assert helpers["helper: reads in and list seen"]["max_us"] == pytest.approx(60.0)
+    assert report["last_stamp_us"] == pytest.approx(60.0)
+    relation = report["helper_rows_against_reads"]
+    # Rows 10, 20, 30 against 20, 40, 60 us: the helper with no reads in is left out.
+    assert relation["helpers"] == 3 and relation["correlation"] == pytest.approx(1.0)
+    assert relation["median_rows"] == 20
+    assert relation["reads_in_us_more_rows"] == pytest.approx(60.0)
+    assert relation["reads_in_us_other_rows"] == pytest.approx(30.0)
 
 
 def test_the_summary_takes_times_after_each_launchs_first_stamp_per_role():
