@@ -149,32 +149,29 @@ def stamp_sources(tree: Path) -> Stamped:
         raise SystemExit(f"{tree / EARLY_READS}: '{anchor}' not found")
     early = early.replace(anchor, STAMP_FUNCTIONS + "\n" + anchor, 1)
     early_lines = early.splitlines()
-    for name, pattern, one_lane in HELPER_POINTS:
+
+    def place(name, pattern, statement):
+        """Inserts statement(point) after the one line matching `pattern`;
+        a point whose line is not found once is left out with a warning."""
         matches = [i for i, line in enumerate(early_lines) if re.search(pattern, line)]
         if len(matches) != 1:
-            print(f"resolver_timeline: helper point '{name}' not stamped ({len(matches)} matching lines)",
+            print(f"resolver_timeline: helper point '{name}' left out ({len(matches)} matching lines)",
                   file=sys.stderr)
-            continue
+            return False
         if len(points) >= POINTS_PER_BLOCK:
             raise SystemExit(f"more than {POINTS_PER_BLOCK} points")
-        index = matches[0]
-        indent = re.match(r"\s*", early_lines[index]).group(0)
-        call = "timeline_stamp_now" if one_lane else "timeline_stamp"
-        early_lines.insert(index + 1, f"{indent}{call}(p, {len(points)});")
+        indent = re.match(r"\s*", early_lines[matches[0]]).group(0)
+        early_lines.insert(matches[0] + 1, indent + statement(len(points)))
         points.append(name)
+        return True
+
+    for name, pattern, one_lane in HELPER_POINTS:
+        call = "timeline_stamp_now" if one_lane else "timeline_stamp"
+        place(name, pattern, lambda point: f"{call}(p, {point});")
     values = []
     for name, pattern, expression in VALUE_POINTS:
-        matches = [i for i, line in enumerate(early_lines) if re.search(pattern, line)]
-        if len(matches) != 1:
-            print(f"resolver_timeline: value '{name}' not recorded ({len(matches)} matching lines)", file=sys.stderr)
-            continue
-        if len(points) >= POINTS_PER_BLOCK:
-            raise SystemExit(f"more than {POINTS_PER_BLOCK} points")
-        index = matches[0]
-        indent = re.match(r"\s*", early_lines[index]).group(0)
-        early_lines.insert(index + 1, f"{indent}timeline_value(p, {len(points)}, {expression});")
-        values.append(len(points))
-        points.append(name)
+        if place(name, pattern, lambda point: f"timeline_value(p, {point}, {expression});"):
+            values.append(len(points) - 1)
     sources = {str(KERNEL): "\n".join(stamped_kernel) + "\n", str(EARLY_READS): "\n".join(early_lines) + "\n"}
     return Stamped(sources, points, owner_points, tuple(values))
 
