@@ -672,7 +672,8 @@ def test_fused_gather_with_keys_held_twice(device, schedule, hinted):
 EARLY_READ_MISSES = [0, 3, 9, 40, 100, 200, 1, 8, 60, 150, 5, 5]
 
 
-def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656, hinted=False):
+def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656, hinted=False,
+                          misses_per_row=EARLY_READ_MISSES):
     """`steps` fused resolves of 12 one-row requests on full buffers of H
     slots (each state row's host rows span max(4096, 2 H) rows), where
     the handoff's helper blocks read early (at least two helper blocks per
@@ -680,10 +681,10 @@ def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656
     (their helpers cannot find their rows and predict nothing), batch rows
     10 and 11 naming the state rows of 0 and 1 (their helpers must leave
     those records alone), top-k rows repeating hits and misses, some misses
-    past the gather's host rows (zero-filled), and EARLY_READ_MISSES[b] fresh
+    past the gather's host rows (zero-filled), and misses_per_row[b] fresh
     positions per step. Returns per step the outputs, and the final state,
     hot cache and host rows."""
-    block, span, B, S = 16, max(4096, 2 * H), len(EARLY_READ_MISSES), 10
+    block, span, B, S = 16, max(4096, 2 * H), len(misses_per_row), 10
     gen = torch.Generator().manual_seed(67)
     host_rows = S * span
     gather_rows = host_rows - 64
@@ -708,7 +709,7 @@ def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656
         for t in range(B):
             b = int(req_id[t])
             s = int(state_rows[b])
-            misses = EARLY_READ_MISSES[b]
+            misses = misses_per_row[b]
             fresh = order[s][fresh_at[s]:fresh_at[s] + misses].tolist()
             if b < S:
                 fresh_at[s] += misses
@@ -740,9 +741,10 @@ def check_early_read_cases(device, schedule, **run):
     and on CUDA every output, the state and every hot byte equal the CPU
     backend's after each step."""
     got, dgi, lru, hot, host = run_early_read_cases(device, schedule, **run)
+    misses_per_row = run.get("misses_per_row", EARLY_READ_MISSES)
     for step, out in enumerate(got):
         # Token row t belongs to batch row req_id[t]: rows 6-11 reversed.
-        by_row = [EARLY_READ_MISSES[b] for b in list(range(6)) + list(range(11, 5, -1))]
+        by_row = [misses_per_row[b] for b in list(range(6)) + list(range(11, 5, -1))]
         expected = [m if b < 10 else 0 for m, b in zip(by_row, list(range(6)) + list(range(11, 5, -1)))]
         assert out["swap_counts"].tolist() == expected, f"step {step}"
         inactive = [t for t, b in enumerate(list(range(6)) + list(range(11, 5, -1))) if b >= 10]
@@ -778,6 +780,18 @@ def test_fused_gather_early_reads_on_a_large_hot_buffer(device):
     helper marks a state row longer than its first round of loads (4,096
     entries) as held."""
     check_early_read_cases(device, "handoff", H=8192, row_bytes=32)
+
+
+@pytest.mark.sanitize
+@pytest.mark.parametrize("row_bytes", [656, 3088])
+def test_fused_gather_early_reads_past_the_buffer(device, row_bytes):
+    """check_early_read_cases with up to 1,900 misses per request of
+    k = 2,048 on 4,096 hot slots: an early-read helper (about ten per
+    request) predicts more rows than its shared memory buffers (about 150
+    rows of 656 bytes, about 30 of 3,088), reads the others from host memory once
+    the swap list is published, and the records still close."""
+    misses = [0, 3, 1900, 40, 1500, 200, 1, 8, 1300, 150, 5, 5]
+    check_early_read_cases(device, "handoff", K=2048, H=4096, row_bytes=row_bytes, misses_per_row=misses)
 
 
 # Launch shapes for the residency hint's upkeep (resolve_residency.cu): the
