@@ -37,24 +37,25 @@
 //   ./signal_latency > signal_latency.json
 //
 // Results on an H200: bench/results/signal_latency_under_host_reads_h200.json.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 namespace cg = cooperative_groups;
 
-#define CK(x)                                                      \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));      \
-      return 1;                                                    \
-    }                                                              \
+#define CK(x)                                                 \
+  do {                                                        \
+    cudaError_t e = (x);                                      \
+    if (e != cudaSuccess) {                                   \
+      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      return 1;                                               \
+    }                                                         \
   } while (0)
 
 constexpr int kThreads = 1024;
@@ -209,8 +210,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     }
     ClusterTimes& t = times[id];
     t.seen = now();
-    const unsigned first = signal == kClusterList ? shared_list[0]
-                                                  : __ldcg(reinterpret_cast<const unsigned*>(lists) + id * kListWords);
+    const unsigned first =
+        signal == kClusterList ? shared_list[0] : __ldcg(reinterpret_cast<const unsigned*>(lists) + id * kListWords);
     t.list_read = now_after(first);
     if (first != 1) t.list_read = 0;  // a list not yet visible: reported as a failure
   }
@@ -274,7 +275,8 @@ int main() {
         std::vector<int64_t> h(static_cast<size_t>(clusters) * kMaxRows);
         for (int c = 0; c < clusters; ++c) {
           for (int i = 0; i < kMaxRows; ++i) {
-            h[c * kMaxRows + i] = c * kRegionBytes + static_cast<int64_t>(rng() % ((kRegionBytes - kRowBytes) / 16)) * 16;
+            h[c * kMaxRows + i] =
+                c * kRegionBytes + static_cast<int64_t>(rng() % ((kRegionBytes - kRowBytes) / 16)) * 16;
           }
         }
         CK(cudaMemcpy(offsets, h.data(), h.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
@@ -293,8 +295,10 @@ int main() {
           fence.push_back((x.fence_done - p) / 1e3);
           store.push_back((x.store_done - p) / 1e3);
           seen.push_back((x.seen - p) / 1e3);
-          if (x.list_read == 0) ++stale_lists;
-          else list_read.push_back((x.list_read - p) / 1e3);
+          if (x.list_read == 0)
+            ++stale_lists;
+          else
+            list_read.push_back((x.list_read - p) / 1e3);
           if (rows > 0) reads.push_back((x.reads_in - p) / 1e3);
         }
       }
