@@ -25,22 +25,9 @@
 
 #include <cuda_runtime.h>
 
-#define CK(x)                                                 \
-  do {                                                        \
-    cudaError_t e = (x);                                      \
-    if (e != cudaSuccess) {                                   \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                               \
-    }                                                         \
-  } while (0)
+#include "standalone_cuda.cuh"
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Each block's start and end times.
 __global__ void __launch_bounds__(kThreads, 1) stamp_kernel(unsigned long long* times) {

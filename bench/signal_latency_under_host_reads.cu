@@ -47,16 +47,9 @@
 
 #include <cuda_runtime.h>
 
-namespace cg = cooperative_groups;
+#include "standalone_cuda.cuh"
 
-#define CK(x)                                                 \
-  do {                                                        \
-    cudaError_t e = (x);                                      \
-    if (e != cudaSuccess) {                                   \
-      fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      return 1;                                               \
-    }                                                         \
-  } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;
 constexpr int kReadingWarps = 31;
@@ -75,12 +68,6 @@ const char* const kSignalNames[] = {"global", "global_cluster", "cluster_fence",
 struct ClusterTimes {
   unsigned long long publish, fence_done, store_done, seen, list_read, reads_in;
 };
-
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // The time once `value` is in: the timer read waits for the value's load.
 __device__ __forceinline__ unsigned long long now_after(unsigned value) {
