@@ -30,8 +30,11 @@
 // as JSON, per signal and rows per consumer: microseconds after the
 // producer began to publish, medians and 90th percentiles over the
 // clusters of five launches, of the producer's fence and store completing,
-// the consumer seeing the signal and having the list's first word, and the
-// consumer's last row arriving.
+// the consumer seeing the signal and having the list's first word, the
+// consumer's last row arriving, and the consumer done: once its rows and
+// the list are in, it copies its rows from shared to device memory (as a
+// helper copies its buffered rows to their hot rows) and fences; that
+// copy's time to issue and to fence is also given from its start.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o signal_latency bench/signal_latency_under_host_reads.cu
 //   ./signal_latency > signal_latency.json
@@ -66,7 +69,7 @@ enum Signal { kGlobal = 0, kGlobalCluster = 1, kClusterFence = 2, kClusterList =
 const char* const kSignalNames[] = {"global", "global_cluster", "cluster_fence", "cluster_list", "tagged"};
 
 struct ClusterTimes {
-  unsigned long long publish, fence_done, store_done, seen, list_read, reads_in;
+  unsigned long long publish, fence_done, store_done, seen, list_read, reads_in, copy_start, copy_issued, copy_fenced;
 };
 
 // The time once `value` is in: the timer read waits for the value's load.
@@ -112,7 +115,8 @@ __device__ void read_rows(const uint8_t* host, const int64_t* offsets, int rows,
 
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     signal_kernel(const uint8_t* host, const int64_t* offsets, int rows, int signal, unsigned publish_ns,
-                  unsigned* flags, int* lists, unsigned long long* tagged, unsigned tag, ClusterTimes* times) {
+                  unsigned* flags, int* lists, unsigned long long* tagged, unsigned tag, uint4* hot,
+                  ClusterTimes* times) {
   extern __shared__ uint4 buffer[];
   __shared__ unsigned flag;
   __shared__ unsigned shared_list[kListWords];
@@ -203,6 +207,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     if (first != 1) t.list_read = 0;  // a list not yet visible: reported as a failure
   }
   __syncthreads();
+  if (cluster.block_rank() == 1 && rows > 0) {
+    // The rows out to device memory once they and the list are in, as a
+    // helper copies its buffered rows to their hot rows.
+    const unsigned long long copy_start = now();
+    uint4* const out = hot + static_cast<int64_t>(id) * kMaxRows * kChunks;
+    for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) out[c] = buffer[c];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned long long issued = now();
+      __threadfence();
+      const unsigned long long fenced = now();
+      times[id].copy_start = copy_start;
+      times[id].copy_issued = issued;
+      times[id].copy_fenced = fenced;
+    }
+  }
   if (cluster.block_rank() == 1 && threadIdx.x == 0) times[id].reads_in = reads_in;
   cluster.sync();  // no block leaves while the other may still write its shared memory
 }
@@ -240,6 +260,8 @@ int main() {
   int* lists = nullptr;
   ClusterTimes* times = nullptr;
   unsigned long long* tagged = nullptr;
+  uint4* hot = nullptr;
+  CK(cudaMalloc(&hot, sizeof(uint4) * clusters * kMaxRows * kChunks));
   CK(cudaMalloc(&tagged, sizeof(unsigned long long) * clusters * kListWords));
   CK(cudaMemset(tagged, 0, sizeof(unsigned long long) * clusters * kListWords));
   unsigned tag = 0;
@@ -257,7 +279,7 @@ int main() {
   int stale_lists = 0;
   for (int signal : {kGlobal, kGlobalCluster, kClusterFence, kClusterList, kTagged}) {
     for (int rows : {0, 16, 32, 48, 62}) {
-      std::vector<double> fence, store, seen, list_read, reads;
+      std::vector<double> fence, store, seen, list_read, reads, copy_issued, copy_fenced, done;
       for (int launch = 0; launch < 6; ++launch) {
         std::vector<int64_t> h(static_cast<size_t>(clusters) * kMaxRows);
         for (int c = 0; c < clusters; ++c) {
@@ -272,7 +294,7 @@ int main() {
         config.gridDim = dim3(blocks);
         CK(cudaLaunchKernelEx(&config, signal_kernel, static_cast<const uint8_t*>(host),
                               static_cast<const int64_t*>(offsets), rows, signal, publish_ns, flags, lists, tagged,
-                              ++tag, times));
+                              ++tag, hot, times));
         CK(cudaDeviceSynchronize());
         if (launch == 0) continue;  // warms the pool's translations and the code
         std::vector<ClusterTimes> t(clusters);
@@ -286,15 +308,28 @@ int main() {
             ++stale_lists;
           else
             list_read.push_back((x.list_read - p) / 1e3);
-          if (rows > 0) reads.push_back((x.reads_in - p) / 1e3);
+          if (rows > 0) {
+            reads.push_back((x.reads_in - p) / 1e3);
+            copy_issued.push_back((x.copy_issued - static_cast<double>(x.copy_start)) / 1e3);
+            copy_fenced.push_back((x.copy_fenced - static_cast<double>(x.copy_start)) / 1e3);
+            done.push_back((x.copy_fenced - p) / 1e3);
+          }
         }
       }
       printf("%s\n  {\"signal\": \"%s\", \"rows_per_consumer\": %d, \"rows\": %d", first ? "" : ",",
              kSignalNames[signal], rows, rows * clusters);
       first = false;
-      const char* names[] = {"fence_done_us", "store_done_us", "seen_us", "list_read_us", "reads_in_us"};
-      const std::vector<double>* series[] = {&fence, &store, &seen, &list_read, &reads};
-      for (int s = 0; s < 5; ++s) {
+      const char* names[] = {"fence_done_us",
+                             "store_done_us",
+                             "seen_us",
+                             "list_read_us",
+                             "reads_in_us",
+                             "copy_issued_after_start_us",
+                             "copy_fenced_after_start_us",
+                             "done_us"};
+      const std::vector<double>* series[] = {&fence, &store,       &seen,        &list_read,
+                                             &reads, &copy_issued, &copy_fenced, &done};
+      for (int s = 0; s < 8; ++s) {
         if (series[s]->empty()) continue;
         printf(", \"%s\": {\"median\": %.2f, \"p90\": %.2f}", names[s], percentile(*series[s], 0.5),
                percentile(*series[s], 0.9));
