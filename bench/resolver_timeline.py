@@ -59,6 +59,13 @@ __device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams&
 __device__ __forceinline__ void timeline_stamp(const ResolveResidencyParams& p, int point) {{
   if (threadIdx.x == 0) timeline_stamp_now(p, point);
 }}
+// The time once `value` is in (thread 0): the timer read waits for its load.
+__device__ __forceinline__ void timeline_stamp_after(const ResolveResidencyParams& p, int point, int value) {{
+  if (p.stats == nullptr || threadIdx.x != 0) return;
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : "r"(value));
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = static_cast<int64_t>(now);
+}}
 // A count instead of a time (plus one, so that zero stays "not recorded").
 __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, int point, int64_t value) {{
   if (p.stats == nullptr || threadIdx.x != 0) return;
@@ -67,20 +74,24 @@ __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, 
 """
 
 # Helper points: (name, a line of resolver_early_reads.cuh after which to
-# stamp, whether only one lane runs it). Lines that are not found are left
-# out with a warning: the helpers' path may change without the kernel's.
+# stamp, whether only one lane runs it, and an int the stamp waits for, or
+# None: a stamp after a load otherwise times the load's issue, not its
+# arrival). Lines that are not found are left out with a warning: the
+# helpers' path may change without the kernel's.
 HELPER_POINTS = [
-    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", False),
-    ("helper: loads issued", r"^\s*const bool row_of_b = ", False),
-    ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", False),
-    ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", False),
-    ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", False),
-    ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", False),
-    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", False),
-    ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", True),
-    ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", True),
-    ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", False),
-    ("helper: copied", r"^\s*copy_partition\(p, c, m,", False),
+    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", False, None),
+    ("helper: loads issued", r"^\s*const bool row_of_b = ", False, None),
+    ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", False, None),
+    ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", False, None),
+    ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", False, None),
+    ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", False, None),
+    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", False, None),
+    ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", True, None),
+    ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", True, None),
+    ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", False, None),
+    ("helper: first entry in", r"^\s*handoff::load_swap_entry\(g, c, first_row, e, key, hot_row\);", False, "key"),
+    ("helper: copied", r"^\s*copy_partition\(p, c, m,", False, None),
+    ("helper: finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", False, None),
 ]
 
 # Counts a helper records (name, the line after which, its expression): its
@@ -165,9 +176,12 @@ def stamp_sources(tree: Path) -> Stamped:
         points.append(name)
         return True
 
-    for name, pattern, one_lane in HELPER_POINTS:
-        call = "timeline_stamp_now" if one_lane else "timeline_stamp"
-        place(name, pattern, lambda point: f"{call}(p, {point});")
+    for name, pattern, one_lane, after in HELPER_POINTS:
+        if after is not None:
+            place(name, pattern, lambda point: f"timeline_stamp_after(p, {point}, {after});")
+        else:
+            call = "timeline_stamp_now" if one_lane else "timeline_stamp"
+            place(name, pattern, lambda point: f"{call}(p, {point});")
     values = []
     for name, pattern, expression in VALUE_POINTS:
         if place(name, pattern, lambda point: f"timeline_value(p, {point}, {expression});"):

@@ -29,10 +29,10 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     values = [names[point] for point in stamped.values]
     assert values == [name for name, _, _ in timeline.VALUE_POINTS]
     assert [name for name in names if name.startswith("helper:") and name not in values] == [
-        name for name, _, _ in timeline.HELPER_POINTS]
+        name for name, _, _, _ in timeline.HELPER_POINTS]
     assert len(names) <= timeline.POINTS_PER_BLOCK
     text = "".join(stamped.sources.values())
-    stamps = re.findall(r"timeline_(?:stamp|stamp_now|value)\(p, (\d+)[,)]", text)
+    stamps = re.findall(r"timeline_(?:stamp|stamp_now|stamp_after|value)\(p, (\d+)[,)]", text)
     assert sorted(int(point) for point in stamps) == list(range(len(names))), "each point is stamped exactly once"
     assert re.findall(r"timeline_value\(p, (\d+),", text) == [str(point) for point in stamped.values]
     # The kernel's own points come first, then the helpers'.
