@@ -74,24 +74,26 @@ __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, 
 """
 
 # Helper points: (name, a line of resolver_early_reads.cuh after which to
-# stamp, whether only one lane runs it, and an int the stamp waits for, or
-# None: a stamp after a load otherwise times the load's issue, not its
-# arrival). Lines that are not found are left out with a warning: the
-# helpers' path may change without the kernel's.
+# stamp, how): "thread 0" stamps when thread 0 gets there; "one lane" where
+# only one lane runs the line; "after EXPR" when thread 0 also has the int
+# EXPR (a stamp after a load otherwise times the load's issue, not its
+# arrival); "block" after a barrier, when every thread of the block got
+# there. Lines that are not found are left out with a warning: the helpers'
+# path may change without the kernel's.
 HELPER_POINTS = [
-    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", False, None),
-    ("helper: loads issued", r"^\s*const bool row_of_b = ", False, None),
-    ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", False, None),
-    ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", False, None),
-    ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", False, None),
-    ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", False, None),
-    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", False, None),
-    ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", True, None),
-    ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", True, None),
-    ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", False, None),
-    ("helper: first entry in", r"^\s*handoff::load_swap_entry\(g, c, first_row, e, key, hot_row\);", False, "key"),
-    ("helper: copied", r"^\s*copy_partition\(p, c, m,", False, None),
-    ("helper: finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", False, None),
+    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", "thread 0"),
+    ("helper: loads issued", r"^\s*const bool row_of_b = ", "thread 0"),
+    ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", "thread 0"),
+    ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", "thread 0"),
+    ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", "thread 0"),
+    ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", "thread 0"),
+    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", "thread 0"),
+    ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", "one lane"),
+    ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", "one lane"),
+    ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", "thread 0"),
+    ("helper: first entry in", r"^\s*handoff::load_swap_entry\(g, c, first_row, e, key, hot_row\);", "after key"),
+    ("helper: copied", r"^\s*copy_partition\(p, c, m,", "thread 0"),
+    ("helper: block finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", "block"),
 ]
 
 # Counts a helper records (name, the line after which, its expression): its
@@ -124,6 +126,19 @@ def kernel_phase_lines(text: str) -> list[tuple[int, str]]:
                  if name not in ("if", "for", "while", "return", "min", "max")]
         found.append((index, f"{label} {calls[0] if calls else ''}".strip()))
     return found
+
+
+def helper_stamp(how: str, point: int) -> str:
+    """The statement that stamps helper point `point` as HELPER_POINTS' `how` says."""
+    if how == "thread 0":
+        return f"timeline_stamp(p, {point});"
+    if how == "one lane":
+        return f"timeline_stamp_now(p, {point});"
+    if how == "block":
+        return f"__syncthreads(); timeline_stamp(p, {point});"
+    if how.startswith("after "):
+        return f"timeline_stamp_after(p, {point}, {how[len('after '):]});"
+    raise ValueError(f"helper point: unknown stamp kind {how!r}")
 
 
 def stamp_sources(tree: Path) -> Stamped:
@@ -176,12 +191,8 @@ def stamp_sources(tree: Path) -> Stamped:
         points.append(name)
         return True
 
-    for name, pattern, one_lane, after in HELPER_POINTS:
-        if after is not None:
-            place(name, pattern, lambda point: f"timeline_stamp_after(p, {point}, {after});")
-        else:
-            call = "timeline_stamp_now" if one_lane else "timeline_stamp"
-            place(name, pattern, lambda point: f"{call}(p, {point});")
+    for name, pattern, how in HELPER_POINTS:
+        place(name, pattern, lambda point: helper_stamp(how, point))
     values = []
     for name, pattern, expression in VALUE_POINTS:
         if place(name, pattern, lambda point: f"timeline_value(p, {point}, {expression});"):

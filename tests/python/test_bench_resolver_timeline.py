@@ -29,7 +29,7 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     values = [names[point] for point in stamped.values]
     assert values == [name for name, _, _ in timeline.VALUE_POINTS]
     assert [name for name in names if name.startswith("helper:") and name not in values] == [
-        name for name, _, _, _ in timeline.HELPER_POINTS]
+        name for name, _, _ in timeline.HELPER_POINTS]
     assert len(names) <= timeline.POINTS_PER_BLOCK
     text = "".join(stamped.sources.values())
     stamps = re.findall(r"timeline_(?:stamp|stamp_now|stamp_after|value)\(p, (\d+)[,)]", text)
@@ -137,3 +137,13 @@ def test_a_kept_build_is_reused_only_for_the_same_stamped_sources(tmp_path, monk
     with pytest.raises(SystemExit, match="holds no stamped build of these sources"):
         timeline.stamped_site(ROOT, work, changed)
     assert builds == [work]
+
+
+def test_each_kind_of_helper_stamp_is_written_as_its_kind_says():
+    timeline = load()
+    assert timeline.helper_stamp("thread 0", 3) == "timeline_stamp(p, 3);"
+    assert timeline.helper_stamp("one lane", 4) == "timeline_stamp_now(p, 4);"
+    assert timeline.helper_stamp("after key", 5) == "timeline_stamp_after(p, 5, key);"
+    assert timeline.helper_stamp("block", 6) == "__syncthreads(); timeline_stamp(p, 6);"
+    with pytest.raises(ValueError, match="unknown stamp kind"):
+        timeline.helper_stamp("sometimes", 7)
