@@ -9,7 +9,8 @@ writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
 them), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (loads issued, table cleared, held rows marked,
-top-k rows noted), their claim, the publication, the reads and the copies;
+top-k rows noted), their claim, the publication, the reads, the first swap
+entry's arrival, the copies and the whole block's finish;
 each helper also records how many rows it predicted, set against when its
 reads are in. The stamps go to the `stats` tensor past its five counters
 (entry 5 + block * 32 + point), so the stamped build needs no other
@@ -49,27 +50,30 @@ STAT_COUNTERS = 5
 
 # The stamp, defined where resolve_residency.cu and the early reads both see it.
 STAMP_FUNCTIONS = f"""
-// resolver_timeline.py: %globaltimer of a point, into stats past its counters.
-__device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams& p, int point) {{
+// resolver_timeline.py: a point's value, into stats past its counters (this block's slot).
+__device__ __forceinline__ void timeline_store(const ResolveResidencyParams& p, int point, int64_t value) {{
   if (p.stats == nullptr) return;
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = value;
+}}
+// %globaltimer of a point, by the calling thread.
+__device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams& p, int point) {{
   unsigned long long now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = static_cast<int64_t>(now);
+  timeline_store(p, point, static_cast<int64_t>(now));
 }}
 __device__ __forceinline__ void timeline_stamp(const ResolveResidencyParams& p, int point) {{
   if (threadIdx.x == 0) timeline_stamp_now(p, point);
 }}
 // The time once `value` is in (thread 0): the timer read waits for its load.
 __device__ __forceinline__ void timeline_stamp_after(const ResolveResidencyParams& p, int point, int value) {{
-  if (p.stats == nullptr || threadIdx.x != 0) return;
+  if (threadIdx.x != 0) return;
   unsigned long long now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : "r"(value));
-  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = static_cast<int64_t>(now);
+  timeline_store(p, point, static_cast<int64_t>(now));
 }}
 // A count instead of a time (plus one, so that zero stays "not recorded").
 __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, int point, int64_t value) {{
-  if (p.stats == nullptr || threadIdx.x != 0) return;
-  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = value + 1;
+  if (threadIdx.x == 0) timeline_store(p, point, value + 1);
 }}
 """
 
