@@ -1,5 +1,5 @@
 // Early reads of the handoff (docs/residency.md, "Fused gather"): in a
-// handoff launch with at least two helper blocks per request and one token
+// handoff launch with a helper block per request or more and one token
 // row per request, every request gets a group of helper blocks (up to
 // kMaxParts), and each helper of the group owns one partition of the
 // request's host rows (a hash of the row picks it). A helper does not wait

@@ -9,9 +9,10 @@
 // helper blocks it keeps the whole list. One launch, and copies start while
 // other requests still resolve.
 //
-// The records are described in resolver_handoff_record.cuh; launches with a
-// residency hint and at least two helper blocks per request read early
-// (resolver_early_reads.cuh).
+// The records are described in resolver_handoff_record.cuh; launches of
+// one-row requests with a helper block per request or more read early
+// (resolver_early_reads.cuh), so the kept heads serve requests of several
+// token rows.
 #pragma once
 
 #include <cstdint>
@@ -235,8 +236,7 @@ class HandoffGather : public AutoGather<Fused> {
   // The owner reads those entries back from L2 right after B6, where a
   // helper's first copy waits on four dependent round trips (the record's
   // state, its words, the claim, the entries). A share below one claim of a
-  // helper (kMaxClaimRows) stays with the helpers: at 5% misses 16 requests
-  // keep 13 of their 102 rows each, 1 request none. A launch without helper
+  // helper (kMaxClaimRows) stays with the helpers. A launch without helper
   // blocks (the launcher gives none once the batch's blocks are at least
   // half the SMs) has every request keep its whole list: their own copies
   // then keep the link busy, and handing part of each list to the helpers

@@ -389,13 +389,14 @@ def test_fused_gather_few_misses_back_to_back(device, K, H, q, schedule):
 
 
 def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=64, row_bytes=656, schedule="auto",
-                          unusable=()):
+                          unusable=(), padding_rows=0):
     """Fused resolves of len(misses_per_step[0]) requests whose hot buffers
     start full (H distinct host rows each, in a shuffled LRU order), enqueued
     one after another: at step i request b selects K positions of which
     misses_per_step[i][b] its buffer does not hold. The requests in
     `unusable` have no physical block for their last hot block, so its
-    slots are unusable (misses that would take them are dropped). Returns
+    slots are unusable (misses that would take them are dropped). The batch
+    ends with `padding_rows` token rows of no request (req_id -1). Returns
     every step's outputs, the final state and hot cache, and the host rows."""
     block, span = 16, 2 * H
     B = len(misses_per_step[0])
@@ -410,19 +411,20 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
     hot_table = (torch.arange(B)[:, None] * (H // block) + torch.arange(H // block)).to(torch.int32)
     hot_table[list(unusable), -1] = -1
     hot_table = hot_table.to(device)
-    req_id = torch.arange(B, dtype=torch.int32, device=device)
+    T = B + padding_rows
+    req_id = torch.tensor(list(range(B)) + [-1] * padding_rows, dtype=torch.int32, device=device)
     state_rows = torch.arange(B, dtype=torch.int32, device=device)
     scheduled = Schedule(schedule, device, B)
     results = []
     for misses in misses_per_step:
-        topk = torch.empty((B, K), dtype=torch.int32)
+        topk = torch.zeros((T, K), dtype=torch.int32)
         for b, m in enumerate(misses):
             mine = set(held[b].tolist())
             fresh = [g for g in (b * span + torch.randperm(span, generator=gen)).tolist() if g not in mine][:m]
             hits = held[b][torch.randperm(H, generator=gen)[: K - m]].tolist()
             topk[b] = torch.tensor(hits + fresh, dtype=torch.int32)[torch.randperm(K, generator=gen)]
-        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
-        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        out = {n: torch.full((T, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((T,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
         ops.resolve_residency(
             topk.to(device), req_id, state_rows, dgi, lru, hot_table, hot_block_size=block,
             attention_block_stride=block, host_rows=B * span, max_union_rows=max_union_rows,
@@ -472,18 +474,24 @@ def many_request_misses(batch: int) -> list:
     return [[(0, 3, 9, 30, 100, 128, 8, 64)[(b + step) % 8] for b in range(batch)] for step in range(3)]
 
 
-def kept_head_batch() -> int:
-    """A batch whose CUDA handoff launch has helper blocks, but fewer than
-    two per request (44 requests on 132 SMs): the helpers do not read early,
-    and the requests with long lists keep a head of them for their phase E
-    (100 and 128 misses over 44 of 132 blocks are 34 and 43 rows)."""
+def one_helper_batch() -> int:
+    """A batch whose CUDA handoff launch has fewer than two helper blocks
+    for most requests, but one for each (61 requests on 132 SMs: 70
+    helpers): the one helper of most requests predicts and reads all of
+    their misses early."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-    return (sms - 1) // 3 + 1
+    return max((sms - 1) // 2 - 4, 1)
 
 
-# Batches of test_fused_gather_many_requests_full_buffers: 16 requests have
-# two helper blocks or more each on a GPU of 49 SMs or more (early reads).
-MANY_REQUEST_BATCHES = {"early_reads": lambda: 16, "kept_heads": kept_head_batch}
+# Batches of test_fused_gather_many_requests_full_buffers, as (requests,
+# padding token rows): 16 requests have two helper blocks or more each on a
+# GPU of 49 SMs or more, one_helper_batch() one for most (early reads both);
+# a padding row after 16 requests makes the launch one of more token rows
+# than requests, whose helpers do not read early, and the requests with long
+# lists keep a head of them for their phase E (100 and 128 misses over 16
+# of 132 blocks are 13 and 16 rows).
+MANY_REQUEST_BATCHES = {"early_reads": lambda: (16, 0), "one_helper_each": lambda: (one_helper_batch(), 0),
+                        "kept_heads": lambda: (16, 1)}
 
 
 @pytest.mark.sanitize
@@ -496,15 +504,16 @@ def test_fused_gather_many_requests_full_buffers(device, schedule, batch):
     dropped. Every valid entry's hot row holds its host row afterwards, the
     requests without unusable slots assign every miss, and on CUDA all
     outputs, the state and every hot byte equal the CPU backend's. Under the
-    handoff on CUDA (docs/residency.md, "Fused gather"), 16 requests have
-    their misses predicted and read early by the helper blocks, which take
-    the rows held in unusable slots for hits (a wrong prediction: read late),
-    and the kept-heads batch copies the heads of its long lists in phase E
-    and leaves the rest to the helper blocks."""
-    B = MANY_REQUEST_BATCHES[batch]()
+    handoff on CUDA (docs/residency.md, "Fused gather"), the requests of the
+    early-read batches have their misses predicted and read early by the
+    helper blocks, which take the rows held in unusable slots for hits (a
+    wrong prediction: read late), and the kept-heads batch copies the heads
+    of its long lists in phase E and leaves the rest to the helper blocks;
+    its padding row's entries are written inactive."""
+    B, padding_rows = MANY_REQUEST_BATCHES[batch]()
     misses = many_request_misses(B)
     unusable = (3, 11)
-    run = dict(K=128, H=512, max_union_rows=128, schedule=schedule, unusable=unusable)
+    run = dict(K=128, H=512, max_union_rows=128, schedule=schedule, unusable=unusable, padding_rows=padding_rows)
     got, dgi, lru, hot, host = run_full_buffer_steps(device, misses, **run)
     usable = [b for b in range(B) if b not in unusable]
     for step, out in enumerate(got):
@@ -676,8 +685,8 @@ def run_early_read_cases(device, schedule, steps=2, K=256, H=1024, row_bytes=656
                           misses_per_row=EARLY_READ_MISSES):
     """`steps` fused resolves of 12 one-row requests on full buffers of H
     slots (each state row's host rows span max(4096, 2 H) rows), where
-    the handoff's helper blocks read early (at least two helper blocks per
-    request on any GPU of 37 SMs or more): token rows 6-11 in reverse batch order
+    the handoff's helper blocks read early (a helper block per request or
+    more on any GPU of 25 SMs or more, two from 37): token rows 6-11 in reverse batch order
     (their helpers cannot find their rows and predict nothing), batch rows
     10 and 11 naming the state rows of 0 and 1 (their helpers must leave
     those records alone), top-k rows repeating hits and misses, some misses
