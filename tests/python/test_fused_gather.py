@@ -519,6 +519,8 @@ def test_fused_gather_many_requests_full_buffers(device, schedule, batch):
     for step, out in enumerate(got):
         assert out["swap_counts"][usable].tolist() == [misses[step][b] for b in usable], f"step {step}"
         assert (out["hot_rows"][usable] >= 0).all(), f"step {step}"
+        assert (out["hot_rows"][B:] == -1).all() and not out["swap_counts"][B:].any(), f"step {step}: padding"
+        assert not out["valid_counts"][B:].any(), f"step {step}: padding"
     assert any((out["hot_rows"][list(unusable)] < 0).any() for out in got), "no miss was dropped"
     last = got[-1]
     valid = last["hot_rows"] >= 0
