@@ -985,12 +985,12 @@ unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const Resol
 // for requests of one token row each, with a helper per request or more
 // (every batch below half the SMs; with fewer than two helpers per request
 // early reads still took 0.94-0.98x the time of the kept heads at 5-20%
-// misses, bench/results/resolver_early_reads_one_helper_ab_h200.json), and arrays in shared
-// memory (a batch of single rows has a union of at most top_k rows). The
-// helpers predict from the residency hint where the launch has one, and
-// otherwise from the requests' state rows. The early-read path is its own
-// instantiation, so that launches without it keep the registers of the
-// handoff without it.
+// misses: bench/results/resolver_early_reads_one_helper_ab_h200.json), and
+// arrays in shared memory (a batch of single rows has a union of at most
+// top_k rows). The helpers predict from the residency hint where the launch
+// has one, and otherwise from the requests' state rows. The early-read path
+// is its own instantiation, so that launches without it keep the registers
+// of the handoff without it.
 bool reads_early(const ResolveResidencyParams& params, unsigned helpers) {
   const int64_t batch = params.num_batch_rows;
   return params.num_tokens == batch && batch > 0 && helpers >= batch;
