@@ -9,8 +9,10 @@ writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
 them), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (loads issued, table cleared, held rows marked,
-top-k rows noted), their claim, the publication, the reads, the first swap
-entry's arrival, the copies and the whole block's finish;
+top-k rows noted), their claim, the publication, the destinations of
+their buffered rows noted, the reads, the flat copy of those rows, the
+late entries (the first one's arrival and their copy) and the whole
+block's finish;
 each helper also records how many rows it predicted, set against when its
 reads are in. The stamps go to the `stats` tensor past its five counters
 (entry 5 + block * 32 + point), so the stamped build needs no other
@@ -94,9 +96,12 @@ HELPER_POINTS = [
     ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", "thread 0"),
     ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", "one lane"),
     ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", "one lane"),
+    ("helper: destinations noted (coordinator)", r"^\s*note_destinations\(p, c, m, m\.words\[HelperMemory::kFirstRow\]",
+     "one lane"),
     ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", "thread 0"),
-    ("helper: first entry in", r"^\s*handoff::load_swap_entry\(g, c, first_row, e, key, hot_row\);", "after key"),
-    ("helper: copied", r"^\s*copy_partition\(p, c, m,", "thread 0"),
+    ("helper: copied", r"^\s*if \(m\.words\[HelperMemory::kNoted\] > 0\) copy_buffered_rows\(c, m\);",
+     "thread 0"),
+    ("helper: late entries copied", r"^\s*if \(from < count\) copy_late_entries\(p, c, m,", "thread 0"),
     ("helper: block finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", "block"),
 ]
 
@@ -105,6 +110,8 @@ HELPER_POINTS = [
 VALUE_POINTS = [
     ("helper: predicted rows", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);",
      "m.words[HelperMemory::kPredicted]"),
+    ("helper: entries noted before the rows were in", r"^\s*const int32_t from = m\.words\[HelperMemory::kLate\] > 0",
+     "m.words[HelperMemory::kNoted]"),
 ]
 
 

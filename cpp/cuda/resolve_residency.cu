@@ -996,6 +996,13 @@ bool reads_early(const ResolveResidencyParams& params, unsigned helpers) {
   return params.num_tokens == batch && batch > 0 && helpers >= batch;
 }
 
+// Whether the early-read helpers also note their rows' destinations while
+// they read: where no request has more than early_reads::kNoteMaxParts
+// partitions (helpers <= kNoteMaxParts * B; from 15 requests on 132 SMs).
+bool notes_destinations(const ResolveResidencyParams& params, unsigned helpers) {
+  return static_cast<int64_t>(helpers) <= static_cast<int64_t>(early_reads::kNoteMaxParts) * params.num_batch_rows;
+}
+
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
@@ -1003,8 +1010,13 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
   const unsigned helpers = handoff_helper_blocks(params, d);
   if constexpr (std::is_same<Placement, SharedPlacement>::value) {
     if (reads_early(params, helpers)) {
-      launch<HandoffGather<FusedGather, true>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
-                                                             helpers);
+      if (notes_destinations(params, helpers)) {
+        launch<HandoffGather<FusedGather, true, true>, Placement, 1>(params, constants, layout, device, d.hopper,
+                                                                     stream, helpers);
+      } else {
+        launch<HandoffGather<FusedGather, true>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
+                                                               helpers);
+      }
       return;
     }
   }

@@ -9,11 +9,15 @@
 // where the launch has a residency hint, whose hint bit is clear) and reads
 // their host rows into its shared memory while the owner still resolves;
 // one coordinator warp meanwhile claims the partition and waits for the
-// swap list. A helper whose partition predicts nothing leaves at once. Once
-// the owner publishes its swap list, the helper copies every swap entry of
-// its partition: from shared memory where it predicted the row, from host
-// memory where it did not. Only the handoff instantiation for early reads
-// has this path (HandoffGather<Fused, true>).
+// swap list. Where the request has at most kNoteMaxParts partitions, the
+// coordinator then notes, while rows are still arriving, the hot row of
+// each swap entry of its partition whose row it buffered. A helper whose
+// partition predicts nothing leaves at once. Once its rows are in, the
+// helper copies every swap entry of its partition: the noted rows in one
+// flat pass of every warp, then the entries it did not note in one pass of
+// the block (from its buffer where it predicted the row, from host memory
+// where it did not). Only the handoff instantiation for early reads has
+// this path (HandoffGather<Fused, true>).
 //
 // The prediction is only a head start: which rows are copied, and where,
 // always comes from the published swap list, so a wrong prediction (a state
@@ -50,6 +54,17 @@ namespace early_reads {
 constexpr int32_t kMaxParts = 16;
 constexpr int kPartsWord = handoff::kCursor;
 
+// The launcher runs the instantiation whose helpers note their rows'
+// destinations while they read (kNote, note_destinations) only where every
+// request has at most this many partitions. With more, each partition's few
+// rows are in about when the swap list arrives, and a round of noting
+// started then outlasts them: on an H200 at one request (16 partitions)
+// noting made the step 0.96x as fast at 2.5-5% misses and 0.82x at 20%, and
+// its bookkeeping alone, noting nothing, 0.97-0.98x; from 16 requests (7-8
+// partitions) on it makes it 1.02-1.08x as fast at 2.5-5%
+// (bench/results/resolver_flat_copy_ab_h200.json).
+constexpr int32_t kNoteMaxParts = 8;
+
 // The partitions of batch row b's host rows: its helper blocks (helper h,
 // block B + 1 + h, helps batch row h % B, as partition h / B), at most
 // kMaxParts.
@@ -84,6 +99,9 @@ struct HelperMemory {
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
   static constexpr int kFirstRow = 2;   // the published record's first row and count
   static constexpr int kCount = 3;
+  static constexpr int kLate = 4;         // noted entries the flat copy leaves to copy_late_entries
+  static constexpr int kNoted = 5;        // the coordinator noted the entries before this one
+  static constexpr int kReadersDone = 6;  // reading warps with rows whose rows are in
   static constexpr uint32_t kWords = 16;
   static constexpr int16_t kNotPredicted = -1;
   static constexpr int16_t kUnbuffered = -2;
@@ -93,6 +111,7 @@ struct HelperMemory {
   int32_t* keys;    // -1: empty
   int16_t* values;
   int32_t* predicted;
+  uint8_t** destination;  // per buffered row: its hot row's bytes once noted (null: not noted; none without noting)
   uint8_t* rows;
   uint32_t capacity;  // a power of two
   int shift;          // 32 - log2(capacity)
@@ -102,7 +121,7 @@ struct HelperMemory {
   // the top-k row and of the `held` rows of the state row, rounded up to a
   // power of two), the row buffer the rest.
   __device__ __forceinline__ HelperMemory(unsigned char* smem, uint32_t bytes, int32_t top_k, int32_t held,
-                                          int32_t parts, uint32_t row_bytes) {
+                                          int32_t parts, uint32_t row_bytes, bool notes) {
     const uint32_t wanted =
         2u * ((static_cast<uint32_t>(top_k) + static_cast<uint32_t>(held)) / static_cast<uint32_t>(parts) + 32u);
     uint32_t c = 64;
@@ -117,10 +136,16 @@ struct HelperMemory {
     values = reinterpret_cast<int16_t*>(keys + c);
     const uint32_t predicted_at = (kWords * 4 + 6 * c + 15) / 16 * 16;
     predicted = reinterpret_cast<int32_t*>(smem + predicted_at);
-    const uint32_t left = bytes > predicted_at + 16 ? bytes - predicted_at - 16 : 0;
-    const uint32_t fit = row_bytes > 0 && c > 0 ? left / (row_bytes + 4) : 0;
+    // Per buffered row: the row, its host row and, where the helper notes
+    // destinations, the destination; plus the arrays' alignment.
+    const uint32_t per_row = row_bytes + (notes ? 12 : 4);
+    const uint32_t slack = notes ? 32 : 16;
+    const uint32_t left = bytes > predicted_at + slack ? bytes - predicted_at - slack : 0;
+    const uint32_t fit = row_bytes > 0 && c > 0 ? left / per_row : 0;
     buffered = static_cast<int32_t>(min(fit, min(static_cast<uint32_t>(top_k), 32767u)));
-    rows = smem + (predicted_at + 4 * static_cast<uint32_t>(buffered) + 15) / 16 * 16;
+    const uint32_t after_predicted = (predicted_at + 4 * static_cast<uint32_t>(buffered) + 15) / 16 * 16;
+    destination = notes ? reinterpret_cast<uint8_t**>(smem + after_predicted) : nullptr;
+    rows = smem + (notes ? (after_predicted + 8 * static_cast<uint32_t>(buffered) + 15) / 16 * 16 : after_predicted);
   }
 
   __device__ __forceinline__ uint32_t home(int32_t key) const {
@@ -203,11 +228,19 @@ __device__ __forceinline__ void note_predicted(const HelperMemory& m, const uint
 // and state-row loads is issued before anything waits, so that their round
 // trips overlap. Ends at a block barrier, with the predicted misses counted
 // in words[kPredicted].
+template <bool kNote>
 __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                const HelperMemory& m, int32_t b, int32_t s, int32_t part,
                                                int32_t parts) {
   const int tid = threadIdx.x;
-  if (tid == 0) m.words[HelperMemory::kPredicted] = 0;
+  if (tid == 0) {
+    m.words[HelperMemory::kPredicted] = 0;
+    if constexpr (kNote) {
+      m.words[HelperMemory::kReadersDone] = 0;
+      m.words[HelperMemory::kNoted] = 0;
+      m.words[HelperMemory::kLate] = 0;
+    }
+  }
   if (m.capacity == 0) {
     __syncthreads();
     return;
@@ -237,6 +270,9 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
   }
   const bool row_of_b = row_in_range && p.req_id_per_token[b] == b;
   for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
+  if constexpr (kNote) {
+    for (int32_t i = tid; i < m.buffered; i += kResolverThreads) m.destination[i] = nullptr;
+  }
   __syncthreads();  // the table is empty
   int32_t key[kTopkLoads];
 #pragma unroll
@@ -272,6 +308,7 @@ __device__ __forceinline__ bool buffered_row(int32_t host_rows, int32_t index, i
 constexpr int kCoordinatorWarp = kResolverWarps - 1;
 constexpr int kReadingWarps = kResolverWarps - 1;
 
+template <bool kNote>
 __device__ __forceinline__ void read_predicted_rows(const ResolverConstants& c, const HelperMemory& m) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -290,19 +327,99 @@ __device__ __forceinline__ void read_predicted_rows(const ResolverConstants& c, 
     }
     warp_copy_lane_rows(src, dst, chunks, lane);
   }
+  // Its loads have returned (the stores to the buffer used them), which
+  // note_destinations waits for. Warp w has rows when w < count.
+  if constexpr (kNote) {
+    if (lane == 0 && warp < count) atomicAdd(&m.words[HelperMemory::kReadersDone], 1);
+  }
 }
 
-// The helper copies the swap entries of its partition (`mine`) of the
-// published list (`count` entries from token row `first_row`), exactly as
-// gather_compact would: from its buffer where it predicted the row, else
-// from host memory.
-__device__ __forceinline__ void copy_partition(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const HelperMemory& m, int32_t first_row, int32_t count, int32_t parts,
-                                               uint32_t mine) {
+// Whether swap entry (key, dst) is copied by copy_buffered_rows: its row is
+// buffered and the entry won the row's destination.
+__device__ __forceinline__ bool flat_copied(const ResolverConstants& c, const HelperMemory& m, int32_t key,
+                                            const uint8_t* dst, int16_t index) {
+  return buffered_row(c.stage_host_rows, index, key) && m.destination[index] == dst;
+}
+
+// The coordinator warp, once the list is published (`count` entries from
+// token row `first_row`) and while the reading warps still read: the hot
+// row of every swap entry of its partition (`mine`) whose row is buffered
+// goes beside the row (the first entry of a row listed twice wins), and the
+// others are counted in words[kLate]. It notes a round of entries at a
+// time and stops, recording how far it came in words[kNoted], once every
+// reading warp with rows has them in: from there one pass of the whole
+// block over the rest (copy_late_entries) is faster than rounds of one
+// warp. Every lane calls this.
+__device__ __forceinline__ void note_destinations(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                  const HelperMemory& m, int32_t first_row, int32_t count,
+                                                  int32_t parts, uint32_t mine) {
+  constexpr int kLoads = 8;  // entries per lane in flight: a list of k = 2048 entries in eight round trips
+  const int lane = threadIdx.x & 31;
+  const GatherCompactParams& g = p.gather;
+  const int32_t readers = min(min(m.words[HelperMemory::kPredicted], m.buffered), kReadingWarps);
+  int late = 0;
+  int32_t base = 0;
+  for (; base < count; base += kLoads * kWarpSize) {
+    const int32_t readers_done = __shfl_sync(0xffffffffu, *static_cast<volatile int32_t*>(
+                                                              &m.words[HelperMemory::kReadersDone]), 0);
+    if (readers_done >= readers) break;
+    int32_t key[kLoads], hot_row[kLoads];
+#pragma unroll
+    for (int x = 0; x < kLoads; ++x) {
+      const int32_t e = base + x * kWarpSize + lane;
+      key[x] = -1;
+      if (e < count) handoff::load_swap_entry(g, c, first_row, e, key[x], hot_row[x]);
+    }
+#pragma unroll
+    for (int x = 0; x < kLoads; ++x) {
+      if (key[x] < 0 || !((mine >> part_of(key[x], parts)) & 1u)) continue;
+      uint8_t* const dst = assigned_row_destination(g, hot_row[x]);
+      if (dst == nullptr) continue;
+      const int16_t index = m.find(key[x]);
+      const bool buffered = buffered_row(c.stage_host_rows, index, key[x]);
+      if (!buffered || atomicCAS(reinterpret_cast<unsigned long long*>(m.destination + index), 0ull,
+                                 reinterpret_cast<unsigned long long>(dst)) != 0ull) {
+        ++late;
+      }
+    }
+  }
+  late = warp_sum(late);
+  if (lane == 0) {
+    m.words[HelperMemory::kLate] = late;
+    m.words[HelperMemory::kNoted] = min(base, count);
+  }
+}
+
+// Every thread copies buffered rows to the destinations note_destinations
+// gave them: warp w the rows w, w + 32, ..., its lanes over a row's chunks.
+__device__ __forceinline__ void copy_buffered_rows(const ResolverConstants& c, const HelperMemory& m) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int32_t count = min(m.words[HelperMemory::kPredicted], m.buffered);
+  const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
+  for (int32_t i = warp; i < count; i += kResolverWarps) {
+    uint8_t* const dst = m.destination[i];
+    if (dst == nullptr) continue;
+    const uint8_t* const src = m.rows + static_cast<int64_t>(i) * c.stage_row_bytes;
+    for (int chunk = lane; chunk < chunks; chunk += kWarpSize) {
+      store_chunk(dst + chunk * kChunkBytes, load_chunk(src + chunk * kChunkBytes));
+    }
+  }
+}
+
+// The helper copies the swap entries [from, count) of its partition
+// (`mine`) of the published list (`count` entries from token row
+// `first_row`) that copy_buffered_rows does not (with kNote; without, all of
+// them), exactly as gather_compact would: from its buffer where it
+// predicted the row, else from host memory.
+template <bool kNote>
+__device__ __forceinline__ void copy_late_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                  const HelperMemory& m, int32_t first_row, int32_t from,
+                                                  int32_t count, int32_t parts, uint32_t mine) {
   const int lane = threadIdx.x & 31;
   const GatherCompactParams& g = p.gather;
   const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
-  for (int32_t base = 0; base < count; base += kResolverThreads) {
+  for (int32_t base = from; base < count; base += kResolverThreads) {
     const int32_t e = base + static_cast<int32_t>(threadIdx.x);
     const uint8_t* src = nullptr;
     uint8_t* dst = nullptr;
@@ -312,7 +429,9 @@ __device__ __forceinline__ void copy_partition(const ResolveResidencyParams& p, 
       if (key >= 0 && ((mine >> part_of(key, parts)) & 1u)) dst = assigned_row_destination(g, hot_row);
       if (dst != nullptr) {
         const int16_t index = m.find(key);
-        if (buffered_row(c.stage_host_rows, index, key)) {
+        if (kNote && flat_copied(c, m, key, dst, index)) {
+          dst = nullptr;
+        } else if (buffered_row(c.stage_host_rows, index, key)) {
           src = m.rows + static_cast<int64_t>(index) * c.stage_row_bytes;
         } else if (key < g.host_rows) {
           src = g.host + static_cast<int64_t>(key) * g.host_pitch;
@@ -404,8 +523,10 @@ __device__ __forceinline__ void claim_and_wait(const ResolveResidencyParams& p, 
 }
 
 // Helper h of the launch (see the file comment): batch row h % B, partition
-// h / B. Every thread of the block calls this, with the block's dynamic
-// shared memory (`bytes` of it).
+// h / B; kNote: the coordinator notes destinations while the rows arrive.
+// Every thread of the block calls this, with the block's dynamic shared
+// memory (`bytes` of it).
+template <bool kNote>
 __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                unsigned char* smem, uint32_t bytes, int32_t h) {
   const int32_t batch = p.num_batch_rows;
@@ -417,23 +538,42 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  const HelperMemory m(smem, bytes, p.top_k, p.residency_hint != nullptr ? 0 : p.hot_size, parts, c.stage_row_bytes);
-  predict_misses(p, c, m, b, s, part, parts);
+  const HelperMemory m(smem, bytes, p.top_k, p.residency_hint != nullptr ? 0 : p.hot_size, parts, c.stage_row_bytes,
+                       kNote);
+  predict_misses<kNote>(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;
   // The reads start at once; the coordinator warp meanwhile claims the
-  // partition and waits for the swap list. A helper that does not claim
-  // (its request does not resolve, the owner was first) read for nothing.
+  // partition, waits for the swap list and (kNote) notes where its buffered
+  // rows go, so that what is left once the rows are in is one flat copy. A
+  // helper that does not claim (its request does not resolve, the owner was
+  // first) read for nothing.
   if ((threadIdx.x >> 5) == kCoordinatorWarp) {
     claim_and_wait(p, m, record, b, s, part, start);
+    if constexpr (kNote) {
+      __syncwarp();
+      const int32_t listed = m.words[HelperMemory::kCount];
+      if (m.words[HelperMemory::kClaimed] && listed >= 0) {
+        note_destinations(p, c, m, m.words[HelperMemory::kFirstRow], listed, parts, 1u << part);
+      }
+    }
   } else {
-    read_predicted_rows(c, m);
+    read_predicted_rows<kNote>(c, m);
   }
-  __syncthreads();  // the buffer's rows, the claim and the published list
+  __syncthreads();  // the buffer's rows, the claim, the published list and the rows' destinations
   const int32_t count = m.words[HelperMemory::kCount];
   // Not claimed (the owner copies this partition), or closed (the owner copied its own rows).
   if (!m.words[HelperMemory::kClaimed] || count < 0) return;
-  copy_partition(p, c, m, m.words[HelperMemory::kFirstRow], count, parts, 1u << part);
+  if constexpr (kNote) {
+    if (m.words[HelperMemory::kNoted] > 0) copy_buffered_rows(c, m);
+    // Every entry past the noted ones, and the noted ones too if some of them were late.
+    const int32_t from = m.words[HelperMemory::kLate] > 0 ? 0 : m.words[HelperMemory::kNoted];
+    if (from < count) {
+      copy_late_entries<true>(p, c, m, m.words[HelperMemory::kFirstRow], from, count, parts, 1u << part);
+    }
+  } else {
+    copy_late_entries<false>(p, c, m, m.words[HelperMemory::kFirstRow], 0, count, parts, 1u << part);
+  }
   if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
 }
 

@@ -191,8 +191,10 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
 // The automatic schedule with a handoff array (launched with a block per
 // idle SM past the batch, and no tail gather): AutoGather's choice per
 // request, but a request with many misses publishes them to every block
-// of the launch instead of leaving them to a second kernel.
-template <class Fused, bool kEarlyReads = false>
+// of the launch instead of leaving them to a second kernel. kEarlyReads:
+// the blocks past the batch are early-read helpers (resolver_early_reads.cuh);
+// kNoteDestinations: they note their rows' destinations while they read.
+template <class Fused, bool kEarlyReads = false, bool kNoteDestinations = false>
 class HandoffGather : public AutoGather<Fused> {
  public:
   __device__ __forceinline__ HandoffGather(const ResolverConstants& c, const ResolverWorkspace& ws)
@@ -313,7 +315,8 @@ class HandoffGather : public AutoGather<Fused> {
     if constexpr (kEarlyReads) {
       // Only the blocks past the batch help; an inactive request's block has nothing to claim.
       if (blockIdx.x > static_cast<unsigned>(B)) {
-        early_reads::help_as_helper(p, c, ws.base, c.miss_stage.total_bytes, static_cast<int32_t>(blockIdx.x) - B - 1);
+        early_reads::help_as_helper<kNoteDestinations>(p, c, ws.base, c.miss_stage.total_bytes,
+                                                       static_cast<int32_t>(blockIdx.x) - B - 1);
       }
       return;
     }

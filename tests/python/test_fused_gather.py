@@ -534,6 +534,36 @@ def test_fused_gather_many_requests_full_buffers(device, schedule, batch):
         assert torch.equal(hot, want_hot)
 
 
+@pytest.mark.sanitize
+def test_fused_gather_helpers_that_note_destinations(device):
+    """Requests whose helpers' reads run long past the swap list's arrival:
+    16 requests selecting 2,048 positions of full 4,096-row buffers, 20% of
+    them new, rows of 656 bytes (4.3 MB from host memory, tens of
+    microseconds on a PCIe link). Under the handoff on CUDA the launch runs
+    the early-read helpers that note their buffered rows' hot rows while
+    they read (at most 8 helpers per request on GPUs of up to 145 SMs) and
+    copy them in one flat pass after their reads (docs/residency.md,
+    "Fused gather"). Two steps; every miss is assigned, every valid entry's
+    hot row holds its host row afterwards, and on CUDA all outputs, the
+    state and every hot byte equal the CPU backend's."""
+    B, K, H = 16, 2048, 4096
+    misses = [[K // 5 + b for b in range(B)], [K // 5 - b for b in range(B)]]
+    run = dict(K=K, H=H, max_union_rows=K, schedule="handoff")
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, misses, **run)
+    for step, out in enumerate(got):
+        assert out["swap_counts"].tolist() == misses[step], f"step {step}"
+        assert (out["hot_rows"] >= 0).all(), f"step {step}"
+    last = got[-1]
+    assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).flatten().long()],
+                       host[torch.from_numpy(last["resolved"]).flatten().long()])
+    if device.type == "cuda":
+        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, misses, **run)
+        for step, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"step {step}: cuda vs cpu")
+        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+        assert torch.equal(hot, want_hot)
+
+
 def hint_of(dgi, host_rows):
     """The residency hint that holds exactly the host rows of `dgi` below `host_rows`."""
     rows = dgi.flatten().cpu().numpy().astype(np.int64)
