@@ -93,7 +93,7 @@ HELPER_POINTS = [
     ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", "thread 0"),
     ("helper: all held rows marked", r"^\s*__syncthreads\(\);\s*// every held row is marked", "thread 0"),
     ("helper: own keys noted", r"^\s*for \(int x = 0; x < kTopkLoads; \+\+x\) note_predicted", "thread 0"),
-    ("helper: predicted", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);", "thread 0"),
+    ("helper: predicted", r"^\s*predict_misses<kNote>\(p, c, m, b, s, part, parts\);", "thread 0"),
     ("helper: claimed (coordinator)", r"^\s*m\.words\[HelperMemory::kClaimed\] = claimed;", "one lane"),
     ("helper: list seen (coordinator)", r"^\s*m\.words\[HelperMemory::kCount\] = valid \? count : -1;", "one lane"),
     ("helper: destinations noted (coordinator)", r"^\s*note_destinations\(p, c, m, m\.words\[HelperMemory::kFirstRow\]",
@@ -101,14 +101,14 @@ HELPER_POINTS = [
     ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", "thread 0"),
     ("helper: copied", r"^\s*if \(m\.words\[HelperMemory::kNoted\] > 0\) copy_buffered_rows\(c, m\);",
      "thread 0"),
-    ("helper: late entries copied", r"^\s*if \(from < count\) copy_late_entries\(p, c, m,", "thread 0"),
+    ("helper: late entries copied", r"^\s*copy_late_entries<true>\(p, c, m,", "thread 0"),
     ("helper: block finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", "block"),
 ]
 
 # Counts a helper records (name, the line after which, its expression): its
 # predicted rows, to set against when its reads are in.
 VALUE_POINTS = [
-    ("helper: predicted rows", r"^\s*predict_misses\(p, c, m, b, s, part, parts\);",
+    ("helper: predicted rows", r"^\s*predict_misses<kNote>\(p, c, m, b, s, part, parts\);",
      "m.words[HelperMemory::kPredicted]"),
     ("helper: entries noted before the rows were in", r"^\s*const int32_t from = m\.words\[HelperMemory::kLate\] > 0",
      "m.words[HelperMemory::kNoted]"),

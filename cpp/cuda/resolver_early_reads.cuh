@@ -360,8 +360,8 @@ __device__ __forceinline__ void note_destinations(const ResolveResidencyParams& 
   int late = 0;
   int32_t base = 0;
   for (; base < count; base += kLoads * kWarpSize) {
-    const int32_t readers_done = __shfl_sync(0xffffffffu, *static_cast<volatile int32_t*>(
-                                                              &m.words[HelperMemory::kReadersDone]), 0);
+    const int32_t readers_done =
+        __shfl_sync(0xffffffffu, *static_cast<volatile int32_t*>(&m.words[HelperMemory::kReadersDone]), 0);
     if (readers_done >= readers) break;
     int32_t key[kLoads], hot_row[kLoads];
 #pragma unroll
@@ -414,8 +414,8 @@ __device__ __forceinline__ void copy_buffered_rows(const ResolverConstants& c, c
 // predicted the row, else from host memory.
 template <bool kNote>
 __device__ __forceinline__ void copy_late_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                  const HelperMemory& m, int32_t first_row, int32_t from,
-                                                  int32_t count, int32_t parts, uint32_t mine) {
+                                                  const HelperMemory& m, int32_t first_row, int32_t from, int32_t count,
+                                                  int32_t parts, uint32_t mine) {
   const int lane = threadIdx.x & 31;
   const GatherCompactParams& g = p.gather;
   const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
@@ -538,8 +538,8 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  const HelperMemory m(smem, bytes, p.top_k, p.residency_hint != nullptr ? 0 : p.hot_size, parts, c.stage_row_bytes,
-                       kNote);
+  const int32_t held = p.residency_hint != nullptr ? 0 : p.hot_size;
+  const HelperMemory m(smem, bytes, p.top_k, held, parts, c.stage_row_bytes, kNote);
   predict_misses<kNote>(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;

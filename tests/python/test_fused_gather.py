@@ -206,6 +206,17 @@ def assert_same(got: dict, want: dict, context: str) -> None:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{context}: {name}")
 
 
+def assert_steps_same_as_cpu(got: list, dgi, lru, hot, want: tuple) -> None:
+    """A CUDA run of several steps (`got`: each step's outputs, then the
+    final state and hot cache) against the CPU backend's run of the same
+    steps (`want`: what that run returned)."""
+    want_steps, want_dgi, want_lru, want_hot = want[:4]
+    for step, (g, w) in enumerate(zip(got, want_steps)):
+        assert_same(g, w, f"step {step}: cuda vs cpu")
+    assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
+    assert torch.equal(hot, want_hot)
+
+
 SHAPES = [
     Shape(row_bytes=16, hot_block_size=4, hot_block_stride=4, steps=3),
     Shape(row_bytes=16, hot_block_size=4, hot_block_stride=7, steps=3),
@@ -436,6 +447,22 @@ def run_full_buffer_steps(device, misses_per_step, K=64, H=2048, max_union_rows=
     return results, dgi.cpu(), lru.cpu(), hot.cpu(), host.cpu()
 
 
+def check_full_buffer_steps(device, misses_per_step, **run) -> None:
+    """run_full_buffer_steps(device, misses_per_step, **run) with no
+    unusable slots: every miss is assigned, every hot row of the last step
+    holds its host row, and on CUDA all outputs, the state and every hot
+    byte equal the CPU backend's."""
+    got, dgi, lru, hot, host = run_full_buffer_steps(device, misses_per_step, **run)
+    for step, out in enumerate(got):
+        assert out["swap_counts"].tolist() == misses_per_step[step], f"step {step}"
+        assert (out["hot_rows"] >= 0).all(), f"step {step}"
+    last = got[-1]
+    assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).long().flatten()],
+                       host[torch.from_numpy(last["resolved"]).long().flatten()])
+    if device.type == "cuda":
+        assert_steps_same_as_cpu(got, dgi, lru, hot, run_full_buffer_steps(CPU, misses_per_step, **run))
+
+
 # Per step, per request: misses among K = 64 selected positions of a full
 # buffer of 2048 rows (at most 8 fit the CUDA resolver's stage).
 FULL_BUFFER_MISSES = [[2, 8, 9, 0], [1, 3, 64, 2], [8, 0, 5, 1]]
@@ -452,19 +479,7 @@ def test_fused_gather_full_buffers(device, schedule):
     Every miss is counted, every valid entry's hot row holds its host row
     afterwards, and on CUDA all outputs, the state and every hot byte equal
     the CPU backend's."""
-    got, dgi, lru, hot, host = run_full_buffer_steps(device, FULL_BUFFER_MISSES, schedule=schedule)
-    for step, out in enumerate(got):
-        assert out["swap_counts"].tolist() == FULL_BUFFER_MISSES[step], f"step {step}"
-        assert (out["hot_rows"] >= 0).all(), f"step {step}"
-    last = got[-1]
-    assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).long().flatten()],
-                       host[torch.from_numpy(last["resolved"]).long().flatten()])
-    if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, FULL_BUFFER_MISSES, schedule=schedule)
-        for step, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"step {step}: cuda vs cpu")
-        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
-        assert torch.equal(hot, want_hot)
+    check_full_buffer_steps(device, FULL_BUFFER_MISSES, schedule=schedule)
 
 
 def many_request_misses(batch: int) -> list:
@@ -527,11 +542,7 @@ def test_fused_gather_many_requests_full_buffers(device, schedule, batch):
     assert torch.equal(hot[torch.from_numpy(last["hot_rows"][valid]).long()],
                        host[torch.from_numpy(last["resolved"][valid]).long()])
     if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, misses, **run)
-        for step, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"step {step}: cuda vs cpu")
-        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
-        assert torch.equal(hot, want_hot)
+        assert_steps_same_as_cpu(got, dgi, lru, hot, run_full_buffer_steps(CPU, misses, **run))
 
 
 @pytest.mark.sanitize
@@ -548,20 +559,7 @@ def test_fused_gather_helpers_that_note_destinations(device):
     state and every hot byte equal the CPU backend's."""
     B, K, H = 16, 2048, 4096
     misses = [[K // 5 + b for b in range(B)], [K // 5 - b for b in range(B)]]
-    run = dict(K=K, H=H, max_union_rows=K, schedule="handoff")
-    got, dgi, lru, hot, host = run_full_buffer_steps(device, misses, **run)
-    for step, out in enumerate(got):
-        assert out["swap_counts"].tolist() == misses[step], f"step {step}"
-        assert (out["hot_rows"] >= 0).all(), f"step {step}"
-    last = got[-1]
-    assert torch.equal(hot[torch.from_numpy(last["hot_rows"]).flatten().long()],
-                       host[torch.from_numpy(last["resolved"]).flatten().long()])
-    if device.type == "cuda":
-        want, want_dgi, want_lru, want_hot, _ = run_full_buffer_steps(CPU, misses, **run)
-        for step, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"step {step}: cuda vs cpu")
-        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
-        assert torch.equal(hot, want_hot)
+    check_full_buffer_steps(device, misses, K=K, H=H, max_union_rows=K, schedule="handoff")
 
 
 def hint_of(dgi, host_rows):
@@ -799,11 +797,7 @@ def check_early_read_cases(device, schedule, **run):
     assert (copied[~inside] == 0).all() and (~inside).any()
     if device.type == "cuda":
         run.pop("hinted", None)
-        want, want_dgi, want_lru, want_hot, _ = run_early_read_cases(CPU, schedule, **run)
-        for step, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"step {step}: cuda vs cpu")
-        assert torch.equal(dgi, want_dgi) and torch.equal(lru, want_lru)
-        assert torch.equal(hot, want_hot)
+        assert_steps_same_as_cpu(got, dgi, lru, hot, run_early_read_cases(CPU, schedule, **run))
 
 
 @pytest.mark.sanitize
