@@ -101,7 +101,7 @@ HELPER_POINTS = [
     ("helper: reads in and list seen", r"^\s*__syncthreads\(\);\s*// the buffer's rows, the claim", "thread 0"),
     ("helper: copied", r"^\s*if \(m\.words\[HelperMemory::kNoted\] > 0\) copy_buffered_rows\(c, m\);",
      "thread 0"),
-    ("helper: late entries copied", r"^\s*copy_late_entries<true>\(p, c, m,", "thread 0"),
+    ("helper: entries not noted copied", r"^\s*copy_partition_entries<true>\(p, c, m,", "thread 0"),
     ("helper: block finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", "block"),
 ]
 

@@ -9,15 +9,16 @@
 // where the launch has a residency hint, whose hint bit is clear) and reads
 // their host rows into its shared memory while the owner still resolves;
 // one coordinator warp meanwhile claims the partition and waits for the
-// swap list. Where the request has at most kNoteMaxParts partitions, the
-// coordinator then notes, while rows are still arriving, the hot row of
-// each swap entry of its partition whose row it buffered. A helper whose
-// partition predicts nothing leaves at once. Once its rows are in, the
-// helper copies every swap entry of its partition: the noted rows in one
-// flat pass of every warp, then the entries it did not note in one pass of
-// the block (from its buffer where it predicted the row, from host memory
-// where it did not). Only the handoff instantiation for early reads has
-// this path (HandoffGather<Fused, true>).
+// swap list. Where no request of the launch has more than kNoteMaxParts
+// partitions, the coordinator then notes, while rows are still arriving,
+// the hot row of each swap entry of its partition whose row it buffered. A
+// helper whose partition predicts nothing leaves at once. Once its rows are
+// in, the helper copies every swap entry of its partition: the noted rows
+// in one flat pass of every warp, then the entries it did not note in one
+// pass of the block (from its buffer where it predicted the row, from host
+// memory where it did not). Only the handoff's early-read instantiations
+// have this path (HandoffGather<Fused, true>, and HandoffGather<Fused,
+// true, true> where the helpers note).
 //
 // The prediction is only a head start: which rows are copied, and where,
 // always comes from the published swap list, so a wrong prediction (a state
@@ -59,9 +60,9 @@ constexpr int kPartsWord = handoff::kCursor;
 // request has at most this many partitions. With more, each partition's few
 // rows are in about when the swap list arrives, and a round of noting
 // started then outlasts them: on an H200 at one request (16 partitions)
-// noting made the step 0.96x as fast at 2.5-5% misses and 0.82x at 20%, and
-// its bookkeeping alone, noting nothing, 0.97-0.98x; from 16 requests (7-8
-// partitions) on it makes it 1.02-1.08x as fast at 2.5-5%
+// noting made the step 0.92-0.98x as fast at 2.5-5% misses and 0.77-0.82x
+// at 20%, and its bookkeeping alone, noting nothing, 0.97-0.98x; from 16
+// requests (7-8 partitions) on it makes it 1.02-1.085x as fast at 2.5-5%
 // (bench/results/resolver_flat_copy_ab_h200.json).
 constexpr int32_t kNoteMaxParts = 8;
 
@@ -99,7 +100,7 @@ struct HelperMemory {
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
   static constexpr int kFirstRow = 2;   // the published record's first row and count
   static constexpr int kCount = 3;
-  static constexpr int kLate = 4;         // noted entries the flat copy leaves to copy_late_entries
+  static constexpr int kLate = 4;         // noted entries that copy_buffered_rows cannot copy
   static constexpr int kNoted = 5;        // the coordinator noted the entries before this one
   static constexpr int kReadersDone = 6;  // reading warps with rows whose rows are in
   static constexpr uint32_t kWords = 16;
@@ -348,7 +349,7 @@ __device__ __forceinline__ bool flat_copied(const ResolverConstants& c, const He
 // others are counted in words[kLate]. It notes a round of entries at a
 // time and stops, recording how far it came in words[kNoted], once every
 // reading warp with rows has them in: from there one pass of the whole
-// block over the rest (copy_late_entries) is faster than rounds of one
+// block over the rest (copy_partition_entries) is faster than rounds of one
 // warp. Every lane calls this.
 __device__ __forceinline__ void note_destinations(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                   const HelperMemory& m, int32_t first_row, int32_t count,
@@ -413,9 +414,9 @@ __device__ __forceinline__ void copy_buffered_rows(const ResolverConstants& c, c
 // them), exactly as gather_compact would: from its buffer where it
 // predicted the row, else from host memory.
 template <bool kNote>
-__device__ __forceinline__ void copy_late_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                  const HelperMemory& m, int32_t first_row, int32_t from, int32_t count,
-                                                  int32_t parts, uint32_t mine) {
+__device__ __forceinline__ void copy_partition_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                       const HelperMemory& m, int32_t first_row, int32_t from,
+                                                       int32_t count, int32_t parts, uint32_t mine) {
   const int lane = threadIdx.x & 31;
   const GatherCompactParams& g = p.gather;
   const int chunks = static_cast<int>(c.stage_row_bytes / kChunkBytes);
@@ -566,13 +567,13 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   if (!m.words[HelperMemory::kClaimed] || count < 0) return;
   if constexpr (kNote) {
     if (m.words[HelperMemory::kNoted] > 0) copy_buffered_rows(c, m);
-    // Every entry past the noted ones, and the noted ones too if some of them were late.
+    // Every entry past the noted ones, and the noted ones too if one of them could not be copied flat.
     const int32_t from = m.words[HelperMemory::kLate] > 0 ? 0 : m.words[HelperMemory::kNoted];
     if (from < count) {
-      copy_late_entries<true>(p, c, m, m.words[HelperMemory::kFirstRow], from, count, parts, 1u << part);
+      copy_partition_entries<true>(p, c, m, m.words[HelperMemory::kFirstRow], from, count, parts, 1u << part);
     }
   } else {
-    copy_late_entries<false>(p, c, m, m.words[HelperMemory::kFirstRow], 0, count, parts, 1u << part);
+    copy_partition_entries<false>(p, c, m, m.words[HelperMemory::kFirstRow], 0, count, parts, 1u << part);
   }
   if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
 }
