@@ -11,10 +11,9 @@ them), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (loads issued, table cleared, held rows marked,
 top-k rows noted), their claim, the publication, the destinations of
 their buffered rows noted, the reads, the flat copy of those rows, the
-late entries (the first one's arrival and their copy) and the whole
-block's finish;
-each helper also records how many rows it predicted, set against when its
-reads are in. The stamps go to the `stats` tensor past its five counters
+copy of the entries not noted and the whole block's finish; each helper
+also records how many rows it predicted, set against when its reads are
+in, and how many list entries it noted before they were. The stamps go to the `stats` tensor past its five counters
 (entry 5 + block * 32 + point), so the stamped build needs no other
 interface. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
