@@ -13,9 +13,9 @@ top-k rows noted), their claim, the publication, the destinations of
 their buffered rows noted, the reads, the flat copy of those rows, the
 copy of the entries not noted and the whole block's finish; each helper
 also records how many rows it predicted, set against when its reads are
-in, and how many list entries it noted before they were. The stamps go to the `stats` tensor past its five counters
-(entry 5 + block * 32 + point), so the stamped build needs no other
-interface. It then runs bench_resolver.py's
+in, and how many list entries it noted before they were. The stamps go to
+the `stats` tensor past its five counters (entry 5 + block * 32 + point),
+so the stamped build needs no other interface. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
 BENCH_OPTIONS are its shape options), --launches steady steps launched
 eagerly one at a time, and prints per point the time after the launch's

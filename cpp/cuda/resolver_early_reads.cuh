@@ -59,11 +59,9 @@ constexpr int kPartsWord = handoff::kCursor;
 // destinations while they read (kNote, note_destinations) only where every
 // request has at most this many partitions. With more, each partition's few
 // rows are in about when the swap list arrives, and a round of noting
-// started then outlasts them: on an H200 at one request (16 partitions)
-// noting made the step 0.92-0.98x as fast at 2.5-5% misses and 0.77-0.82x
-// at 20%, and its bookkeeping alone, noting nothing, 0.97-0.98x; from 16
-// requests (7-8 partitions) on it makes it 1.02-1.085x as fast at 2.5-5%
-// (bench/results/resolver_flat_copy_ab_h200.json).
+// started then outlasts them, so noting (even its bookkeeping alone) makes
+// those steps slower (docs/performance.md, "Early reads from the state
+// row").
 constexpr int32_t kNoteMaxParts = 8;
 
 // The partitions of batch row b's host rows: its helper blocks (helper h,
@@ -100,7 +98,7 @@ struct HelperMemory {
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
   static constexpr int kFirstRow = 2;   // the published record's first row and count
   static constexpr int kCount = 3;
-  static constexpr int kLate = 4;         // noted entries that copy_buffered_rows cannot copy
+  static constexpr int kLate = 4;         // entries in the noted range whose rows copy_buffered_rows does not copy
   static constexpr int kNoted = 5;        // the coordinator noted the entries before this one
   static constexpr int kReadersDone = 6;  // reading warps with rows whose rows are in
   static constexpr uint32_t kWords = 16;
