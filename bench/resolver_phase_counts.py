@@ -178,12 +178,16 @@ def main(argv=None):
 
 
 def instantiation_of(name: str) -> tuple:
-    """The policies and blocks per SM of a resolve_residency_kernel, from
-    ncu's spelling of its template arguments or from its mangled name."""
+    """The policies and value arguments (the handoff's early-read flags, the
+    blocks per SM, the hint upkeep) of a resolve_residency_kernel, in order,
+    from ncu's spelling of its template arguments ("(bool)1", "(int)2",
+    "(...HintUpkeep)0") or from its mangled name ("Lb1E", "Li2E",
+    "LNS1_10HintUpkeepE0E")."""
     policy_names = r"(NoGather|AutoGather|HandoffGather|FusedGather|SharedPlacement|SplitPlacement)"
     policies = tuple(re.findall(policy_names, name))
-    blocks = re.search(r"\(int\)(\d+)|Li(\d+)E", name)
-    return policies, (blocks.group(1) or blocks.group(2)) if blocks else None
+    value_argument = r"\((?:bool|int|[\w:<> ]*HintUpkeep)\)(\d+)|L(?:b|i|NS\d*_\d+HintUpkeepE)(\d+)E"
+    values = tuple(match.group(1) or match.group(2) for match in re.finditer(value_argument, name))
+    return policies, values
 
 
 if __name__ == "__main__":

@@ -28,14 +28,25 @@ def test_every_phase_of_the_kernel_body_is_found():
 
 def test_instantiations_match_between_ncu_and_mangled_names():
     instantiation_of = load().instantiation_of
+    prefix = "_ZN8hisparse4cuda53_GLOBAL__N__e71da88d_20_resolve_residency_cu_cb1658af24resolve_residency_kernel"
     ncu = "hisparse::cuda::HandoffGather<hisparse::cuda::FusedGather>, hisparse::cuda::SharedPlacement, (int)1"
-    mangled = ("_ZN8hisparse4cuda53_GLOBAL__N__e71da88d_20_resolve_residency_cu_cb1658af24resolve_residency_kernel"
-               "INS0_13HandoffGatherINS0_11FusedGatherEEENS0_15SharedPlacementELi1EEEvNS_22ResolveResidencyParamsE")
-    expected = (("HandoffGather", "FusedGather", "SharedPlacement"), "1")
+    mangled = prefix + ("INS0_13HandoffGatherINS0_11FusedGatherEEENS0_15SharedPlacementELi1EEE"
+                        "vNS_22ResolveResidencyParamsE")
+    expected = (("HandoffGather", "FusedGather", "SharedPlacement"), ("1",))
     assert instantiation_of(ncu) == instantiation_of(mangled) == expected
     paired = "hisparse::cuda::FusedGather, hisparse::cuda::SharedPlacement, (int)2"
     assert instantiation_of(paired) != instantiation_of(mangled)
-    assert instantiation_of(paired)[1] == "2"
+    assert instantiation_of(paired)[1] == ("2",)
+    # The early-read flags and the hint upkeep tell apart kernels of the same policies.
+    noting = ("hisparse::cuda::HandoffGather<hisparse::cuda::FusedGather, (bool)1, (bool)1>, "
+              "hisparse::cuda::SharedPlacement, (int)1, (hisparse::cuda::<unnamed>::HintUpkeep)0")
+    noting_mangled = prefix + ("INS0_13HandoffGatherINS0_11FusedGatherELb1ELb1EEENS0_15SharedPlacementELi1E"
+                               "LNS1_10HintUpkeepE0EEEvNS_22ResolveResidencyParamsENS0_17ResolverConstantsE")
+    early_hinted = prefix + ("INS0_13HandoffGatherINS0_11FusedGatherELb1ELb0EEENS0_15SharedPlacementELi1E"
+                             "LNS1_10HintUpkeepE1EEEvNS_22ResolveResidencyParamsENS0_17ResolverConstantsE")
+    assert instantiation_of(noting) == instantiation_of(noting_mangled)
+    assert instantiation_of(noting)[1] == ("1", "1", "1", "0")
+    assert instantiation_of(early_hinted)[1] == ("1", "0", "1", "1")
 
 
 def test_listing_charges_instructions_to_the_kernel_line_and_the_innermost_line():
