@@ -1,14 +1,19 @@
 // hisparse._C.StagingPlan and the staging calls (hisparse/staging.h). The
 // plan's tensors are arrays of the framework of its storage (torch views of
 // a torch buffer, NumPy views of the plan's own memory), made once and owned
-// by that storage, so a view never outlives the bytes it shows.
+// by that storage, so a view never outlives the bytes it shows. A plan on a
+// torch buffer holds an alias of the buffer's storage, so replacing the
+// buffer's storage (set_()) frees nothing the plan uses, and refuses to run
+// once that storage was reallocated (resize_()).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -76,13 +81,22 @@ class StagingPlan {
     }
     check(status);
     const hs_staging_plan_info_t plan_info = info();
-    // Views of caller storage belong to that storage (and take its framework);
-    // views of the plan's own memory keep the plan's state alive.
+    // Views of a torch buffer are torch views of an alias of its storage (they
+    // follow that storage wherever it goes); views of a NumPy buffer belong to
+    // the array; views of the plan's own memory keep the plan's state alive.
+    if (!storage.is_none() && is_torch_tensor(storage)) {
+      storage_alias_ = nb::borrow(storage).attr("detach")();
+      storage_address_ = nb::cast<uintptr_t>(storage_alias_.attr("data_ptr")());
+      for (int which = 0; which < HS_STAGING_PLAN_NUM_TENSORS; ++which) {
+        views_[which] = torch_view(static_cast<hs_staging_plan_tensor_t>(which));
+      }
+      return;
+    }
     nb::object owner;
     Framework framework;
     if (!storage.is_none()) {
       owner = nb::borrow(storage);
-      framework = is_torch_tensor(storage) ? Framework::kTorch : Framework::kNumpy;
+      framework = Framework::kNumpy;
     } else {
       owner = state_owner(state_);
       framework = plan_info.device_type == HS_DEVICE_CUDA ? Framework::kTorch : Framework::kNumpy;
@@ -90,6 +104,16 @@ class StagingPlan {
     for (int which = 0; which < HS_STAGING_PLAN_NUM_TENSORS; ++which) {
       views_[which] = view(static_cast<hs_staging_plan_tensor_t>(which), owner, framework);
     }
+  }
+
+  // Refuses to run the plan when its torch buffer's storage was reallocated
+  // since the plan was made on it: the plan holds the old address.
+  void check_storage() const {
+    if (!storage_alias_.is_valid()) return;
+    const uintptr_t now = nb::cast<uintptr_t>(storage_alias_.attr("data_ptr")());
+    if (now == storage_address_) return;
+    throw std::runtime_error("storage: the plan's buffer was reallocated after the plan was made on it (e.g. by "
+                             "resize_()); make a new plan");
   }
 
   static uint64_t storage_bytes(const PyInt& device_type, const PyInt& device_index, const PyInt& num_rows,
@@ -111,6 +135,7 @@ class StagingPlan {
   }
 
   void build(nb::handle block_table, nb::handle seq_lens, nb::handle stream) {
+    check_storage();
     const TensorArg table(exported(block_table, "block_table"), "block_table", kRead);
     const TensorArg lens(exported(seq_lens, "seq_lens"), "seq_lens", kRead);
     const hs_stream_t s = stream_of(stream, block_table, seq_lens);
@@ -119,6 +144,7 @@ class StagingPlan {
 
   void ensure_gpu_sources(nb::handle resident_state_rows, nb::handle state_indices, nb::handle resident_block_size,
                           nb::handle stream) {
+    check_storage();
     const TensorArg resident(exported(resident_state_rows, "resident_state_rows"), "resident_state_rows", kRead);
     const TensorArg states(exported(state_indices, "state_indices"), "state_indices", kRead);
     const int64_t block_size = int_arg(PyInt{resident_block_size}, "resident_block_size");
@@ -166,13 +192,27 @@ class StagingPlan {
         nb::rv_policy::reference);
   }
 
+  // A torch view of the plan's tensor `which` in its torch buffer.
+  nb::object torch_view(hs_staging_plan_tensor_t which) const {
+    hs_tensor_t t{};
+    check(hs_staging_plan_get_tensor(state_->handle, which, &t));
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(t.data) - storage_address_;
+    const nb::object int32 = nb::module_::import_("torch").attr("int32");
+    return storage_alias_.attr("narrow")(0, offset, t.shape[0] * t.shape[1] * sizeof(int32_t))
+        .attr("view")(int32)
+        .attr("view")(t.shape[0], t.shape[1]);
+  }
+
   std::shared_ptr<PlanState> state_;
   std::array<nb::object, HS_STAGING_PLAN_NUM_TENSORS> views_;
+  nb::object storage_alias_;        // the torch buffer's detach(), which holds its storage (unset otherwise)
+  uintptr_t storage_address_ = 0;  // the buffer's data address when the plan was made
 };
 
 void gather_prefill_cache(nb::handle plan_arg, const PyArray& host_cache, const PyOptionalArray& resident_cache,
                           const PyArray& staged, const PyInt& stream) {
   const StagingPlan& plan = *object_arg<StagingPlan>(plan_arg, "plan", "a hisparse.StagingPlan");
+  plan.check_storage();
   const TensorArg host(host_cache, "host_cache", kRead);
   const OptionalTensorArg resident(resident_cache, "resident_cache", kRead);
   const TensorArg out(staged, "staged", kWrite);

@@ -13,7 +13,7 @@ followers' host rows are laid out token-major: see
 from __future__ import annotations
 
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _C, _args
 from ._tensors import torch_or_none
@@ -38,6 +38,33 @@ def _torch():
     if torch is None:
         raise RuntimeError("hisparse.Runtime needs torch")
     return torch
+
+
+class _Borrowed(NamedTuple):
+    """A caller's tensor whose memory the runtime keeps using after the call that bound it."""
+
+    value: Any  # the tensor as given
+    keeper: Any  # a torch alias of its storage: replacing the tensor's storage frees nothing bound
+    address: int  # its data address when bound; 0: not a torch tensor, or empty (nothing to check)
+
+
+def _borrow(value: Any) -> _Borrowed:
+    torch = torch_or_none()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _Borrowed(value, value.detach(), value.data_ptr())
+    return _Borrowed(value, None, 0)
+
+
+def _check_unmoved(borrowed: Dict[str, _Borrowed], whose: str = "") -> None:
+    """Refuses to run on bound memory that its tensor no longer shows (``set_()``, or a ``resize_()`` that
+    reallocated the storage): the library holds the address it was given, which the tensor may have freed."""
+    for name, b in borrowed.items():
+        if b.address != 0 and b.value.data_ptr() != b.address:
+            raise RuntimeError(
+                f"{name}{whose}: its memory moved after it was bound (its storage was replaced or reallocated, "
+                f"e.g. by set_() or resize_(); bound at {b.address:#x}, now at {b.value.data_ptr():#x}); "
+                "bind it again"
+            )
 
 
 def _torch_dtype(dtype: Any) -> Any:
@@ -137,8 +164,13 @@ class Runtime:
     Construction of a leader allocates and blocks; everything else runs on
     torch's current stream of the runtime's device (or ``stream``), never
     synchronises (except ``stats``) and can be captured in a CUDA graph.
-    Bound tensors are borrowed: the runtime keeps references to them until
-    ``unbind_cache``.
+    Bound tensors are borrowed: the runtime keeps references to them (and
+    to their memory) until ``unbind_cache``, and a call that would use the
+    memory of a bound tensor that no longer shows it (its storage replaced
+    by ``set_()`` or reallocated by ``resize_()``) raises ``RuntimeError``
+    naming the tensor; bind it again. A captured CUDA graph replays with the
+    addresses it was captured with: keep bound tensors' storages as they
+    are while it may run.
     """
 
     def __init__(
@@ -204,6 +236,8 @@ class Runtime:
         self._topk_ready = topk_ready
         self._views = {name: torch.from_dlpack(self._rt.group_tensor(which)) for name, which in _TENSORS.items()}
         self._bound: dict = {}
+        # The bound tensors by argument name, to check before each call that uses their memory.
+        self._borrowed: Dict[str, _Borrowed] = {}
         self._hot = None
         #: int32 [B] state row per batch row, used by ``swap_in`` when none is given
         #: (the seed's runtime attribute, shared by every runtime of an engine).
@@ -354,6 +388,10 @@ class Runtime:
             raise _args.renamed(error, _SOURCE_NAMES) from None
         self._bound["host_cache"] = kv_cache
         self._bound["registered_host_pool"] = registered_host_pool
+        self._borrowed["kv_cache"] = _borrow(kv_cache)
+        self._borrowed.pop("registered_host_pool", None)
+        if registered_host_pool is not None:
+            self._borrowed["registered_host_pool"] = _borrow(registered_host_pool)
 
     def bind_hot_cache(
         self,
@@ -381,6 +419,8 @@ class Runtime:
         )
         self._bound["hot_backing"] = raw_tensor
         self._bound["hot_block_table"] = block_table
+        self._borrowed["raw_tensor"] = _borrow(raw_tensor)
+        self._borrowed["block_table"] = _borrow(block_table)
         # The view the library bound (a NumPy slab simply has no torch view).
         torch = torch_or_none()
         is_torch = torch is not None and isinstance(raw_tensor, torch.Tensor)
@@ -390,7 +430,16 @@ class Runtime:
         """Restore the unbound state without unregistering the host pool."""
         self._rt.unbind()
         self._bound = {}
+        self._borrowed = {}
         self._hot = None
+
+    def _check_bound_memory(self, *, group: bool = False) -> None:
+        """Refuses before a call that uses this runtime's bound memory (and, with ``group``, its followers')
+        if a bound tensor's memory moved since it was bound."""
+        _check_unmoved(self._borrowed)
+        if group:
+            for index, follower in enumerate(self.followers):
+                _check_unmoved(follower._borrowed, f" (bound to follower {index} of this leader)")
 
     # ------------------------------------------------------------------ decode step
     def _stream(self, stream: Any, *tensors: Any) -> int:
@@ -485,6 +534,8 @@ class Runtime:
                 raise ValueError(f"req_id_per_token: expected 1 dimension, got shape {tuple(req_id_per_token.shape)}")
             req_id_per_token = req_id_per_token[: topk_indices.shape[0]]
         return_valid_counts = _args.require_bool("return_valid_counts", return_valid_counts)
+        # A leader's prefetch batch stages every follower's rows too.
+        self._check_bound_memory(group=self.is_group_leader and _args.require_bool("prefetch", prefetch))
         try:
             first, count, _ = self._rt.swap_in(
                 _args.optional_tensor("topk_indices", topk_indices),
@@ -574,6 +625,7 @@ class Runtime:
         """
         if request_state_indices is None:
             request_state_indices = self.request_state_indices
+        self._check_bound_memory()
         try:
             self._rt.write(
                 _args.tensor("rows", rows),
@@ -619,6 +671,7 @@ class Runtime:
 
     def mirror_rows(self, src_rows: Any, slot_mapping: Any, *, stream: Any = None) -> None:
         """``host_cache[slot_mapping[i]] = src_rows[i]`` (device rows into the host pool), stream-ordered."""
+        self._check_bound_memory()
         self._rt.mirror_rows(
             _args.tensor("src_rows", src_rows),
             _args.tensor("slot_mapping", slot_mapping),

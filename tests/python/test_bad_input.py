@@ -365,6 +365,79 @@ def test_a_runtime_bound_in_a_released_pool_refuses_to_run() -> None:
     runtime.swap_in(topk, req)
 
 
+def _bound_runtime(config, leader=None):
+    runtime = hisparse.Runtime(config, max_num_reqs=1, leader=leader)
+    runtime.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))
+    runtime.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                           num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    return runtime
+
+
+def test_a_runtime_refuses_bound_tensors_whose_memory_moved() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    leader = _bound_runtime(config)
+    follower = _bound_runtime(config, leader=leader)
+    leader.request_state_indices = torch.tensor([0], dtype=torch.int32)
+    topk = torch.tensor([[1, 2, 3, 60]], dtype=torch.int32)
+    req = torch.tensor([0], dtype=torch.int32)
+    rows = torch.zeros((1, 32), dtype=torch.uint8)
+    slots = torch.tensor([1], dtype=torch.int32)
+
+    def step(**kwargs):
+        leader.begin_forward()
+        follower.begin_forward()
+        leader.swap_in(topk, req, **kwargs)
+
+    step()
+    leader.host_cache.set_(torch.empty(0, dtype=torch.uint8))  # the bound memory would be freed
+    with pytest.raises(RuntimeError, match="kv_cache: its memory moved"):
+        step()
+    with pytest.raises(RuntimeError, match="kv_cache: its memory moved"):
+        leader.mirror_rows(rows, slots)
+    with pytest.raises(RuntimeError, match="kv_cache: its memory moved"):
+        leader.write(rows, req, slots)
+    leader.bind_source_cache(torch.zeros((64, 32), dtype=torch.uint8))  # rebinding makes it usable again
+    step()
+
+    follower.hot_block_table.resize_(1 << 16)  # reallocates the table's storage
+    step()  # without prefetch the leader stages no follower
+    with pytest.raises(RuntimeError, match="block_table \\(bound to follower 0 of this leader\\): its memory moved"):
+        step(prefetch=True)
+    with pytest.raises(RuntimeError, match="block_table: its memory moved"):
+        follower.swap_in(num_tokens=1)
+    follower.bind_hot_cache(torch.zeros(3 * 4 * 32, dtype=torch.uint8), byte_offset=0, block_stride=4 * 32,
+                            num_blocks=3, block_size=4, block_table=torch.tensor([[1, 2]], dtype=torch.int32))
+    step(prefetch=True)
+    follower.swap_in(num_tokens=1)
+
+
+def test_a_staging_plan_keeps_its_storage_and_refuses_a_reallocated_one() -> None:
+    args = (hisparse._C.DEVICE_CPU, 0, 2, 4, 4, 8)
+    storage = torch.zeros(hisparse.StagingPlan.storage_bytes(*args), dtype=torch.uint8)
+    plan = hisparse.StagingPlan(*args, storage)
+    table = torch.tensor([[3, 5, 0, 0], [5, 9, 0, 0]], dtype=torch.int32)
+    lens = torch.tensor([8, 8], dtype=torch.int32)
+    plan.build(table, lens)
+    expected = plan.block_table.clone()
+    storage.set_(torch.empty(0, dtype=torch.uint8))  # the plan keeps the memory it was made on
+    gc.collect()
+    plan.build(table, lens)
+    assert torch.equal(plan.block_table, expected)
+    host = torch.arange(16 * 4, dtype=torch.int32).view(16, 4)
+    hisparse.staging.gather_prefill_cache(plan, host)
+
+    storage = torch.zeros(hisparse.StagingPlan.storage_bytes(*args), dtype=torch.uint8)
+    plan = hisparse.StagingPlan(*args, storage)
+    plan.build(table, lens)
+    view = plan.block_table
+    storage.resize_(1 << 22)  # reallocates the plan's memory
+    with pytest.raises(RuntimeError, match="storage: the plan's buffer was reallocated"):
+        plan.build(table, lens)
+    with pytest.raises(RuntimeError, match="storage: the plan's buffer was reallocated"):
+        hisparse.staging.gather_prefill_cache(plan, host)
+    assert torch.equal(view, expected), "its views follow the storage (resize_ keeps the bytes)"
+
+
 def test_a_kv_cache_keeps_its_borrowed_pool_mapped_for_its_views() -> None:
     config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
     sizes = dict(num_layers=2, max_requests=2, max_seq_len=16)
