@@ -6,6 +6,7 @@
 // once the pool is released, even while views keep it mapped (retire).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,12 @@ class HostPool {
   double register_seconds() const { return register_seconds_; }
   const std::vector<Segment>& segments() const { return segments_; }
 
+  // A KV cache keeps its host cache at offset 0 of the pool it borrows, so a
+  // pool serves one cache at a time: the cache takes the pool's claim (false
+  // while another cache holds it) and gives it back when it is destroyed.
+  bool claim_for_host_cache() { return !host_cache_claimed_.exchange(true); }
+  void release_host_cache_claim() { host_cache_claimed_.store(false); }
+
  protected:
   // A pool over `mapped_bytes` of memory at `data` that `mapping` keeps
   // mapped (the shared pool's region): the subclass populates and registers
@@ -96,6 +103,7 @@ class HostPool {
   std::vector<Segment> segments_;  // registered ranges, exact
   std::shared_ptr<void> mapping_;  // owner of memory mapped elsewhere; null for an own mapping
   std::shared_ptr<HostRegion> host_region_;  // the memory as the library sees it; null until listed
+  std::atomic<bool> host_cache_claimed_{false};
 };
 
 }  // namespace hisparse

@@ -132,6 +132,11 @@ KvCache::KvCache(const KvCacheOptions& options)
       invalid_argument("host_pool: expected at least ", l.host_bytes, " bytes (hs_kv_cache_host_bytes), got a pool of ",
                        options_.host_pool->size_bytes());
     }
+    if (!options_.host_pool->claim_for_host_cache()) {
+      invalid_argument("host_pool: the pool already holds the host cache of another KV cache (each cache keeps its "
+                       "host cache at offset 0 of its pool, so a pool serves one cache at a time)");
+    }
+    pool_claim_.pool = options_.host_pool;
     pool_ = options_.host_pool;
   } else {
     check_host_memory(l.host_bytes);

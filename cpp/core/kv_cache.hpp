@@ -106,8 +106,21 @@ class KvCache {
   KvCacheOptions options_;
   KvCacheLayout layout_;
   Backend& backend_;
+  // A borrowed pool's claim (HostPool::claim_for_host_cache), given back when
+  // the cache is destroyed or its construction fails after taking it.
+  struct PoolClaim {
+    HostPool* pool = nullptr;
+    PoolClaim() = default;
+    PoolClaim(const PoolClaim&) = delete;
+    PoolClaim& operator=(const PoolClaim&) = delete;
+    ~PoolClaim() {
+      if (pool != nullptr) pool->release_host_cache_claim();
+    }
+  };
+
   std::unique_ptr<HostPool> owned_pool_;
   HostPool* pool_ = nullptr;
+  PoolClaim pool_claim_;
   uint64_t device_bytes_ = 0;
   std::array<uint64_t, HS_KV_CACHE_NUM_TENSORS> offsets_{};
   std::unique_ptr<DeviceBuffer> memory_;  // the slab and the tables

@@ -57,7 +57,8 @@ class KVCache:
     multiple of ``hot_block_size``; None = ``hot_block_size``) stay resident
     on the device. ``host_pool``: a :class:`hisparse.HostPool` (e.g.
     :meth:`hisparse.HostPool.shared`) of at least :meth:`host_bytes` bytes
-    holding the host cache at offset 0; None: a private pinned pool.
+    holding the host cache at offset 0, and so no other live cache's (a
+    second cache on it raises ``ValueError``); None: a private pinned pool.
     ``host_event``: a :class:`hisparse.IpcEvent` the writer of a shared pool
     records after its host writes and readers wait on before their gathers.
     """

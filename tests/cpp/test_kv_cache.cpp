@@ -5,8 +5,9 @@
 // write, swap_in, read give back exactly the rows written, a follower
 // prefetched before its write still reads its own new row, release resets
 // the row, counters per group and in total, reset), the runtime's narrow
-// top-k and per-request lengths, a follower's refusal of a top-k, host
-// registration, and arguments that fail naming themselves. The CUDA kernels
+// top-k and per-request lengths, a follower's refusal of a top-k, one cache
+// per borrowed pool, host registration, and arguments that fail naming
+// themselves. The CUDA kernels
 // are compared with these bit for bit in tests/python/test_kv_cache.py.
 #include <gtest/gtest.h>
 
@@ -383,6 +384,28 @@ TEST(KvCache, FollowerRefusesATopKAndBadOptionsNameThemselves) {
   m.options.resident_page_size = 0;
   m.options.max_requests = 0;
   expect_error(hs_kv_cache_create(&m.options, &bad), HS_ERROR_INVALID_ARGUMENT, {"max_requests"});
+}
+
+TEST(KvCache, APoolServesOneCacheAtATime) {
+  Model m;
+  uint64_t host_bytes = 0;
+  ASSERT_EQ(hs_kv_cache_host_bytes(&m.options, &host_bytes), HS_SUCCESS) << hs_last_error();
+  hs_host_pool_options_t po;
+  hs_host_pool_options_init(&po);
+  po.size_bytes = host_bytes;
+  po.registration = HS_REGISTER_NEVER;
+  hs_host_pool_t pool = nullptr;
+  ASSERT_EQ(hs_host_pool_create(&po, &pool), HS_SUCCESS) << hs_last_error();
+  m.options.host_pool = pool;
+  hs_kv_cache_t first = nullptr, second = nullptr;
+  ASSERT_EQ(hs_kv_cache_create(&m.options, &first), HS_SUCCESS) << hs_last_error();
+  // Both would keep their host cache at offset 0 of the pool.
+  expect_error(hs_kv_cache_create(&m.options, &second), HS_ERROR_INVALID_ARGUMENT, {"host_pool", "another KV cache"});
+  EXPECT_EQ(second, nullptr);
+  EXPECT_EQ(hs_kv_cache_destroy(first), HS_SUCCESS);
+  ASSERT_EQ(hs_kv_cache_create(&m.options, &second), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(hs_kv_cache_destroy(second), HS_SUCCESS);
+  EXPECT_EQ(hs_host_pool_destroy(pool), HS_SUCCESS);
 }
 
 // ------------------------------------------------------------------ host registration

@@ -438,6 +438,23 @@ def test_a_staging_plan_keeps_its_storage_and_refuses_a_reallocated_one() -> Non
     assert torch.equal(view, expected), "its views follow the storage (resize_ keeps the bytes)"
 
 
+def test_a_host_pool_serves_one_kv_cache_at_a_time() -> None:
+    config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
+    sizes = dict(num_layers=1, max_requests=1, max_seq_len=16)
+    pool = hisparse.HostPool(hisparse.KVCache.host_bytes(config, **sizes), register="never")
+    first = hisparse.KVCache(config, **sizes, host_pool=pool)
+    with pytest.raises(ValueError, match="host_pool: the pool already holds the host cache of another KV cache"):
+        hisparse.KVCache(config, **sizes, host_pool=pool)
+    first.admit(0)
+    first.begin_forward(torch.tensor([1], dtype=torch.int32))
+    row = torch.full((1, 32), 7, dtype=torch.uint8)
+    first.write(0, row, torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    del first
+    gc.collect()
+    second = hisparse.KVCache(config, **sizes, host_pool=pool)
+    second.admit(0)
+
+
 def test_a_kv_cache_keeps_its_borrowed_pool_mapped_for_its_views() -> None:
     config = hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32, block_size=4, hot_block_size=4)
     sizes = dict(num_layers=2, max_requests=2, max_seq_len=16)

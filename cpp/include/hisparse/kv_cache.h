@@ -171,8 +171,9 @@ typedef struct hs_kv_cache_options {
   int32_t kv_dtype;           /* hs_dtype_t of the rows; row width = row_bytes / its size */
   int32_t max_swap_rows;      /* token rows of the shared top-k state per forward; 0 = the runtime's default */
   hs_host_pool_t host_pool;   /* borrowed pool holding the host cache at offset 0 (at least
-                                 hs_kv_cache_host_bytes), e.g. a shared one; NULL = the cache makes a private
-                                 pool (registered with the device when it is CUDA) */
+                                 hs_kv_cache_host_bytes), e.g. a shared one, and no other live cache's (a pool
+                                 serves one cache at a time); NULL = the cache makes a private pool (registered
+                                 with the device when it is CUDA) */
   hs_ipc_event_t host_event;  /* borrowed, optional (shared pools): the writer records it after each host write,
                                  readers wait on it before their gathers (hs_runtime_set_host_sharing) */
 } hs_kv_cache_options_t;
