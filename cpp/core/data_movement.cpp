@@ -123,6 +123,10 @@ const int32_t* index_list(const TensorArg& t, int64_t count, const Device& devic
 // host, so every used entry is checked first: host memory mapped with the
 // access its copy needs (never CUDA device memory), destinations apart from
 // each other, from every source and from the address arrays themselves.
+// No process maps memory at or past this address (57-bit virtual addresses,
+// the most x86-64 and AArch64 give user space).
+constexpr uint64_t kUserAddressEnd = uint64_t{1} << 57;
+
 void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const TensorArg& dst, const TensorArg& sizes) {
   struct Piece {
     uintptr_t begin;
@@ -144,6 +148,10 @@ void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const Te
          {std::tuple<const char*, int64_t, bool>{"src", p.src[i], false}, {"dst", p.dst[i], true}}) {
       const auto begin = static_cast<uintptr_t>(address);
       const auto bytes = static_cast<uint64_t>(p.sizes[i]);
+      if (bytes > kUserAddressEnd || begin > kUserAddressEnd - bytes) {
+        invalid_argument("sizes: entry ", i, " (", bytes, " bytes from ", name, " address ", address,
+                         ") runs past the end of a process's address space");
+      }
       const auto* first = reinterpret_cast<const uint8_t*>(begin);
       if (cuda != nullptr && (cuda->is_device_memory(first) || cuda->is_device_memory(first + bytes - 1))) {
         invalid_argument(name, ": entry ", i,

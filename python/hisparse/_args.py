@@ -302,9 +302,27 @@ def optional_tensor(name: str, value: Any) -> Any:
     return None if value is None else tensor(name, value)
 
 
+def index_rows(name: str, value: Any) -> Tuple[int, int]:
+    """(T, k) of an index tensor [T, k] (torch or NumPy) with rows the library can read (unit stride, rows
+    apart), checked before an output of its shape is allocated: a broadcast view would ask for a huge one."""
+    value = check_tensor(name, value, sliceable=True)
+    shape = tuple(value.shape)
+    if len(shape) != 2:
+        raise ValueError(f"{name}: expected 2 dimensions [T, k], got shape {shape}")
+    rows, columns = shape
+    if rows * columns > 0:
+        strides = value.stride() if _is_torch_tensor(value) else tuple(s // value.itemsize for s in value.strides)
+        if columns > 1 and strides[1] != 1:
+            raise ValueError(f"{name}: expected stride 1 in dimension 1, got {strides[1]}")
+        if rows > 1 and strides[0] < columns:
+            raise ValueError(f"{name}: expected a row stride of at least {columns} elements, got {strides[0]}")
+    return rows, columns
+
+
 def sequence(name: str, values: Iterable[Any]) -> List[Any]:
-    """A sequence of tensors as a list (a single tensor or a string is refused)."""
-    if isinstance(values, (str, bytes)) or hasattr(values, "__dlpack__") or not hasattr(values, "__iter__"):
+    """A sequence of tensors as a list (a single tensor, a string, a mapping or a set is refused)."""
+    if (isinstance(values, (str, bytes, bytearray, Mapping, AbstractSet)) or hasattr(values, "__dlpack__")
+            or not hasattr(values, "__iter__")):
         raise TypeError(f"{name}: expected a sequence of tensors, got {type(values).__name__}")
     return list(values)
 

@@ -313,9 +313,9 @@ class KVCache:
         """The rows attention ``indices`` (int32 [T, k]) name in layer ``layer``'s view, zeros for -1:
         ``out`` [T, k, W] of the cache's dtype (allocated when None)."""
         if out is None:
-            _args.check_tensor("indices", indices, sliceable=True)
             torch = _torch()
-            out = torch.empty((*indices.shape, self._slab.shape[-1]), dtype=self._torch_dtype, device=self.device)
+            out = torch.empty((*_args.index_rows("indices", indices), self._slab.shape[-1]), dtype=self._torch_dtype,
+                              device=self.device)
         self._kv.read(
             _args.require_int("layer", layer, bits=32),
             _args.tensor("indices", indices),

@@ -36,7 +36,7 @@ from typing import Optional
 
 import torch
 
-from . import ops
+from . import _args, ops
 from .kv_cache import KVCache
 
 __all__ = ["cache_id", "register"]
@@ -86,7 +86,11 @@ def register() -> None:
 
     @torch.library.custom_op("hisparse::read_rows", mutates_args=())
     def read_rows(cache: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        out = torch.empty((*indices.shape, cache.shape[-1]), dtype=cache.dtype, device=cache.device)
+        if cache.dim() < 2:
+            raise ValueError(f"cache: expected a paged view [blocks, block_size, W] or rows [N, W], got shape "
+                             f"{tuple(cache.shape)}")
+        out = torch.empty((*_args.index_rows("indices", indices), cache.shape[-1]), dtype=cache.dtype,
+                          device=cache.device)
         ops.read_rows(cache, indices, out)
         return out
 

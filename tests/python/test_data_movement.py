@@ -540,6 +540,8 @@ def test_other_ops_bad_inputs(device):
         ops.invalidate_written_slots([table.to(torch.int64)], vec, vec, vec)
     with pytest.raises(TypeError, match="tables: expected a sequence"):
         ops.invalidate_written_slots(table, vec, vec, vec)
+    with pytest.raises(TypeError, match="tables: expected a sequence of tensors, got dict"):
+        ops.invalidate_written_slots({0: table}, vec, vec, vec)
     with pytest.raises(ValueError, match="table_pointers: expected size 1"):
         ops.invalidate_written_slots([table], vec, vec, vec,
                                      table_pointers=torch.zeros(2, dtype=torch.int64, device=device))
@@ -552,6 +554,11 @@ def test_other_ops_bad_inputs(device):
         ops.swap_blocks_batch(addresses, addresses, torch.zeros(3, dtype=torch.int64, device=device))
     with pytest.raises(TypeError, match="dst: expected dtype int64"):
         ops.swap_blocks_batch(addresses, addresses.to(torch.int32), addresses)
+    if device.type == "cpu":
+        buffer = torch.zeros(64, dtype=torch.uint8)
+        ends = torch.tensor([buffer.data_ptr()], dtype=torch.int64)
+        with pytest.raises(ValueError, match="sizes: entry 0 .* runs past the end of a process's address space"):
+            ops.swap_blocks_batch(ends, ends + 32, torch.tensor([2**63 - 1], dtype=torch.int64))
     # Nothing to do is not an error.
     ops.invalidate_written_slots([], vec, vec, vec)
     ops.swap_blocks_batch(addresses[:0], addresses[:0], addresses[:0])

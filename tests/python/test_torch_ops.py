@@ -2,8 +2,8 @@
 passes on each (schema with its mutated arguments, fake implementation,
 autograd registration, AOT dispatch); a decode step of a KV cache (write, swap
 in, read, a sparse attention over the rows) compiles with fullgraph=True (no
-graph break) and gives the eager step's results; importing hisparse does not
-import torch_ops."""
+graph break) and gives the eager step's results; reads refuse bad indices
+before allocating their rows; importing hisparse does not import torch_ops."""
 
 from __future__ import annotations
 
@@ -144,3 +144,16 @@ def test_importing_hisparse_does_not_import_torch_ops():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_reads_refuse_bad_indices_before_allocating_their_rows():
+    cache = make_cache("cpu")
+    broadcast = torch.zeros(1, dtype=I32).expand(1 << 20, 1 << 16)  # 2**36 rows of 64 bytes, were it allocated
+    with pytest.raises(ValueError, match="indices: expected stride 1 in dimension 1, got 0"):
+        torch.ops.hisparse.read_rows(torch.zeros(5, 4, 16), broadcast)
+    with pytest.raises(ValueError, match="indices: expected stride 1 in dimension 1, got 0"):
+        cache.read(0, broadcast)
+    with pytest.raises(ValueError, match=r"indices: expected 2 dimensions \[T, k\], got shape \(4,\)"):
+        cache.read(0, torch.zeros(4, dtype=I32))
+    with pytest.raises(ValueError, match=r"cache: expected a paged view .* got shape \(\)"):
+        torch.ops.hisparse.read_rows(torch.tensor(1.0), torch.zeros(1, 1, dtype=I32))
