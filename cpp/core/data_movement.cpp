@@ -148,7 +148,9 @@ void check_host_copies(const SwapBlocksParams& p, const TensorArg& src, const Te
          {std::tuple<const char*, int64_t, bool>{"src", p.src[i], false}, {"dst", p.dst[i], true}}) {
       const auto begin = static_cast<uintptr_t>(address);
       const auto bytes = static_cast<uint64_t>(p.sizes[i]);
-      if (bytes > kUserAddressEnd || begin > kUserAddressEnd - bytes) {
+      // The size's fault when the range starts in the address space (an
+      // address past it is the address's fault, below).
+      if (bytes > kUserAddressEnd || (begin < kUserAddressEnd && begin > kUserAddressEnd - bytes)) {
         invalid_argument("sizes: entry ", i, " (", bytes, " bytes from ", name, " address ", address,
                          ") runs past the end of a process's address space");
       }

@@ -302,6 +302,10 @@ TEST(BadInputAddresses, TheCpuCopyRefusesRangesItCannotTouch) {
       {address(source.data()), address(read_only), 16, {"dst", "writable"}},
       {address(source.data()), address(source.data()) + 8, 16, {"overlaps"}},
       {address(source.data()), std::numeric_limits<int64_t>::max() - 4, 16, {"dst", "not host memory"}},
+      {address(source.data()),
+       address(target.data()),
+       std::numeric_limits<int64_t>::max(),
+       {"sizes", "entry 0", "past the end of a process's address space"}},
   };
   for (const Case& c : cases) {
     int64_t src[1] = {c.src}, dst[1] = {c.dst}, sizes[1] = {c.size};
