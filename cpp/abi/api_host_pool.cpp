@@ -27,11 +27,12 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
       invalid_argument("registration: expected HS_REGISTER_AUTO, _ALWAYS or _NEVER, got ", o.registration);
     }
     if (o.size_bytes == 0) invalid_argument("size_bytes: expected a positive pool size, got 0");
-    if (o.check_memory) check_host_memory(o.size_bytes);
+    const bool huge_pages = pool_flag(o.huge_pages, "huge_pages");
+    if (pool_flag(o.check_memory, "check_memory")) check_host_memory(o.size_bytes);
     HostPoolOptions options_cpp;
     options_cpp.size_bytes = o.size_bytes;
     options_cpp.populate_threads = o.populate_threads;
-    options_cpp.huge_pages = o.huge_pages != 0;
+    options_cpp.huge_pages = huge_pages;
     if (o.max_segment_bytes != 0) options_cpp.max_segment_bytes = o.max_segment_bytes;
     options_cpp.registrar = choose_registrar(o.registration, o.device_index, &options_cpp.device);
     *pool = list_pool(new hs_host_pool(options_cpp));

@@ -4,6 +4,7 @@
 
 #include "abi/api_guard.hpp"
 #include "abi/handles.hpp"
+#include "core/error.hpp"
 #include "core/ipc_event.hpp"
 #include "hisparse/shared_host_pool.h"
 
@@ -74,6 +75,14 @@ HS_API hs_status_t hs_ipc_event_get_info(hs_ipc_event_t event, hs_ipc_event_info
 
 HS_API hs_status_t hs_ipc_event_destroy(hs_ipc_event_t event) {
   return api_guard([&] {
+    if (event != nullptr) {
+      const int borrowers = require_event(event).borrowers();
+      if (borrowers > 0) {
+        fail(HS_ERROR_INVALID_STATE, "event: still held by ", borrowers,
+             " runtime(s) (hs_runtime_set_host_sharing, or a KV cache's host_event); set another event on them or "
+             "destroy them first");
+      }
+    }
     if (take_handle(event, HandleKind::kIpcEvent, "event", "hs_ipc_event_t")) delete reinterpret_cast<IpcEvent*>(event);
   });
 }

@@ -5,6 +5,7 @@
 // capturable, is in hisparse/shared_host_pool.h.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -36,6 +37,12 @@ class IpcEvent {
   bool imported() const { return imported_; }
   int64_t exporter_pid() const { return exporter_pid_; }
 
+  // The runtimes that hold the event (set_host_sharing, which a KV cache's
+  // host_event goes through): hs_ipc_event_destroy refuses while any does.
+  void borrow() { borrowers_.fetch_add(1, std::memory_order_relaxed); }
+  void give_back() { borrowers_.fetch_sub(1, std::memory_order_relaxed); }
+  int borrowers() const { return borrowers_.load(std::memory_order_relaxed); }
+
  private:
   IpcEvent(Backend& backend, const Device& device, Event event, bool imported, int64_t exporter_pid);
 
@@ -44,6 +51,7 @@ class IpcEvent {
   Event event_;
   bool imported_;
   int64_t exporter_pid_;
+  std::atomic<int> borrowers_{0};
 };
 
 }  // namespace hisparse

@@ -42,7 +42,12 @@ KvCacheLayout kv_cache_layout(const KvCacheOptions& o) {
     invalid_argument("kv_dtype: row_bytes ", config.row_bytes, " is not a whole number of ", dtype_name(o.kv_dtype),
                      " elements (", itemsize, " bytes each)");
   }
-  if (o.num_layers < 1) invalid_argument("num_layers: expected at least one layer, got ", o.num_layers);
+  // A runtime per layer, and per-layer tables sized before any memory check:
+  // a bound well past any model keeps a wild value from allocating first.
+  constexpr int32_t kMaxLayers = 1 << 16;
+  if (o.num_layers < 1 || o.num_layers > kMaxLayers) {
+    invalid_argument("num_layers: expected 1 to ", kMaxLayers, " layers, got ", o.num_layers);
+  }
   if (o.max_requests < 1) invalid_argument("max_requests: expected at least one request row, got ", o.max_requests);
   if (o.max_seq_len < 1) invalid_argument("max_seq_len: expected at least one position, got ", o.max_seq_len);
   if (o.resident_pages < 0) {

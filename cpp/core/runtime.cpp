@@ -142,6 +142,7 @@ void Runtime::init_common() {
 }
 
 Runtime::~Runtime() {
+  if (host_event_ != nullptr) host_event_->give_back();
   group_->remove(this);
   backend_->destroy_event(ready_event_, options_.device.index);
 }
@@ -506,6 +507,10 @@ ResolveResidencyParams Runtime::resolve_params(const hs_runtime_swap_in_args_t& 
   if (a.block_size < 0) {
     invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
   }
+  if (a.resident_block_size < 0) {
+    invalid_argument("resident_block_size: expected 0 (the hot block size) or a positive count, got ",
+                     a.resident_block_size);
+  }
   const TensorArg source_table(a.source_block_table, "source_block_table", true);
   const TensorArg resident_table(a.resident_block_table, "resident_block_table", true);
   const TensorArg valid_rows(a.num_valid_rows, "num_valid_rows", true);
@@ -563,6 +568,9 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
   }
   if (a.group_gather != 0 && a.group_gather != 1) {
     invalid_argument("group_gather: expected 0 or 1, got ", a.group_gather);
+  }
+  if (a.ignore_topk_ready != 0 && a.ignore_topk_ready != 1) {
+    invalid_argument("ignore_topk_ready: expected 0 or 1, got ", a.ignore_topk_ready);
   }
   check_hot_layout_in_group(hot_.block_size, hot_.attention_block_stride);
 
@@ -815,7 +823,11 @@ void Runtime::set_host_sharing(int32_t role, IpcEvent* event) {
                      ", got one on ", event->device().describe());
   }
   host_role_ = role;
-  host_event_ = event;
+  if (event != host_event_) {
+    if (event != nullptr) event->borrow();
+    if (host_event_ != nullptr) host_event_->give_back();
+    host_event_ = event;
+  }
 }
 
 bool Runtime::is_writer() const {

@@ -115,7 +115,7 @@ void StagingPlan::gather_prefill_cache(const hs_tensor_t* host_cache_t, const hs
                      "pages); expected that cache, got NULL");
   }
   require_built("hs_gather_prefill_cache");
-  AliasCheck().writes(staged).reads(host).reads(resident).reads(storage()).check();
+  AliasCheck().writes(staged).reads(host).reads(resident).reads(live_storage()).check();
   backend_.check_accessible(source.base, static_cast<size_t>(source.extent), device.index, "host_cache");
   backend_.check_accessible(destination.base, static_cast<size_t>(rows * destination.row_bytes), device.index,
                             "staged");

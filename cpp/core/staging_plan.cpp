@@ -64,6 +64,7 @@ StagingPlan::StagingPlan(const StagingPlanSizes& sizes, Backend& backend, const 
   const TensorArg given(storage, "storage", true);
   if (given.present()) {
     base_ = static_cast<uint8_t*>(scratch_buffer(given, layout_.total, sizes_.device, "the plan", backend_));
+    storage_pool_ = host_region_holding(base_, layout_.total);
   } else {
     owned_ = backend_.allocate(static_cast<size_t>(layout_.total), sizes_.device.index);
     base_ = static_cast<uint8_t*>(owned_);
@@ -105,6 +106,14 @@ ByteRange StagingPlan::storage() const {
   return ByteRange{"the plan's storage (its tensors and scratch)", begin, begin + layout_.total};
 }
 
+ByteRange StagingPlan::live_storage() const {
+  if (storage_pool_ != nullptr && storage_pool_->released()) {
+    fail(HS_ERROR_INVALID_STATE, "storage: the plan's storage lies in a host pool that was released; make a new "
+                                 "plan with live storage");
+  }
+  return storage();
+}
+
 void StagingPlan::require_built(const char* call) const {
   if (!built_) fail(HS_ERROR_INVALID_STATE, "plan: ", call, " needs a built plan; call hs_staging_plan_build first");
 }
@@ -121,7 +130,7 @@ void StagingPlan::build(const hs_tensor_t* block_table_t, const hs_tensor_t* seq
   const bool lens_int64 = index_dtype(lens);
   lens.ndim_is(1).unit_stride(0).on(device, "block_table");
   lens.size_at_least(0, sizes_.num_rows, "one length per block_table row");
-  AliasCheck().reads(table).reads(lens).writes(storage()).check();
+  AliasCheck().reads(table).reads(lens).writes(live_storage()).check();
 
   StagingBuildParams p;
   p.device = device.index;
@@ -183,7 +192,7 @@ void StagingPlan::ensure_gpu_sources(const hs_tensor_t* resident_state_rows_t, c
   const TensorArg states(state_indices_t, "state_indices");
   const bool states_int64 = index_dtype(states);
   states.ndim_is(1).unit_stride(0).on(device, "the plan");
-  AliasCheck().reads(resident).reads(states).writes(storage()).check();
+  AliasCheck().reads(resident).reads(states).writes(live_storage()).check();
   require_built("ensure_gpu_sources");
 
   const void* table_address = resident.data<void>();

@@ -7,8 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 
 #include "core/backend.hpp"
+#include "core/host_regions.hpp"
 #include "core/tensor.hpp"
 #include "hisparse/staging.h"
 
@@ -65,6 +67,10 @@ class StagingPlan {
   const hs_tensor_t& tensor(hs_staging_plan_tensor_t which) const;
   // The plan's storage (its tensors and scratch), which its calls write.
   ByteRange storage() const;
+  // storage() for a call that reads or writes it: refused (HS_ERROR_INVALID_STATE
+  // naming `storage`) when borrowed storage lay in a host pool that has been
+  // released (or retired) since the plan was made.
+  ByteRange live_storage() const;
 
   // Stream-ordered, capturable, no allocation: see hisparse/staging.h.
   void build(const hs_tensor_t* block_table, const hs_tensor_t* seq_lens, hs_stream_t stream);
@@ -87,6 +93,7 @@ class StagingPlan {
   StagingLayout layout_;
   void* owned_ = nullptr;
   uint8_t* base_ = nullptr;
+  std::shared_ptr<const HostRegion> storage_pool_;  // the host pool holding borrowed storage, if any
   std::array<hs_tensor_t, kNumTensors> tensors_{};
   std::array<std::array<int64_t, 2>, kNumTensors> shapes_{};
   bool built_ = false;

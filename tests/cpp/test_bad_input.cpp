@@ -330,6 +330,23 @@ TEST(BadInputAddresses, TheCpuCopyRefusesRangesItCannotTouch) {
   munmap(read_only, static_cast<size_t>(page));
 }
 
+TEST(BadInputFlags, PoolAndSwapInFlagsAreZeroOrOne) {
+  hs_host_pool_options_t po;
+  hs_host_pool_options_init(&po);
+  po.size_bytes = 1 << 16;
+  po.registration = HS_REGISTER_NEVER;
+  hs_host_pool_t pool = nullptr;
+  po.huge_pages = 7;
+  expect_error(hs_host_pool_create(&po, &pool), HS_ERROR_INVALID_ARGUMENT, {"huge_pages", "expected 0 or 1", "got 7"});
+  po.huge_pages = 1;
+  po.check_memory = -1;
+  expect_error(hs_host_pool_create(&po, &pool), HS_ERROR_INVALID_ARGUMENT, {"check_memory", "got -1"});
+  po.check_memory = 1;
+  po.device_index = -5;
+  expect_error(hs_host_pool_create(&po, &pool), HS_ERROR_INVALID_ARGUMENT, {"device_index", "got -5"});
+  EXPECT_EQ(pool, nullptr);
+}
+
 TEST(BadInputLifetime, ReleasedPoolsAreRefusedWhereverTheirMemoryGoes) {
   hs_host_pool_options_t po;
   hs_host_pool_options_init(&po);
@@ -400,6 +417,16 @@ TEST(BadInputLifetime, ReleasedPoolsAreRefusedWhereverTheirMemoryGoes) {
   ASSERT_EQ(hs_runtime_begin_forward(r), HS_SUCCESS);
   ASSERT_EQ(hs_runtime_swap_in(r, &a, nullptr, nullptr), HS_SUCCESS) << hs_last_error();
   g.expect_works();
+
+  // Flags of a swap-in are 0 or 1, block sizes 0 or positive.
+  ASSERT_EQ(hs_runtime_begin_forward(r), HS_SUCCESS);
+  a.ignore_topk_ready = 7;
+  expect_error(hs_runtime_swap_in(r, &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"ignore_topk_ready", "expected 0 or 1", "got 7"});
+  a.ignore_topk_ready = 0;
+  a.resident_block_size = -1;
+  expect_error(hs_runtime_swap_in(r, &a, nullptr, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"resident_block_size", "got -1"});
 }
 
 TEST(BadInputState, UnsortedSlotListsInvalidateTheSameSlots) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -406,6 +407,36 @@ TEST(KvCache, APoolServesOneCacheAtATime) {
   ASSERT_EQ(hs_kv_cache_create(&m.options, &second), HS_SUCCESS) << hs_last_error();
   EXPECT_EQ(hs_kv_cache_destroy(second), HS_SUCCESS);
   EXPECT_EQ(hs_host_pool_destroy(pool), HS_SUCCESS);
+}
+
+// An event a KV cache or a runtime holds is not destroyed under it.
+TEST(KvCache, AHeldHostEventIsNotDestroyed) {
+  Model m;
+  hs_ipc_event_t event = nullptr;
+  ASSERT_EQ(hs_ipc_event_create(HS_DEVICE_CPU, 0, &event), HS_SUCCESS) << hs_last_error();
+  m.options.host_event = event;
+  hs_kv_cache_t cache = nullptr;
+  ASSERT_EQ(hs_kv_cache_create(&m.options, &cache), HS_SUCCESS) << hs_last_error();
+  expect_error(hs_ipc_event_destroy(event), HS_ERROR_INVALID_STATE, {"event", "still held by 3 runtime(s)"});
+  hs_runtime_t layer = nullptr;
+  ASSERT_EQ(hs_kv_cache_get_runtime(cache, 0, &layer), HS_SUCCESS) << hs_last_error();
+  hs_runtime_host_sharing_t sharing;
+  hs_runtime_host_sharing_init(&sharing);
+  ASSERT_EQ(hs_runtime_set_host_sharing(layer, &sharing), HS_SUCCESS) << hs_last_error();  // gives it up
+  expect_error(hs_ipc_event_destroy(event), HS_ERROR_INVALID_STATE, {"event", "still held by 2 runtime(s)"});
+  EXPECT_EQ(hs_kv_cache_destroy(cache), HS_SUCCESS);
+  EXPECT_EQ(hs_ipc_event_destroy(event), HS_SUCCESS);
+}
+
+TEST(KvCache, RefusesALayerCountPastAnyModel) {
+  Model m;
+  m.options.layer_groups = nullptr;
+  uint64_t bytes = 0;
+  for (const int32_t layers : {0, (1 << 16) + 1, std::numeric_limits<int32_t>::max()}) {
+    m.options.num_layers = layers;
+    expect_error(hs_kv_cache_host_bytes(&m.options, &bytes), HS_ERROR_INVALID_ARGUMENT,
+                 {"num_layers", "expected 1 to 65536"});
+  }
 }
 
 // ------------------------------------------------------------------ host registration

@@ -426,6 +426,40 @@ TEST(StagingPlan, BorrowsCallerStorage) {
   EXPECT_EQ(plan_tensor(plan, HS_STAGING_PLAN_BLOCK_TABLE), (std::vector<int32_t>{2, 1, 0, 0, 1, 3, 0, 0}));
 }
 
+// A plan whose borrowed storage lies in a host pool is refused once the pool
+// is retired or released, by every call that would touch the storage.
+TEST(StagingPlan, RefusesStorageInAReleasedPool) {
+  for (const bool release : {false, true}) {
+    hs_staging_plan_options_t o = hs::StagingPlan::options(HS_DEVICE_CPU, -1, 2, 4, 2, 6);
+    const uint64_t bytes = hs::StagingPlan::storage_bytes(o);
+    hs_host_pool_options_t po;
+    hs_host_pool_options_init(&po);
+    po.size_bytes = bytes;
+    po.registration = HS_REGISTER_NEVER;
+    hs_host_pool_t pool = nullptr;
+    ASSERT_EQ(hs_host_pool_create(&po, &pool), HS_SUCCESS) << hs_last_error();
+    void* data = nullptr;
+    ASSERT_EQ(hs_host_pool_data(pool, &data), HS_SUCCESS);
+    hs::Tensor storage(data, HS_DTYPE_UINT8, {static_cast<int64_t>(bytes)});
+    o.storage = storage;
+    hs::StagingPlan plan(o);
+    HandBatch batch;
+    plan.build(batch.table_t, batch.lens_t);
+    ASSERT_EQ(release ? hs_host_pool_release(pool) : hs_host_pool_retire(pool), HS_SUCCESS);
+    expect_error(hs_staging_plan_build(plan.get(), batch.table_t, batch.lens_t, nullptr), HS_ERROR_INVALID_STATE,
+                 {"storage", "released"});
+    std::vector<int32_t> resident = {0, 0, 0, 0}, states = {0, 0};
+    hs::Tensor resident_t(resident.data(), HS_DTYPE_INT32, {2, 2}), states_t(states.data(), HS_DTYPE_INT32, {2});
+    expect_error(hs_staging_plan_ensure_gpu_sources(plan.get(), resident_t, states_t, 2, nullptr),
+                 HS_ERROR_INVALID_STATE, {"storage", "released"});
+    std::vector<uint8_t> host(32 * 16), staged(7 * 2 * 16);
+    hs::Tensor host_t(host.data(), HS_DTYPE_UINT8, {32, 16}), staged_t(staged.data(), HS_DTYPE_UINT8, {7, 2, 16});
+    expect_error(hs_gather_prefill_cache(plan.get(), host_t, nullptr, staged_t, nullptr), HS_ERROR_INVALID_STATE,
+                 {"storage", "released"});
+    EXPECT_EQ(hs_host_pool_destroy(pool), HS_SUCCESS);
+  }
+}
+
 TEST(StagingPlan, RejectedCallsLeaveThePlanAsItWas) {
   SourcesCase c;
   c.plan.ensure_gpu_sources(c.resident_t, c.states_t, 2);

@@ -158,7 +158,7 @@ typedef struct hs_kv_cache_options {
   size_t struct_size;
   uint32_t struct_version;
   const hs_config_t* config;  /* required: top_k, H, max_union_rows, row_bytes, block sizes */
-  int32_t num_layers;         /* L >= 1 */
+  int32_t num_layers;         /* 1 <= L <= 65536 */
   const int32_t* layer_groups; /* [L]: the index group of each layer, numbered 0, 1, ... in order of first
                                   appearance; NULL = every layer its own group. The first layer of a group
                                   leads it */

@@ -215,7 +215,8 @@ typedef struct hs_ipc_event_info {
 HS_API hs_status_t hs_ipc_event_get_info(hs_ipc_event_t event, hs_ipc_event_info_t* info);
 
 /* Free the event (an imported one is closed; the exporter's stays). NULL is
- * accepted. */
+ * accepted. HS_ERROR_INVALID_STATE, and nothing freed, while a runtime holds
+ * it (hs_runtime_set_host_sharing, or a KV cache's host_event). */
 HS_API hs_status_t hs_ipc_event_destroy(hs_ipc_event_t event);
 
 #ifdef __cplusplus
