@@ -228,8 +228,12 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
 /* Unregister every segment, then unmap. Idempotent: later calls succeed and
  * do nothing. Blocking. The caller guarantees no GPU work still reads the
  * pool (synchronise first). From the release on, hisparse refuses the pool's
- * memory: a runtime whose source cache was bound in it fails
- * (HS_ERROR_INVALID_STATE naming host_cache) instead of reading it. */
+ * memory wherever it was given before: a runtime whose source cache was
+ * bound in it fails (HS_ERROR_INVALID_STATE naming host_cache), a staging
+ * plan whose storage lies in it too (naming storage), instead of touching
+ * it. The memory itself is gone: an address into it kept past the release
+ * dangles like any freed memory (hs_host_pool_retire keeps the pages mapped
+ * and refuses every call given them). */
 HS_API hs_status_t hs_host_pool_release(hs_host_pool_t pool);
 
 /* Release the pool for hisparse now, but keep its pages mapped and
