@@ -436,6 +436,61 @@ def test_bad_flags_fail_cleanly():
     assert proc.returncode == 2 and "no such file" in proc.stderr
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--hot-block-size", "0"], "--hot-block-size: expected a positive value, got 0"),
+    (["--context", "99999999999999"], "--context: expected at most 2**31 - 1 positions"),
+    (["--seed", "99999999999999999999999"], "--seed: expected 0 <= seed < 2**63"),
+    (["--drift", "inf"], "--drift: expected a finite number, got inf"),
+    (["--query-drift", "nan"], "--query-drift: expected a finite number, got nan"),
+    (["--query-spread", "inf"], "--query-spread: expected a finite number, got inf"),
+    (["--batch", "100000000"], "--batch, --spec-tokens, --top-k: the trace of"),
+    (["--spec-tokens", "100000000"], "--batch, --spec-tokens, --top-k: the trace of"),
+    (["--hot-sizes", ",,,"], "--hot-sizes: expected comma-separated integers, got ',,,'"),
+    (["--out", "/"], "--out: expected a file to write, got the directory '/'"),
+])
+def test_flags_no_run_could_use_are_refused_before_it(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--preset", "tiny", "--device", "cpu", "--no-progress", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_refuses_an_undefined_compute_time(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--preset", "tiny", "--device", "cpu", "--no-progress", "--compute-us", "nan"])
+    assert exit_info.value.code == 2
+    assert "--compute-us: expected a finite number, got nan" in capsys.readouterr().err
+
+
+def test_plan_refuses_an_infinite_budget(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--preset", "tiny", "--device", "cpu", "--no-progress", "--host-budget-gib", "inf"])
+    assert exit_info.value.code == 2
+    assert "--host-budget-gib: expected a positive number, got inf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"not a trace at all", b"PK\x03\x04 broken zip"])
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_unreadable_trace_files_are_named(content, suffix, tmp_path, capsys):
+    trace = tmp_path / ("trace" + suffix)
+    trace.write_bytes(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--preset", "tiny", "--device", "cpu", "--no-progress", "--trace", str(trace)])
+    assert exit_info.value.code == 2
+    assert f"--trace: cannot read {str(trace)!r} as a trace" in capsys.readouterr().err
+
+
+def test_a_trace_of_pickled_objects_is_named(tmp_path, capsys):
+    import numpy as np
+
+    trace = tmp_path / "trace.npz"
+    np.savez(trace, topk=np.array([object()], dtype=object))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--preset", "tiny", "--device", "cpu", "--no-progress", "--trace", str(trace)])
+    assert exit_info.value.code == 2
+    assert f"--trace: cannot read {str(trace)!r} as a trace: ValueError" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_trace_and_conflicting_sizes_are_refused(tiny, capsys):
     directory, _, _ = tiny

@@ -171,6 +171,9 @@ def test_refusals_name_what_is_wrong():
         HiSparseCache(model, hot_buffer_size=8, max_batch_size=1, max_cache_len=64)
     with pytest.raises(TypeError, match="model: expected a DeepseekV32 or GlmMoeDsa model"):
         HiSparseCache(torch.nn.Linear(2, 2), hot_buffer_size=HOT, max_batch_size=1, max_cache_len=64)
+    layers = cache.num_layers
+    with pytest.raises(ValueError, match=f"layer_idx: expected 0 <= layer_idx < {layers}"):
+        cache.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), layers)
 
 
 def test_an_older_transformers_is_refused_at_import():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import tempfile
 from typing import Any, Dict, List, Optional
@@ -21,16 +22,22 @@ PLAN_HELP = "capacity planner: hit rate vs hot-buffer size, host pool per reques
 
 def _int_list(text: str) -> List[int]:
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return values
 
 
 def _float_list(text: str) -> List[float]:
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from error
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
 
 
 def _presets_epilog() -> str:
@@ -131,7 +138,7 @@ def require_torch() -> None:
 
 
 def _require_positive(name: str, value: Optional[float]) -> None:
-    if value is not None and not value > 0:
+    if value is not None and not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name}: expected a positive number, got {value}")
 
 
@@ -147,6 +154,9 @@ def _require_writable_directory(name: str, directory: str) -> None:
 
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before the run, outputs that could only fail after it (a long run lost to a typo)."""
+    for name, path in (("--out", args.out), ("--save-trace", args.save_trace)):
+        if path and os.path.isdir(path):
+            raise ValueError(f"{name}: expected a file to write, got the directory {path!r}")
     if args.out:
         _require_writable_directory("--out", os.path.dirname(os.path.abspath(args.out)))
     if args.save_trace:
@@ -215,10 +225,32 @@ def _settings_and_trace(args: argparse.Namespace, device: Any) -> Any:
             settings.hot_sizes = default_hot_sizes(settings.top_k, settings.hot_size, settings.hot_block_size)
         validate(settings, trace_replay=True)
     else:
+        _check_trace_fits(settings, device)
         trace = generate_trace(settings, device)
     if args.save_trace:
         save_trace(trace, args.save_trace)
     return settings, trace
+
+
+def _check_trace_fits(settings: Any, device: Any) -> None:
+    """Refuse a trace to generate that would not fit half the memory free where it is made (its generation
+    allocates it and temporaries of its size), naming the flags that size it."""
+    trace_bytes = settings.steps * settings.trace_groups * settings.batch * settings.rows_per_request \
+        * settings.top_k * 4
+    if device.type == "cuda":
+        import torch  # noqa: PLC0415
+
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        from .host_memory import meminfo  # noqa: PLC0415
+
+        free = meminfo("MemAvailable")
+    if free and trace_bytes > free // 2:
+        raise ValueError(
+            f"--steps, --trace-groups, --batch, --spec-tokens, --top-k: the trace of {settings.steps} steps x "
+            f"{settings.trace_groups * settings.batch * settings.rows_per_request} token rows x {settings.top_k} "
+            f"positions takes {trace_bytes / 2**30:.1f} GiB, more than half of the {free / 2**30:.1f} GiB free on "
+            f"{device}")
 
 
 def _finish(results: Dict[str, Any], text: str, args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ over 61 layers) fits a single-GPU node with room to spare. Scale it with
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -145,7 +146,7 @@ def make_settings(preset: Optional[str], overrides: Dict[str, Any]) -> Settings:
         if value is not None:
             values[key] = value
     settings = Settings(preset=name, **values)
-    if not settings.hot_sizes:
+    if not settings.hot_sizes and settings.hot_block_size >= 1:  # validate names a bad block size
         settings.hot_sizes = default_hot_sizes(settings.top_k, settings.hot_size, settings.hot_block_size)
     validate(settings)
     return settings
@@ -158,10 +159,17 @@ def validate(s: Settings, *, trace_replay: bool = False) -> None:
     for name in positive:
         if getattr(s, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected a positive value, got {getattr(s, name)}")
+    for name in ("reuse", "region", "compute_us", "drift", "query_drift", "query_spread"):
+        if not math.isfinite(getattr(s, name)):
+            raise ValueError(f"--{name.replace('_', '-')}: expected a finite number, got {getattr(s, name)}")
     for name in ("spec_tokens", "warmup_steps", "baseline_steps", "compute_us", "drift", "query_drift",
                  "query_spread"):
         if getattr(s, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')}: expected a value >= 0, got {getattr(s, name)}")
+    if not 0 <= s.seed < 2**63:
+        raise ValueError(f"--seed: expected 0 <= seed < 2**63, got {s.seed}")
+    if s.context > 2**31 - 1:
+        raise ValueError(f"--context: expected at most 2**31 - 1 positions (int32 positions), got {s.context}")
     if s.row_bytes % 16:
         raise ValueError(f"--row-bytes: expected a multiple of 16 (rows are 16-byte aligned), got {s.row_bytes}")
     if s.warmup_steps >= s.steps:

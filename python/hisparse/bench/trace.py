@@ -57,7 +57,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["Trace", "generate_trace", "trace_stats", "load_trace", "save_trace", "SATURATION_GROWTH"]
 
@@ -327,13 +327,11 @@ def save_trace(trace: Trace, path: str) -> None:
         np.savez_compressed(handle, topk=topk.numpy(), meta=np.array(json.dumps(meta)))
 
 
-def load_trace(path: str, device: Any = "cpu") -> Trace:
-    """Read a trace file (.npz or .pt/.pth, see the module docstring)."""
+def _read_trace_file(source: Path) -> Tuple[Any, Dict[str, Any]]:
+    """The 'topk' positions and the metadata of a .pt/.pth or .npz trace file."""
     import torch  # noqa: PLC0415
 
-    source = Path(path)
-    if not source.is_file():
-        raise ValueError(f"--trace: no such file: {path!r}")
+    path = str(source)
     meta: Dict[str, Any] = {}
     if source.suffix in (".pt", ".pth"):
         data = torch.load(source, map_location="cpu", weights_only=True)
@@ -341,7 +339,7 @@ def load_trace(path: str, device: Any = "cpu") -> Trace:
             raise ValueError(f"--trace: {path!r} must hold a dict with a 'topk' tensor")
         topk = torch.as_tensor(data["topk"])
         meta = dict(data.get("meta") or {})
-    elif source.suffix == ".npz":
+    else:
         import numpy as np  # noqa: PLC0415
 
         with np.load(source, allow_pickle=False) as data:
@@ -350,8 +348,24 @@ def load_trace(path: str, device: Any = "cpu") -> Trace:
             topk = torch.from_numpy(np.ascontiguousarray(data["topk"]))
             if "meta" in data:
                 meta = json.loads(str(data["meta"]))
-    else:
+    return topk, meta
+
+
+def load_trace(path: str, device: Any = "cpu") -> Trace:
+    """Read a trace file (.npz or .pt/.pth, see the module docstring)."""
+    import torch  # noqa: PLC0415
+
+    source = Path(path)
+    if not source.is_file():
+        raise ValueError(f"--trace: no such file: {path!r}")
+    if source.suffix not in (".pt", ".pth", ".npz"):
         raise ValueError(f"--trace: expected a .npz, .pt or .pth file, got {path!r}")
+    try:
+        topk, meta = _read_trace_file(source)
+    except Exception as error:  # noqa: BLE001 (any reader's failure is the file's fault)
+        if str(error).startswith("--trace"):
+            raise
+        raise ValueError(f"--trace: cannot read {path!r} as a trace: {type(error).__name__}: {error}") from None
     if topk.is_floating_point() or topk.dtype == torch.bool or topk.is_complex():
         raise TypeError(f"--trace: 'topk' must hold integer positions, got {topk.dtype}")
     if topk.dim() == 3:

@@ -332,6 +332,9 @@ class HiSparseCache(Cache):
         """Store this forward's latent rows of the layer (``key_states`` = the normalised latent [B, 1, S,
         kv_lora_rank], ``value_states`` = the rotated key [B, 1, S, rope]) and return the forward's own rows,
         which the attention of a prompt reads; a decode step's attention reads hisparse's rows instead."""
+        if not 0 <= layer_idx < len(self._lengths):
+            raise ValueError(f"layer_idx: expected 0 <= layer_idx < {len(self._lengths)} (the model's layers), "
+                             f"got {layer_idx}")
         batch, _, num_tokens, _ = key_states.shape
         if layer_idx == 0:
             self._begin_forward(batch, num_tokens)
