@@ -263,7 +263,9 @@ HS_API hs_status_t hs_kv_cache_release(hs_kv_cache_t cache, int32_t row, hs_stre
  * request's length after this forward's tokens, 0 for rows without a
  * request) into the cache, rewrite the resident block table (the newest
  * resident_pages pages of each request) and begin the forward on every
- * runtime. Capturable. */
+ * runtime. Capturable, so the lengths are device data the host never reads:
+ * positions at or past max_seq_len have no host block and are never
+ * stored or served, and a length past it makes no page past it resident. */
 HS_API hs_status_t hs_kv_cache_begin_forward(hs_kv_cache_t cache, const hs_tensor_t* seq_lens, hs_stream_t stream);
 
 /* Store this forward's new rows of `layer` (hs_write_rows with the cache's
