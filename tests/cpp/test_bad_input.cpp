@@ -19,6 +19,7 @@
 #include "expect_status.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
+#include "unregistered_pool.hpp"
 
 namespace {
 
@@ -331,10 +332,7 @@ TEST(BadInputAddresses, TheCpuCopyRefusesRangesItCannotTouch) {
 }
 
 TEST(BadInputFlags, PoolAndSwapInFlagsAreZeroOrOne) {
-  hs_host_pool_options_t po;
-  hs_host_pool_options_init(&po);
-  po.size_bytes = 1 << 16;
-  po.registration = HS_REGISTER_NEVER;
+  hs_host_pool_options_t po = unregistered_pool_options(1 << 16);
   hs_host_pool_t pool = nullptr;
   po.huge_pages = 7;
   expect_error(hs_host_pool_create(&po, &pool), HS_ERROR_INVALID_ARGUMENT, {"huge_pages", "expected 0 or 1", "got 7"});
@@ -348,10 +346,7 @@ TEST(BadInputFlags, PoolAndSwapInFlagsAreZeroOrOne) {
 }
 
 TEST(BadInputLifetime, ReleasedPoolsAreRefusedWhereverTheirMemoryGoes) {
-  hs_host_pool_options_t po;
-  hs_host_pool_options_init(&po);
-  po.size_bytes = 1 << 16;
-  po.registration = HS_REGISTER_NEVER;
+  const hs_host_pool_options_t po = unregistered_pool_options(1 << 16);
   hs_host_pool_t pool = nullptr;
   ASSERT_EQ(hs_host_pool_create(&po, &pool), HS_SUCCESS) << hs_last_error();
   void* data = nullptr;

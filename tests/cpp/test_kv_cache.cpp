@@ -19,6 +19,7 @@
 
 #include "expect_status.hpp"
 #include "hisparse/hisparse.hpp"
+#include "unregistered_pool.hpp"
 
 namespace {
 
@@ -391,10 +392,7 @@ TEST(KvCache, APoolServesOneCacheAtATime) {
   Model m;
   uint64_t host_bytes = 0;
   ASSERT_EQ(hs_kv_cache_host_bytes(&m.options, &host_bytes), HS_SUCCESS) << hs_last_error();
-  hs_host_pool_options_t po;
-  hs_host_pool_options_init(&po);
-  po.size_bytes = host_bytes;
-  po.registration = HS_REGISTER_NEVER;
+  const hs_host_pool_options_t po = unregistered_pool_options(host_bytes);
   hs_host_pool_t pool = nullptr;
   ASSERT_EQ(hs_host_pool_create(&po, &pool), HS_SUCCESS) << hs_last_error();
   m.options.host_pool = pool;

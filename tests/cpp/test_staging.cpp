@@ -17,6 +17,7 @@
 #include "expect_status.hpp"
 #include "hisparse/hisparse.h"
 #include "hisparse/hisparse.hpp"
+#include "unregistered_pool.hpp"
 
 namespace {
 
@@ -432,10 +433,7 @@ TEST(StagingPlan, RefusesStorageInAReleasedPool) {
   for (const bool release : {false, true}) {
     hs_staging_plan_options_t o = hs::StagingPlan::options(HS_DEVICE_CPU, -1, 2, 4, 2, 6);
     const uint64_t bytes = hs::StagingPlan::storage_bytes(o);
-    hs_host_pool_options_t po;
-    hs_host_pool_options_init(&po);
-    po.size_bytes = bytes;
-    po.registration = HS_REGISTER_NEVER;
+    const hs_host_pool_options_t po = unregistered_pool_options(bytes);
     hs_host_pool_t pool = nullptr;
     ASSERT_EQ(hs_host_pool_create(&po, &pool), HS_SUCCESS) << hs_last_error();
     void* data = nullptr;
