@@ -53,7 +53,9 @@ class SharedHostPool : public HostPool {
   }
 };
 
-// An interprocess event that this object owns (created or imported).
+// An interprocess event that this object owns (created or imported). Let it
+// outlive the runtimes and caches that hold it: while one does,
+// hs_ipc_event_destroy refuses, so the event would stay allocated.
 class IpcEvent {
  public:
   explicit IpcEvent(hs_device_type_t device_type = HS_DEVICE_CPU, int device_index = -1) {
