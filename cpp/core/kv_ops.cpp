@@ -30,9 +30,9 @@ const int32_t* block_table(const TensorArg& t, int64_t rows, const Device& devic
                            int64_t* row_stride, int32_t* width) {
   t.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, reference);
   t.size_at_least(0, rows, "one row per batch row of request_state_indices");
-  *row_stride = t.stride(0);
   *width = checked_int32(t.size(1), t.name());
-  return t.data<int32_t>();
+  *row_stride = *width > 0 ? t.stride(0) : 0;  // every row of an empty table is table_data()
+  return t.table_data();
 }
 
 void same_dtype(const TensorArg& t, hs_dtype_t dtype, const char* reference) {

@@ -86,9 +86,9 @@ const int32_t* resolve_block_table(const TensorArg& table, int64_t rows, const D
                                    int32_t* width) {
   table.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "topk_indices");
   table.size_at_least(0, rows, "one row per batch row of request_state_indices");
-  *row_stride = table.stride(0);
   *width = static_cast<int32_t>(checked_int32(table.size(1), table.name()));
-  return table.data<int32_t>();
+  *row_stride = *width > 0 ? table.stride(0) : 0;  // every row of an empty table is table_data()
+  return table.table_data();
 }
 
 void resolve_hot_table_params(const TensorArg& table, const Device& device, ResolveResidencyParams* params) {

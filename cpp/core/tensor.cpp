@@ -191,7 +191,13 @@ Device TensorArg::device() const {
   return device;
 }
 
+const int32_t* TensorArg::table_data() const {
+  alignas(128) static const int32_t kNoEntries[32] = {};
+  return tensor_->data != nullptr ? static_cast<const int32_t*>(tensor_->data) : kNoEntries;
+}
+
 bool TensorArg::is_contiguous() const {
+  if (numel_ == 0) return true;  // no element to place (NumPy gives empty arrays zero strides)
   int64_t expected = 1;
   for (int d = tensor_->ndim - 1; d >= 0; --d) {
     if (tensor_->shape[d] != 1 && stride(d) != expected) return false;

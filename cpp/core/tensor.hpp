@@ -74,6 +74,12 @@ class TensorArg {
   T* data() const {
     return static_cast<T*>(tensor_->data);
   }
+  // The data of a present table whose kernels tell "no table" by a null
+  // pointer: a table of no elements (torch gives those a null pointer) is
+  // still a table, whose every lookup misses, so it gets an address that no
+  // lookup reads instead of null (128-byte aligned, so that a prefetch of
+  // its zero-length rows touches no line; give such a table row stride 0).
+  const int32_t* table_data() const;
 
   // Checks; each throws an Error naming the argument and returns *this.
   const TensorArg& dtype_is(hs_dtype_t expected) const;

@@ -150,6 +150,21 @@ def test_write_rows_without_a_source_table_or_host(device):
     assert torch.equal(got_hot.cpu(), want)
 
 
+def test_write_rows_with_a_source_table_of_no_columns_stores_nothing(device):
+    # Every position's block lies past a table of width 0 (torch gives it a
+    # null data pointer, which must not read as "no table": positions would be
+    # host slots then).
+    rows = torch.ones((2, 16))
+    req, positions = torch.tensor([0, 0], dtype=I32), torch.tensor([1, 3], dtype=I32)
+    host = torch.zeros((8, 16))
+    d = device
+    got_host = host.clone() if d.type == "cpu" else host.clone().pin_memory()
+    ops.write_rows(*to(d, rows, req, positions, torch.tensor([0], dtype=I32)), host_cache=got_host,
+                   source_block_table=torch.zeros((1, 0), dtype=I32, device=d), block_size=4)
+    sync(d)
+    assert torch.equal(got_host, host)
+
+
 def test_write_rows_errors_name_the_argument(device):
     rows = torch.zeros((2, 16), device=device)
     req = torch.zeros(2, dtype=I32, device=device)

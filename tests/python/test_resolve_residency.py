@@ -454,6 +454,30 @@ def test_invalid_entries_are_counted(device):
     np.testing.assert_array_equal(out.stats, [8, 0, 2, 0, 6])
 
 
+def test_a_source_table_of_no_columns_makes_every_entry_invalid(device):
+    # A table of width 0 is a table: every block lies past it. (torch gives a
+    # tensor of no elements a null data pointer; it must not read as "no table",
+    # under which positions would be host slots.)
+    problem = single_request([[0, 3, 5]], 4, source_block_table=np.zeros((1, 0), np.int32), block_size=4,
+                             host_rows=100)
+    out = resolve(problem, device)
+    np.testing.assert_array_equal(out.resolved, [[-1, -1, -1]])
+    np.testing.assert_array_equal(out.swap_counts, [0])
+    np.testing.assert_array_equal(out.stats, [3, 0, 0, 0, 3])
+
+
+def test_an_empty_state_of_zero_strides_is_accepted():
+    # NumPy gives arrays of no elements zero strides; S = 0 state rows reject
+    # the request (state index 0 is out of range) instead of the call.
+    out = {name: np.full((1, 2), SENTINEL, np.int32) for name in OUTPUT_MATRICES}
+    out.update({name: np.full((1,), SENTINEL, np.int32) for name in OUTPUT_VECTORS})
+    ops.resolve_residency(_i32([[1, 2]]), _i32([0]), _i32([0]), np.zeros((0, 4), np.int32), np.zeros((0, 4), np.int16),
+                          np.zeros((1, 4), np.int32), hot_block_size=1, attention_block_stride=1, host_rows=10,
+                          max_union_rows=4, **{f"out_{name}": array for name, array in out.items()})
+    np.testing.assert_array_equal(out["resolved"], [[-1, -1]])
+    np.testing.assert_array_equal(out["valid_counts"], [0])
+
+
 def test_host_rows_bound_without_source_table(device):
     problem = single_request([[0, 9, 10, 11]], 4, host_rows=10)
     out = resolve(problem, device)
