@@ -20,6 +20,14 @@ __all__ = ["resolve_residency_torch"]
 _INT32_MAX = 2**31 - 1
 
 
+def _lookup(table: Any, index: Any) -> Any:
+    """table[b, index[b, e]] with indices past the table clamped to its last column (the callers mask those
+    entries), and 0 for a table of no columns."""
+    if table.shape[1] == 0:
+        return index.new_zeros(index.shape)
+    return table.gather(1, index.clamp(max=table.shape[1] - 1))
+
+
 def resolve_residency_torch(
     topk_indices: Any,
     req_id_per_token: Any,
@@ -111,7 +119,7 @@ def resolve_residency_torch(
         width = source_block_table.shape[1]
         block = safe_positions // block_size
         valid &= block < width
-        host_block = source_block_table[batch].to(long).gather(1, block.clamp(max=max(width - 1, 0)))
+        host_block = _lookup(source_block_table[batch].to(long), block)
         valid &= host_block > 0
         slots = host_block * block_size + safe_positions % block_size
     else:
@@ -126,7 +134,7 @@ def resolve_residency_torch(
     if resident_block_table is not None:
         width = resident_block_table.shape[1]
         page = safe_positions // resident_block_size
-        block = resident_block_table[batch].to(long).gather(1, page.clamp(max=max(width - 1, 0)))
+        block = _lookup(resident_block_table[batch].to(long), page)
         resident = valid & (page < width) & (block > 0)
         resident_rows = block * resident_block_size + safe_positions % resident_block_size
         overflowing = resident & (attention_index(resident_rows) > _INT32_MAX)

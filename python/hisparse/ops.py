@@ -118,7 +118,8 @@ def resolve_residency(
     A batch of more requests than the GPU has SMs, up to twice as many,
     runs two resolve blocks per SM where the shape fits half an SM's shared
     memory, and then every request copies its own rows under either
-    schedule (one wave, twice the host reads in flight).
+    schedule (one wave, twice the host reads in flight). Without the
+    gather's caches only "auto" is accepted (there is nothing to schedule).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
     block's shared memory (large hot buffers with speculative unions, see
@@ -196,8 +197,11 @@ def _gather_schedule(schedule: str, fused: bool) -> int:
     if not isinstance(schedule, str):
         raise TypeError(f"gather_schedule: expected one of {list(GATHER_SCHEDULES)}, got {type(schedule).__name__}")
     code = _args.choice("gather_schedule", schedule, GATHER_SCHEDULES)
-    # Without a fused gather there is nothing to schedule (the C ABI wants 0).
-    return code if fused else _C.RESOLVE_GATHER_AUTO
+    if not fused and code != _C.RESOLVE_GATHER_AUTO:
+        # As the C ABI: a schedule other than the default without the fused gather it schedules is a mistake.
+        raise ValueError(f"gather_schedule: {schedule!r} schedules the fused gather, which needs gather_host_cache "
+                         "and gather_hot_cache; got neither")
+    return code
 
 
 def resolver_workspace_bytes(num_state_rows: int, device_buffer_size: int, max_union_rows: int, device: Any) -> int:

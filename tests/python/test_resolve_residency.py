@@ -466,14 +466,47 @@ def test_a_source_table_of_no_columns_makes_every_entry_invalid(device):
     np.testing.assert_array_equal(out.stats, [3, 0, 0, 0, 3])
 
 
+def _one_row_call(dgi, lru, **kwargs) -> dict:
+    """resolve_residency of top-k [[1, 2]] for batch row 0 (state row 0) over NumPy arrays; its outputs."""
+    out = {name: np.full((1, 2), SENTINEL, np.int32) for name in OUTPUT_MATRICES}
+    out.update({name: np.full((1,), SENTINEL, np.int32) for name in OUTPUT_VECTORS})
+    ops.resolve_residency(_i32([[1, 2]]), _i32([0]), _i32([0]), dgi, lru, np.zeros((1, 4), np.int32), hot_block_size=1,
+                          attention_block_stride=1, host_rows=10, max_union_rows=4,
+                          **{f"out_{name}": array for name, array in out.items()}, **kwargs)
+    return out
+
+
+def test_a_gather_schedule_without_the_fused_gather_is_refused():
+    dgi, lru = cold_state(1, 4)
+    with pytest.raises(ValueError, match="gather_schedule: 'fused' schedules the fused gather"):
+        _one_row_call(dgi, lru, gather_schedule="fused")
+    np.testing.assert_array_equal(dgi, cold_state(1, 4)[0])
+
+
+@pytest.mark.parametrize("table", ["source_block_table", "resident_block_table"])
+def test_the_torch_baseline_agrees_on_tables_of_no_columns(table):
+    from hisparse.baseline import resolve_residency_torch
+
+    tables = ({"source_block_table": np.zeros((1, 0), np.int32), "block_size": 1} if table == "source_block_table"
+              else {"resident_block_table": np.zeros((1, 0), np.int32), "resident_block_size": 1})
+    dgi, lru = cold_state(1, 4)
+    want = _one_row_call(dgi.copy(), lru.copy(), **tables)
+    got = {name: torch.full(array.shape, SENTINEL, dtype=torch.int32) for name, array in want.items()}
+    torch_dgi, torch_lru = torch.from_numpy(dgi.copy()), torch.from_numpy(lru.copy())
+    resolve_residency_torch(torch.tensor([[1, 2]], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+                            torch.tensor([0], dtype=torch.int32), torch_dgi, torch_lru,
+                            torch.zeros((1, 4), dtype=torch.int32), hot_block_size=1, attention_block_stride=1,
+                            host_rows=10, max_union_rows=4, **{f"out_{name}": t for name, t in got.items()},
+                            **{name: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                               for name, v in tables.items()})
+    for name, array in want.items():
+        np.testing.assert_array_equal(got[name].numpy(), array, err_msg=name)
+
+
 def test_an_empty_state_of_zero_strides_is_accepted():
     # NumPy gives arrays of no elements zero strides; S = 0 state rows reject
     # the request (state index 0 is out of range) instead of the call.
-    out = {name: np.full((1, 2), SENTINEL, np.int32) for name in OUTPUT_MATRICES}
-    out.update({name: np.full((1,), SENTINEL, np.int32) for name in OUTPUT_VECTORS})
-    ops.resolve_residency(_i32([[1, 2]]), _i32([0]), _i32([0]), np.zeros((0, 4), np.int32), np.zeros((0, 4), np.int16),
-                          np.zeros((1, 4), np.int32), hot_block_size=1, attention_block_stride=1, host_rows=10,
-                          max_union_rows=4, **{f"out_{name}": array for name, array in out.items()})
+    out = _one_row_call(np.zeros((0, 4), np.int32), np.zeros((0, 4), np.int16))
     np.testing.assert_array_equal(out["resolved"], [[-1, -1]])
     np.testing.assert_array_equal(out["valid_counts"], [0])
 

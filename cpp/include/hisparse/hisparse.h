@@ -398,10 +398,11 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* request_state_indices; /* int32 [B] */
   const hs_tensor_t* device_global_indices; /* int32 [S, H], updated */
   const hs_tensor_t* lru_slots;             /* int16 [S, H], updated */
-  const hs_tensor_t* hot_block_table;       /* int32 [B, >= ceil(H / hot_block_size)] */
+  const hs_tensor_t* hot_block_table;       /* int32 [>= B, >= ceil(H / hot_block_size)] */
   int64_t hot_block_size;                   /* rows per hot block */
   int64_t attention_block_stride;           /* rows between hot blocks, >= hot_block_size */
-  int64_t host_rows;                        /* rows of the host cache: host slots at or past it are invalid */
+  int64_t host_rows;                        /* rows of the host cache (0 to INT32_MAX): host slots at or past it
+                                               are invalid */
   int64_t max_union_rows;                   /* distinct rows per request, 1 <= . <= H */
   /* outputs */
   const hs_tensor_t* out_attention;         /* int32 [>= T, K] */
@@ -413,11 +414,11 @@ typedef struct hs_resolve_residency_args {
   const hs_tensor_t* out_swap_device_rows;  /* int32 [>= T, K] */
   const hs_tensor_t* out_swap_counts;       /* int32 [>= T] */
   /* optional (NULL = absent) */
-  const hs_tensor_t* source_block_table;    /* int32 [B, W] */
+  const hs_tensor_t* source_block_table;    /* int32 [>= B, W]; W = 0: every position lies past it */
   int64_t block_size;
-  const hs_tensor_t* resident_block_table;  /* int32 [B, Wr] */
+  const hs_tensor_t* resident_block_table;  /* int32 [>= B, Wr] */
   int64_t resident_block_size;
-  const hs_tensor_t* num_valid_rows;        /* int32 [1] */
+  const hs_tensor_t* num_valid_rows;        /* int32, one element */
   const hs_tensor_t* stats;                 /* int64 [>= 5], accumulated */
   /* Fused gather (optional, both NULL = off, both or neither). The same
    * rules as hs_gather_compact's host_cache, hot_cache and hot_block_stride,
