@@ -27,8 +27,8 @@ HS_API hs_status_t hs_host_pool_create(const hs_host_pool_options_t* options, hs
       invalid_argument("registration: expected HS_REGISTER_AUTO, _ALWAYS or _NEVER, got ", o.registration);
     }
     if (o.size_bytes == 0) invalid_argument("size_bytes: expected a positive pool size, got 0");
-    const bool huge_pages = pool_flag(o.huge_pages, "huge_pages");
-    if (pool_flag(o.check_memory, "check_memory")) check_host_memory(o.size_bytes);
+    const bool huge_pages = require_flag(o.huge_pages, "huge_pages");
+    if (require_flag(o.check_memory, "check_memory")) check_host_memory(o.size_bytes);
     HostPoolOptions options_cpp;
     options_cpp.size_bytes = o.size_bytes;
     options_cpp.populate_threads = o.populate_threads;

@@ -37,10 +37,7 @@ HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_run
            "), got ", o.kv_dtype);
     }
     core.kv_dtype = static_cast<hs_dtype_t>(o.kv_dtype);
-    if (o.residency_hint != 0 && o.residency_hint != 1) {
-      invalid_argument("residency_hint: expected 0 or 1, got ", o.residency_hint);
-    }
-    core.residency_hint = o.residency_hint != 0;
+    core.residency_hint = require_flag(o.residency_hint, "residency_hint");
     core.copy_stream = o.copy_stream;
     core.topk_ready = o.topk_ready_event;
     *runtime = to_handle(leader != nullptr ? new Runtime(core, *leader) : new Runtime(core));

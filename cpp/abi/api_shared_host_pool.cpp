@@ -41,10 +41,10 @@ HS_API hs_status_t hs_shared_host_pool_create(const hs_shared_pool_id_t* id, int
     options_cpp.writer_rank = o.writer_rank;
     options_cpp.size_bytes = o.size_bytes;
     options_cpp.populate_threads = o.populate_threads;
-    options_cpp.huge_pages = pool_flag(o.huge_pages, "huge_pages");
+    options_cpp.huge_pages = require_flag(o.huge_pages, "huge_pages");
     if (o.max_segment_bytes != 0) options_cpp.max_segment_bytes = o.max_segment_bytes;
     if (o.timeout_seconds != 0) options_cpp.timeout_seconds = o.timeout_seconds;
-    options_cpp.check_memory = pool_flag(o.check_memory, "check_memory");
+    options_cpp.check_memory = require_flag(o.check_memory, "check_memory");
     options_cpp.registrar = choose_registrar(o.registration, o.device_index, &options_cpp.device);
     *pool = list_pool(new hs_host_pool(std::make_unique<SharedHostPool>(options_cpp)));
   });

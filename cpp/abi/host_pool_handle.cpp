@@ -18,11 +18,6 @@ hs_host_pool_t list_pool(hs_host_pool* pool) {
   return pool;
 }
 
-bool pool_flag(int32_t value, const char* name) {
-  if (value != 0 && value != 1) invalid_argument(name, ": expected 0 or 1, got ", value);
-  return value != 0;
-}
-
 Backend* choose_registrar(int32_t registration, int32_t device_index, int* device) {
   if (registration < HS_REGISTER_AUTO || registration > HS_REGISTER_NEVER) {
     invalid_argument("registration: expected HS_REGISTER_AUTO, _ALWAYS or _NEVER, got ", registration);

@@ -24,9 +24,6 @@ hs_host_pool& require_pool(hs_host_pool_t pool, const char* name = "pool");
 // Lists a pool handle a create call returns.
 hs_host_pool_t list_pool(hs_host_pool* pool);
 
-// The 0-or-1 options of a pool (huge_pages, check_memory), or a named error.
-bool pool_flag(int32_t value, const char* name);
-
 // The backend that registers a pool under `registration` (hs_registration_t)
 // and the device it registers with (`device_index` -1 = current), or nullptr
 // when the pool stays unregistered. Throws naming the field.

@@ -63,9 +63,7 @@ hs_config_t resolve_config(const hs_config_t& config) {
   if (c.hot_block_size < 1) {
     invalid_argument("hot_block_size: expected a positive number of tokens, got ", c.hot_block_size);
   }
-  if (c.eager_host_mirror != 0 && c.eager_host_mirror != 1) {
-    invalid_argument("eager_host_mirror: expected 0 or 1, got ", c.eager_host_mirror);
-  }
+  require_flag(c.eager_host_mirror, "eager_host_mirror");
   return c;
 }
 

@@ -3,6 +3,7 @@
 // error, once, when they leave the library.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,12 @@ template <typename... Parts>
 template <typename... Parts>
 [[noreturn]] void invalid_argument(Parts&&... parts) {
   fail(HS_ERROR_INVALID_ARGUMENT, std::forward<Parts>(parts)...);
+}
+
+// A C ABI flag field (int32, 0 or 1) as a bool, or an error naming it.
+inline bool require_flag(int32_t value, const char* name) {
+  if (value != 0 && value != 1) invalid_argument(name, ": expected 0 or 1, got ", value);
+  return value != 0;
 }
 
 }  // namespace hisparse

@@ -562,16 +562,10 @@ SwapInResult Runtime::swap_in(const hs_runtime_swap_in_args_t& a, hs_stream_t st
                      " (max_swap_rows bounds the token rows of all swap_in calls of one "
                      "forward; call begin_forward at the start of each forward)");
   }
-  if (a.prefetch != 0 && a.prefetch != 1) invalid_argument("prefetch: expected 0 or 1, got ", a.prefetch);
-  if (a.fused_gather != 0 && a.fused_gather != 1) {
-    invalid_argument("fused_gather: expected 0 or 1, got ", a.fused_gather);
-  }
-  if (a.group_gather != 0 && a.group_gather != 1) {
-    invalid_argument("group_gather: expected 0 or 1, got ", a.group_gather);
-  }
-  if (a.ignore_topk_ready != 0 && a.ignore_topk_ready != 1) {
-    invalid_argument("ignore_topk_ready: expected 0 or 1, got ", a.ignore_topk_ready);
-  }
+  require_flag(a.prefetch, "prefetch");
+  require_flag(a.fused_gather, "fused_gather");
+  require_flag(a.group_gather, "group_gather");
+  require_flag(a.ignore_topk_ready, "ignore_topk_ready");
   check_hot_layout_in_group(hot_.block_size, hot_.attention_block_stride);
 
   if (is_leader()) {
@@ -753,9 +747,7 @@ void Runtime::write(const hs_runtime_write_args_t& a, hs_stream_t stream) {
          source_bound_ ? "bound" : "unbound", ", hot cache ", hot_bound_ ? "bound" : "unbound", ")");
   }
   require_live_source();
-  if (a.skip_host_store != 0 && a.skip_host_store != 1) {
-    invalid_argument("skip_host_store: expected 0 or 1, got ", a.skip_host_store);
-  }
+  require_flag(a.skip_host_store, "skip_host_store");
   if (a.block_size < 0)
     invalid_argument("block_size: expected 0 (the config's) or a positive count, got ", a.block_size);
   WriteRowsParams p;

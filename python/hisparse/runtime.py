@@ -235,9 +235,9 @@ class Runtime:
         self._copy_stream = copy_stream
         self._topk_ready = topk_ready
         self._views = {name: torch.from_dlpack(self._rt.group_tensor(which)) for name, which in _TENSORS.items()}
-        self._bound: dict = {}
-        # The bound tensors by argument name, to check before each call that uses their memory.
-        self._borrowed: Dict[str, _Borrowed] = {}
+        # The bound tensors by argument name (kv_cache, registered_host_pool, raw_tensor, block_table), kept
+        # alive and checked before each call that uses their memory.
+        self._bound: Dict[str, _Borrowed] = {}
         self._hot = None
         #: int32 [B] state row per batch row, used by ``swap_in`` when none is given
         #: (the seed's runtime attribute, shared by every runtime of an engine).
@@ -341,7 +341,7 @@ class Runtime:
     @property
     def host_cache(self) -> Any:
         """The bound host (source) cache, or None."""
-        return self._bound.get("host_cache")
+        return self._bound_value("kv_cache")
 
     @property
     def hot(self) -> Any:
@@ -350,7 +350,11 @@ class Runtime:
 
     @property
     def hot_block_table(self) -> Any:
-        return self._bound.get("hot_block_table")
+        return self._bound_value("block_table")
+
+    def _bound_value(self, name: str) -> Any:
+        borrowed = self._bound.get(name)
+        return None if borrowed is None else borrowed.value
 
     @property
     def followers_staged_together(self) -> bool:
@@ -386,12 +390,8 @@ class Runtime:
             )
         except (TypeError, ValueError, RuntimeError) as error:
             raise _args.renamed(error, _SOURCE_NAMES) from None
-        self._bound["host_cache"] = kv_cache
-        self._bound["registered_host_pool"] = registered_host_pool
-        self._borrowed["kv_cache"] = _borrow(kv_cache)
-        self._borrowed.pop("registered_host_pool", None)
-        if registered_host_pool is not None:
-            self._borrowed["registered_host_pool"] = _borrow(registered_host_pool)
+        self._bound["kv_cache"] = _borrow(kv_cache)
+        self._bound["registered_host_pool"] = _borrow(registered_host_pool)
 
     def bind_hot_cache(
         self,
@@ -417,10 +417,8 @@ class Runtime:
             _args.require_int("block_size", block_size, bits=64),
             _args.tensor("block_table", block_table),
         )
-        self._bound["hot_backing"] = raw_tensor
-        self._bound["hot_block_table"] = block_table
-        self._borrowed["raw_tensor"] = _borrow(raw_tensor)
-        self._borrowed["block_table"] = _borrow(block_table)
+        self._bound["raw_tensor"] = _borrow(raw_tensor)
+        self._bound["block_table"] = _borrow(block_table)
         # The view the library bound (a NumPy slab simply has no torch view).
         torch = torch_or_none()
         is_torch = torch is not None and isinstance(raw_tensor, torch.Tensor)
@@ -430,16 +428,15 @@ class Runtime:
         """Restore the unbound state without unregistering the host pool."""
         self._rt.unbind()
         self._bound = {}
-        self._borrowed = {}
         self._hot = None
 
     def _check_bound_memory(self, *, group: bool = False) -> None:
         """Refuses before a call that uses this runtime's bound memory (and, with ``group``, its followers')
         if a bound tensor's memory moved since it was bound."""
-        _check_unmoved(self._borrowed)
+        _check_unmoved(self._bound)
         if group:
             for index, follower in enumerate(self.followers):
-                _check_unmoved(follower._borrowed, f" (bound to follower {index} of this leader)")
+                _check_unmoved(follower._bound, f" (bound to follower {index} of this leader)")
 
     # ------------------------------------------------------------------ decode step
     def _stream(self, stream: Any, *tensors: Any) -> int:

@@ -57,7 +57,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 __all__ = ["Trace", "generate_trace", "trace_stats", "load_trace", "save_trace", "SATURATION_GROWTH"]
 
@@ -327,32 +327,27 @@ def save_trace(trace: Trace, path: str) -> None:
         np.savez_compressed(handle, topk=topk.numpy(), meta=np.array(json.dumps(meta)))
 
 
-def _read_trace_file(source: Path) -> Tuple[Any, Dict[str, Any]]:
-    """The 'topk' positions and the metadata of a .pt/.pth or .npz trace file."""
+def _trace_file_contents(source: Path) -> Dict[str, Any]:
+    """Every entry of a .pt/.pth (a dict) or .npz trace file, read whole; any reader's failure is the
+    file's fault and named as such."""
     import torch  # noqa: PLC0415
 
-    path = str(source)
-    meta: Dict[str, Any] = {}
-    if source.suffix in (".pt", ".pth"):
-        data = torch.load(source, map_location="cpu", weights_only=True)
-        if not isinstance(data, dict) or "topk" not in data:
-            raise ValueError(f"--trace: {path!r} must hold a dict with a 'topk' tensor")
-        topk = torch.as_tensor(data["topk"])
-        meta = dict(data.get("meta") or {})
-    else:
+    try:
+        if source.suffix in (".pt", ".pth"):
+            data = torch.load(source, map_location="cpu", weights_only=True)
+            return dict(data) if isinstance(data, dict) else {}
         import numpy as np  # noqa: PLC0415
 
         with np.load(source, allow_pickle=False) as data:
-            if "topk" not in data:
-                raise ValueError(f"--trace: {path!r} has no 'topk' array (found {sorted(data.files)})")
-            topk = torch.from_numpy(np.ascontiguousarray(data["topk"]))
-            if "meta" in data:
-                meta = json.loads(str(data["meta"]))
-    return topk, meta
+            return {name: data[name] for name in data.files}
+    except Exception as error:  # noqa: BLE001
+        raise ValueError(f"--trace: cannot read {str(source)!r} as a trace: {type(error).__name__}: {error}") \
+            from None
 
 
 def load_trace(path: str, device: Any = "cpu") -> Trace:
     """Read a trace file (.npz or .pt/.pth, see the module docstring)."""
+    import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
     source = Path(path)
@@ -360,12 +355,18 @@ def load_trace(path: str, device: Any = "cpu") -> Trace:
         raise ValueError(f"--trace: no such file: {path!r}")
     if source.suffix not in (".pt", ".pth", ".npz"):
         raise ValueError(f"--trace: expected a .npz, .pt or .pth file, got {path!r}")
-    try:
-        topk, meta = _read_trace_file(source)
-    except Exception as error:  # noqa: BLE001 (any reader's failure is the file's fault)
-        if str(error).startswith("--trace"):
-            raise
-        raise ValueError(f"--trace: cannot read {path!r} as a trace: {type(error).__name__}: {error}") from None
+    contents = _trace_file_contents(source)
+    if "topk" not in contents:
+        raise ValueError(f"--trace: {path!r} has no 'topk' entry (found {sorted(contents)})")
+    if isinstance(contents["topk"], np.ndarray):
+        topk = torch.from_numpy(np.ascontiguousarray(contents["topk"]))
+        try:
+            meta = json.loads(str(contents["meta"])) if "meta" in contents else {}
+        except ValueError as error:
+            raise ValueError(f"--trace: {path!r} holds a 'meta' entry that is not JSON: {error}") from None
+    else:
+        topk = torch.as_tensor(contents["topk"])
+        meta = dict(contents.get("meta") or {})
     if topk.is_floating_point() or topk.dtype == torch.bool or topk.is_complex():
         raise TypeError(f"--trace: 'topk' must hold integer positions, got {topk.dtype}")
     if topk.dim() == 3:
