@@ -76,7 +76,8 @@ HS_API hs_status_t hs_update_residency(const hs_update_residency_args_t* args, h
   return api_guard([&] {
     Device device;
     const ResidencyParams p = residency_params(read_struct<HS_UPDATE_RESIDENCY_ARGS_VERSION>(args, "args"), &device);
-    if (p.num_batch_rows == 0 || p.table_width == 0) return;
+    // Ring slots are claimed from the lengths even for a table of no columns.
+    if (p.num_batch_rows == 0 || (p.table_width == 0 && p.ring_pages == nullptr)) return;
     backend_for(device, "resident_block_table").update_residency(p, stream);
   });
 }

@@ -8,8 +8,7 @@
 //
 // Appending a field to a struct: bump its version and add the size of the
 // version before (offsetof the new field) to its StructHistory below; the
-// struct then fails to compile here until the history is complete. No
-// struct has grown since the first release, so every history is empty.
+// struct then fails to compile here until the history is complete.
 #pragma once
 
 #include <array>
@@ -31,6 +30,12 @@ namespace hisparse {
 template <typename Struct>
 struct StructHistory {
   static constexpr std::array<size_t, 0> kEarlierSizes{};
+};
+
+// Version 2 appended ring_pages.
+template <>
+struct StructHistory<hs_update_residency_args_t> {
+  static constexpr std::array<size_t, 1> kEarlierSizes{offsetof(hs_update_residency_args_t, ring_pages)};
 };
 
 // The size of version `version` (1 .. kVersion) of a struct whose current

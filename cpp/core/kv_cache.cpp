@@ -166,6 +166,7 @@ KvCache::KvCache(const KvCacheOptions& options)
       static_cast<uint64_t>(S) * l.resident_pages * l.blocks_per_page * 4,  // resident blocks
       static_cast<uint64_t>(S) * l.resident_table_width * 4,              // resident block table
       static_cast<uint64_t>(S) * 4,                    // seq_lens
+      static_cast<uint64_t>(S) * l.resident_pages * 4,  // ring pages
   };
   uint64_t offset = 0;
   for (int i = 0; i < HS_KV_CACHE_NUM_TENSORS; ++i) {
@@ -191,6 +192,8 @@ KvCache::KvCache(const KvCacheOptions& options)
   describe(HS_KV_CACHE_RESIDENT_BLOCK_TABLE, at(HS_KV_CACHE_RESIDENT_BLOCK_TABLE), HS_DTYPE_INT32, device_type,
            {S, l.resident_table_width});
   describe(HS_KV_CACHE_SEQ_LENS, at(HS_KV_CACHE_SEQ_LENS), HS_DTYPE_INT32, device_type, {S});
+  describe(HS_KV_CACHE_RING_PAGES, at(HS_KV_CACHE_RING_PAGES), HS_DTYPE_INT32, device_type,
+           {S, static_cast<int64_t>(l.resident_pages)});
   initialise_tables();
   active_.assign(static_cast<size_t>(S), false);
 
@@ -249,6 +252,9 @@ void KvCache::initialise_tables() {
     backend_.copy_async(tensors_[which].data, values.data(), values.size() * sizeof(int32_t), stream.get());
   };
   backend_.fill_async(memory_->data(), 0, device_bytes_, stream.get());
+  // Ring slots start holding no page (-1 in every byte).
+  backend_.fill_async(tensors_[HS_KV_CACHE_RING_PAGES].data, 0xFF, static_cast<size_t>(S) * l.resident_pages * 4,
+                      stream.get());
   upload(HS_KV_CACHE_REQUEST_STATE_INDICES, states);
   upload(HS_KV_CACHE_SOURCE_BLOCK_TABLE, source);
   upload(HS_KV_CACHE_HOT_BLOCK_TABLE, hot);
@@ -333,8 +339,14 @@ int32_t KvCache::active_requests() const {
 
 // ------------------------------------------------------------------ requests
 
+void KvCache::clear_ring_pages(int32_t row, hs_stream_t stream) {
+  const size_t bytes = static_cast<size_t>(layout_.resident_pages) * sizeof(int32_t);
+  backend_.fill_async(static_cast<uint8_t*>(tensors_[HS_KV_CACHE_RING_PAGES].data) + row * bytes, 0xFF, bytes, stream);
+}
+
 void KvCache::reset_row(int32_t row, hs_stream_t stream) {
   for (int32_t leader : layout_.leader_of) runtimes_[leader]->reset_request(row, stream);
+  clear_ring_pages(row, stream);
 }
 
 int32_t KvCache::admit(int32_t row, hs_stream_t stream) {
@@ -390,6 +402,8 @@ void KvCache::begin_forward(const hs_tensor_t* seq_lens_t, hs_stream_t stream) {
     p.resident_blocks = static_cast<const int32_t*>(tensors_[HS_KV_CACHE_RESIDENT_BLOCKS].data);
     p.resident_blocks_row_stride = static_cast<int64_t>(layout_.resident_pages) * layout_.blocks_per_page;
     p.num_state_rows = layout_.max_requests;
+    p.ring_pages = static_cast<int32_t*>(tensors_[HS_KV_CACHE_RING_PAGES].data);
+    p.ring_pages_row_stride = layout_.resident_pages;
     backend_.update_residency(p, stream);
   }
   for (const auto& r : runtimes_) r->begin_forward();

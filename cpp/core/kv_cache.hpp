@@ -99,6 +99,9 @@ class KvCache {
   // The layer's paged view of the slab [num_blocks, hot_block_size, W].
   hs_tensor_t layer_view(int32_t layer, std::array<int64_t, 3>* shape) const;
   void reset_row(int32_t row, hs_stream_t stream);
+  // A new request's ring slots hold no page (-1): none of its pages is
+  // resident before it claims a slot.
+  void clear_ring_pages(int32_t row, hs_stream_t stream);
   // Throws naming `range` when it shares a byte with memory the cache owns
   // (slab and tables, host cache, its groups' state) while `written`.
   void check_apart_from_own_memory(const ByteRange& range, bool written) const;

@@ -315,7 +315,15 @@ ResidencyParams residency_params(const hs_update_residency_args_t& a, Device* de
   p.resident_blocks = blocks.data<int32_t>();
   p.resident_blocks_row_stride = blocks.stride(0);
   p.num_state_rows = checked_int32(blocks.size(0), "resident_blocks rows");
-  AliasCheck().writes(table).reads(states).reads(lengths).reads(blocks).check();
+  const TensorArg ring_pages(a.ring_pages, "ring_pages", true);
+  if (ring_pages.present()) {
+    ring_pages.dtype_is(HS_DTYPE_INT32).row_major_2d().on(device, "resident_block_table");
+    ring_pages.size_at_least(0, blocks.size(0), "one row per state row of resident_blocks");
+    ring_pages.size_at_least(1, a.num_pages, "num_pages ring slots per state row");
+    p.ring_pages = ring_pages.data<int32_t>();
+    p.ring_pages_row_stride = ring_pages.stride(0);
+  }
+  AliasCheck().writes(table).writes(ring_pages).reads(states).reads(lengths).reads(blocks).check();
   return p;
 }
 

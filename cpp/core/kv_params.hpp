@@ -110,7 +110,9 @@ struct ReadRowsParams {
 };
 
 // The newest num_pages pages of every request resident: table[b, q] for the
-// table block q (table_block_size positions) of batch row b.
+// table block q (table_block_size positions) of batch row b. With
+// ring_pages, a page is resident only while its ring slot holds it (every
+// page of the call's windows claims its slot first, keeping the later page).
 struct ResidencyParams {
   int device = 0;
   int32_t* table = nullptr;  // [B, table_width], row stride table_row_stride
@@ -124,8 +126,52 @@ struct ResidencyParams {
   const int32_t* seq_lens = nullptr;               // [B]
   const int32_t* resident_blocks = nullptr;        // [S, n * m], row stride resident_blocks_row_stride
   int64_t resident_blocks_row_stride = 0;
-  int32_t num_state_rows = 0;  // S
+  int32_t num_state_rows = 0;     // S
+  int32_t* ring_pages = nullptr;  // [S, >= n], row stride ring_pages_row_stride; null = every page of a window
+  int64_t ring_pages_row_stride = 0;
 };
+
+// The pages [first, last] of batch row b's window; empty (first > last) for
+// a row with an invalid state row, a length <= 0, or no pages kept.
+struct PageWindow {
+  int64_t first = 0;
+  int64_t last = -1;
+};
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline PageWindow resident_page_window(const ResidencyParams& p, int32_t b) {
+  const int32_t s = p.request_state_indices[b];
+  const int64_t length = p.seq_lens[b];
+  if (s < 0 || s >= p.num_state_rows || length <= 0 || p.num_pages == 0) return PageWindow{};
+  const int64_t last = (length - 1) / (p.table_block_size * p.blocks_per_page);
+  const int64_t first = last - p.num_pages + 1;
+  return PageWindow{first < 0 ? 0 : first, last};
+}
+
+// Where page `page` of state row s keeps its ring slot's page, or null
+// without ring tracking.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int32_t* ring_page_of(const ResidencyParams& p, int32_t s, int64_t page) {
+  return p.ring_pages == nullptr ? nullptr : p.ring_pages + s * p.ring_pages_row_stride + page % p.num_pages;
+}
+
+// table[b, q] given the row's window, once every claim of the call is made.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int32_t resident_table_entry(const ResidencyParams& p, int32_t b, const PageWindow& window, int32_t q) {
+  const int64_t page = q / p.blocks_per_page;
+  if (page < window.first || page > window.last) return 0;
+  const int32_t s = p.request_state_indices[b];
+  const int32_t* holder = ring_page_of(p, s, page);
+  if (holder != nullptr && *holder != page) return 0;
+  return p.resident_blocks[s * p.resident_blocks_row_stride + (page % p.num_pages) * p.blocks_per_page +
+                           q % p.blocks_per_page];
+}
 
 // Shared by the references and the CUDA kernels: the host slot of a
 // position, or -1 when the position has none (negative, past the source

@@ -1,6 +1,9 @@
-// update_residency: one block per batch row (grid-stride), threads over the
-// row's table entries; the newest pages of the request map to its state
-// row's resident blocks, everything else to 0. Capturable.
+// update_residency: with ring pages, one launch claims the ring slots of
+// every page in every window (atomicMax, so the later page keeps a slot
+// whatever the order of batch rows), then one block per batch row
+// (grid-stride), threads over the row's table entries, writes the table:
+// the newest pages of the request map to its state row's resident blocks,
+// everything else to 0. Capturable.
 #include <algorithm>
 #include <cstdint>
 
@@ -14,30 +17,38 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535;
 
-__global__ void update_residency_kernel(ResidencyParams p) {
-  const int64_t page_size = p.table_block_size * p.blocks_per_page;
-  for (int32_t b = blockIdx.x; b < p.num_batch_rows; b += gridDim.x) {
-    int32_t* row = p.table + b * p.table_row_stride;
-    const int32_t s = p.request_state_indices[b];
-    const int64_t length = p.seq_lens[b];
-    const bool none = s < 0 || s >= p.num_state_rows || length <= 0 || p.num_pages == 0;
-    const int64_t last = none ? -1 : (length - 1) / page_size;
-    const int64_t first = last - p.num_pages + 1 < 0 ? 0 : last - p.num_pages + 1;
-    const int32_t* blocks = none ? nullptr : p.resident_blocks + s * p.resident_blocks_row_stride;
-    for (int32_t q = threadIdx.x; q < p.table_width; q += blockDim.x) {
-      const int64_t page = q / p.blocks_per_page;
-      row[q] = (!none && page >= first && page <= last)
-                   ? blocks[(page % p.num_pages) * p.blocks_per_page + q % p.blocks_per_page]
-                   : 0;
-    }
+__device__ void claim_ring_slots(const ResidencyParams& p, int32_t b) {
+  const PageWindow window = resident_page_window(p, b);
+  const int32_t s = p.request_state_indices[b];
+  for (int64_t page = window.first + threadIdx.x; page <= window.last; page += blockDim.x) {
+    atomicMax(ring_page_of(p, s, page), static_cast<int32_t>(page));
   }
+}
+
+__device__ void write_table_row(const ResidencyParams& p, int32_t b) {
+  const PageWindow window = resident_page_window(p, b);
+  int32_t* row = p.table + b * p.table_row_stride;
+  for (int32_t q = threadIdx.x; q < p.table_width; q += blockDim.x) row[q] = resident_table_entry(p, b, window, q);
+}
+
+__global__ void claim_ring_slots_kernel(ResidencyParams p) {
+  for (int32_t b = blockIdx.x; b < p.num_batch_rows; b += gridDim.x) claim_ring_slots(p, b);
+}
+
+__global__ void update_residency_kernel(ResidencyParams p) {
+  for (int32_t b = blockIdx.x; b < p.num_batch_rows; b += gridDim.x) write_table_row(p, b);
 }
 
 }  // namespace
 
 void launch_update_residency(const ResidencyParams& params, cudaStream_t stream) {
-  if (params.num_batch_rows <= 0 || params.table_width <= 0) return;
+  if (params.num_batch_rows <= 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(params.num_batch_rows, kMaxBlocks));
+  if (params.ring_pages != nullptr && params.num_pages > 0) {
+    claim_ring_slots_kernel<<<blocks, kThreads, 0, stream>>>(params);
+    cuda_check(cudaGetLastError(), "update_residency ring-slot claim launch");
+  }
+  if (params.table_width <= 0) return;
   update_residency_kernel<<<blocks, kThreads, 0, stream>>>(params);
   cuda_check(cudaGetLastError(), "update_residency kernel launch");
 }

@@ -304,10 +304,11 @@ void read_rows(const PyArray& cache, const PyArray& indices, const PyArray& out,
 
 void update_residency(const PyArray& resident_block_table, const PyInt& table_block_size, const PyInt& blocks_per_page,
                       const PyInt& num_pages, const PyArray& request_state_indices, const PyArray& seq_lens,
-                      const PyArray& resident_blocks, const PyInt& stream) {
+                      const PyArray& resident_blocks, const PyOptionalArray& ring_pages, const PyInt& stream) {
   const TensorArg table(resident_block_table, "resident_block_table", kWrite),
       rsi(request_state_indices, "request_state_indices", kRead), lengths(seq_lens, "seq_lens", kRead),
       blocks(resident_blocks, "resident_blocks", kRead);
+  const OptionalTensorArg ring(ring_pages, "ring_pages", kWrite);
   hs_update_residency_args_t a;
   hs_update_residency_args_init(&a);
   a.resident_block_table = table.get();
@@ -317,6 +318,7 @@ void update_residency(const PyArray& resident_block_table, const PyInt& table_bl
   a.request_state_indices = rsi.get();
   a.seq_lens = lengths.get();
   a.resident_blocks = blocks.get();
+  a.ring_pages = ring.get();
   check(hs_update_residency(&a, stream_arg(stream)));
 }
 
@@ -399,6 +401,7 @@ void register_kv_cache(nb::module_& m) {
     names["resident_blocks"] = static_cast<int>(HS_KV_CACHE_RESIDENT_BLOCKS);
     names["resident_block_table"] = static_cast<int>(HS_KV_CACHE_RESIDENT_BLOCK_TABLE);
     names["seq_lens"] = static_cast<int>(HS_KV_CACHE_SEQ_LENS);
+    names["ring_pages"] = static_cast<int>(HS_KV_CACHE_RING_PAGES);
     return names;
   }();
   m.def("write_rows", &write_rows, nb::arg("rows"), nb::arg("req_id_per_token"), nb::arg("positions"),
@@ -408,7 +411,7 @@ void register_kv_cache(nb::module_& m) {
   m.def("read_rows", &read_rows, nb::arg("cache"), nb::arg("indices"), nb::arg("out"), nb::arg("stream") = 0);
   m.def("update_residency", &update_residency, nb::arg("resident_block_table"), nb::arg("table_block_size"),
         nb::arg("blocks_per_page"), nb::arg("num_pages"), nb::arg("request_state_indices"), nb::arg("seq_lens"),
-        nb::arg("resident_blocks"), nb::arg("stream") = 0);
+        nb::arg("resident_blocks"), nb::arg("ring_pages"), nb::arg("stream") = 0);
   m.def("host_register", &host_register, nb::arg("data"), nb::arg("bytes"), nb::arg("device_type"),
         nb::arg("device_index") = -1);
   m.def("host_unregister", &host_unregister, nb::arg("data"));

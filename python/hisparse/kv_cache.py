@@ -237,7 +237,8 @@ class KVCache:
 
     def table(self, name: str) -> Any:
         """One of the cache's int32 tables by name (request_state_indices, source_block_table,
-        hot_block_table, resident_blocks, resident_block_table, seq_lens): read them, do not write them."""
+        hot_block_table, resident_blocks, resident_block_table, seq_lens, ring_pages): read them, do not
+        write them."""
         return self._views[_args.name_of("name", name, self._views)]
 
     # ------------------------------------------------------------------ requests

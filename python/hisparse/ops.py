@@ -479,6 +479,7 @@ def update_residency(
     table_block_size: int,
     num_pages: int,
     blocks_per_page: int = 1,
+    ring_pages: Any = None,
     stream: Any = None,
 ) -> None:
     """The newest ``num_pages`` pages of every request resident (the seed's ``update_hisparse_residency``).
@@ -488,6 +489,15 @@ def update_residency(
     ``table_block_size`` positions each) get the state row's blocks
     ``resident_blocks[s]`` (page g in ring slot ``g % num_pages``); every
     other entry is 0 (not resident).
+
+    ``ring_pages`` (int32 ``[>= S, >= num_pages]``, read and written) keeps
+    a length that falls back across a page boundary (rejected draft tokens)
+    from serving a page whose ring slot a later page has written: every page
+    of the call's windows first claims its slot (``ring_pages[s, g %
+    num_pages] = max(itself, g)``), and a page is resident only while its slot
+    holds it; the others are served from the host and hot copies. Fill a
+    state row's entries with -1 when a new request takes it. Without it,
+    lengths must never fall back across a page boundary.
     """
     _C.update_residency(
         _args.tensor("resident_block_table", resident_block_table),
@@ -497,5 +507,6 @@ def update_residency(
         _args.tensor("request_state_indices", request_state_indices),
         _args.tensor("seq_lens", seq_lens),
         _args.tensor("resident_blocks", resident_blocks),
+        _args.optional_tensor("ring_pages", ring_pages),
         _args.stream(stream, resident_block_table),
     )

@@ -211,6 +211,111 @@ TEST(UpdateResidency, KeepsTheNewestPagesInTheirRing) {
   expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"resident_blocks", "at least 6"});
 }
 
+TEST(UpdateResidency, RingPagesKeepAPageOutOfTheSlotALaterPageHolds) {
+  // One table block per page of 4 positions, 2 resident pages, ring pages
+  // tracked: state row 0 reaches page 2 (length 10), then falls back to
+  // page 1 (length 8: draft tokens rejected). Page 0 would come back into
+  // slot 0, which page 2 has written: it stays out.
+  std::vector<int32_t> states{0}, lengths{10}, blocks{50, 51}, ring{-1, -1}, table(4, -7);
+  hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
+  hs::Tensor t_blocks = i32(blocks, {1, 2}), t_ring = i32(ring, {1, 2});
+  hs_update_residency_args_t a;
+  hs_update_residency_args_init(&a);
+  a.resident_block_table = t_table;
+  a.table_block_size = 4;
+  a.num_pages = 2;
+  a.request_state_indices = t_states;
+  a.seq_lens = t_lens;
+  a.resident_blocks = t_blocks;
+  a.ring_pages = t_ring;
+  hs::update_residency(a);
+  EXPECT_EQ(table, (std::vector<int32_t>{0, 51, 50, 0}));
+  EXPECT_EQ(ring, (std::vector<int32_t>{2, 1}));
+  lengths[0] = 8;
+  hs::update_residency(a);
+  EXPECT_EQ(table, (std::vector<int32_t>{0, 51, 0, 0}));
+  EXPECT_EQ(ring, (std::vector<int32_t>{2, 1}));
+  // Growing again: page 2 holds its slot still, page 3 claims slot 1.
+  lengths[0] = 13;
+  hs::update_residency(a);
+  EXPECT_EQ(table, (std::vector<int32_t>{0, 0, 50, 51}));
+  EXPECT_EQ(ring, (std::vector<int32_t>{2, 3}));
+  // Without ring pages every page of the window is resident.
+  lengths[0] = 8;
+  a.ring_pages = nullptr;
+  hs::update_residency(a);
+  EXPECT_EQ(table, (std::vector<int32_t>{50, 51, 0, 0}));
+}
+
+TEST(UpdateResidency, TwoBatchRowsOfOneStateRowClaimBeforeEitherTableRow) {
+  // Both rows read state row 0: row 0 at page 0, row 1 at page 2. Page 2's
+  // claim of slot 0 keeps page 0 out of row 0's table whatever the order.
+  std::vector<int32_t> states{0, 0}, lengths{3, 9}, blocks{50, 51}, ring{-1, -1}, table(2 * 3, -7);
+  hs::Tensor t_table = i32(table, {2, 3}), t_states = i32(states, {2}), t_lens = i32(lengths, {2});
+  hs::Tensor t_blocks = i32(blocks, {1, 2}), t_ring = i32(ring, {1, 2});
+  hs_update_residency_args_t a;
+  hs_update_residency_args_init(&a);
+  a.resident_block_table = t_table;
+  a.table_block_size = 4;
+  a.num_pages = 2;
+  a.request_state_indices = t_states;
+  a.seq_lens = t_lens;
+  a.resident_blocks = t_blocks;
+  a.ring_pages = t_ring;
+  hs::update_residency(a);
+  EXPECT_EQ(table, (std::vector<int32_t>{0, 0, 0, 0, 51, 50}));
+  EXPECT_EQ(ring, (std::vector<int32_t>{2, 1}));
+}
+
+TEST(UpdateResidency, RingPagesAreChecked) {
+  std::vector<int32_t> states{0}, lengths{10}, blocks{50, 51, 52, 53}, ring(4, -1), table(4);
+  hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
+  hs::Tensor t_blocks = i32(blocks, {2, 2});
+  hs_update_residency_args_t a;
+  hs_update_residency_args_init(&a);
+  a.resident_block_table = t_table;
+  a.table_block_size = 4;
+  a.num_pages = 2;
+  a.request_state_indices = t_states;
+  a.seq_lens = t_lens;
+  a.resident_blocks = t_blocks;
+  hs::Tensor one_row = i32(ring, {1, 2});
+  a.ring_pages = one_row;
+  expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"ring_pages", "at least 2"});
+  hs::Tensor one_column = i32(ring, {2, 1});
+  a.ring_pages = one_column;
+  expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"ring_pages", "at least 2"});
+  hs::Tensor over_the_table = i32(table, {2, 2});
+  a.ring_pages = over_the_table;
+  expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"ring_pages", "resident_block_table"});
+  std::vector<int64_t> wide(4, -1);
+  hs::Tensor t_wide(wide.data(), HS_DTYPE_INT64, {2, 2});
+  a.ring_pages = t_wide;
+  expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_DTYPE, {"ring_pages", "int32"});
+  EXPECT_EQ(ring, std::vector<int32_t>(4, -1));
+}
+
+TEST(UpdateResidency, AVersionOneCallerHasNoRingPages) {
+  // A caller built against version 1 of the struct: the bytes where
+  // ring_pages now lies are not its own and are never read.
+  std::vector<int32_t> states{0}, lengths{8}, blocks{50, 51}, table(4, -7);
+  hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
+  hs::Tensor t_blocks = i32(blocks, {1, 2});
+  hs_update_residency_args_t a;
+  hs_update_residency_args_init(&a);
+  a.struct_size = offsetof(hs_update_residency_args_t, ring_pages);
+  a.struct_version = 1;
+  a.resident_block_table = t_table;
+  a.table_block_size = 4;
+  a.num_pages = 2;
+  a.request_state_indices = t_states;
+  a.seq_lens = t_lens;
+  a.resident_blocks = t_blocks;
+  a.ring_pages = reinterpret_cast<const hs_tensor_t*>(uintptr_t{8});
+  ASSERT_EQ(hs_update_residency(&a, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(table, (std::vector<int32_t>{50, 51, 0, 0}));
+}
+
 // ------------------------------------------------------------------ the KV cache
 
 struct Model {

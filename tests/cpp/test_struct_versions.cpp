@@ -2,8 +2,9 @@
 // against an older header passes structs of an older version, which the
 // library reads up to that version's size (the later fields take their
 // *_init defaults) and writes as the newest version the caller's
-// struct_size holds. No public struct has grown yet, so a struct of this
-// test stands for one that has: version 2 appended `added` to version 1.
+// struct_size holds. A struct of this test stands for one that has grown:
+// version 2 appended `added` to version 1 (hs_update_residency_args_t, the
+// public struct that grew, has its own test in test_kv_cache.cpp).
 #include <gtest/gtest.h>
 
 #include <array>

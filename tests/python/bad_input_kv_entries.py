@@ -73,7 +73,8 @@ class KvState:
         kv = self.kv
         return [as_numpy(kv.host_cache), as_numpy(kv.slab), as_numpy(kv.group_tensor(0, "device_global_indices")),
                 as_numpy(kv.group_tensor(0, "lru_slots")), as_numpy(kv.table("seq_lens")),
-                as_numpy(kv.table("resident_block_table")), kv.info()["active_requests"], kv.stats()["total"]]
+                as_numpy(kv.table("resident_block_table")), as_numpy(kv.table("ring_pages")),
+                kv.info()["active_requests"], kv.stats()["total"]]
 
     def host_slot(self, row: int, position: int) -> int:
         source = self.kv.table("source_block_table")
@@ -212,13 +213,18 @@ def kv_lengths_fixture(state: KvState, seed: int) -> Dict[str, Any]:
 
 
 def kv_lengths_check(state: KvState, kw: Dict[str, Any], result: Any) -> None:
-    # One resident page of HOT_BLOCK positions: the newest page's column holds the row's resident block.
+    # One resident page of HOT_BLOCK positions: the newest page's column holds the row's resident block
+    # unless a later page of the row (an earlier, longer forward) holds the ring slot.
     table, blocks = state.kv.table("resident_block_table"), state.kv.table("resident_blocks")
+    ring = state.kv.table("ring_pages")
     assert torch.equal(state.kv.table("seq_lens"), kw["seq_lens"])
     for row, length in enumerate(kw["seq_lens"].tolist()):
         expected = torch.zeros(table.shape[1], dtype=torch.int32)
         if length > 0:
-            expected[(length - 1) // HOT_BLOCK] = blocks[row, 0]
+            page = (length - 1) // HOT_BLOCK
+            assert int(ring[row, 0]) >= page, (row, length)
+            if int(ring[row, 0]) == page:
+                expected[page] = blocks[row, 0]
         assert torch.equal(table[row], expected), (row, length)
 
 
@@ -439,25 +445,32 @@ def residency_fixture(state: Any, seed: int) -> Dict[str, Any]:
     lengths = torch.from_numpy(rng(seed).integers(-1, 13, 3, dtype=np.int32))
     return dict(resident_block_table=torch.full((3, 6), 9, dtype=torch.int32), request_state_indices=i32([1, 0, -1]),
                 seq_lens=lengths, resident_blocks=i32([[1, 2, 3, 4], [5, 6, 7, 8]]), table_block_size=2, num_pages=2,
-                blocks_per_page=2, stream=None)
+                blocks_per_page=2, ring_pages=i32([[-1, -1], [-1, 5]]), stream=None)
 
 
 def residency_check(state: Any, kw: Dict[str, Any], result: Any) -> None:
-    # Pages of 2 x 2 = 4 positions, the newest 2 resident, page g in ring slot g % 2.
-    table, blocks = kw["resident_block_table"], kw["resident_blocks"]
+    # Pages of 2 x 2 = 4 positions, the newest 2 resident, page g in ring slot g % 2; state row 1's
+    # slot 1 holds page 5 from the start, so its pages 1 and 3 are never resident.
+    table, blocks, ring = kw["resident_block_table"], kw["resident_blocks"], kw.get("ring_pages")
+    held = [[-1, -1], [-1, 5]]
     for b, (s, length) in enumerate(zip(kw["request_state_indices"].tolist(), kw["seq_lens"].tolist())):
         expected = torch.zeros(6, dtype=torch.int32)
         if s >= 0 and length > 0:
             last = (length - 1) // 4
+            for page in range(max(0, last - 1), last + 1):
+                held[s][page % 2] = max(held[s][page % 2], page)
             for q in range(6):
                 page = q // 2
-                if max(0, last - 1) <= page <= last:
+                if max(0, last - 1) <= page <= last and (ring is None or held[s][page % 2] == page):
                     expected[q] = blocks[s, (page % 2) * 2 + q % 2]
         assert torch.equal(table[b], expected), (b, s, length)
+    if ring is not None:
+        assert ring.tolist() == held
 
 
 RESIDENCY_ALIAS = [("resident_block_table", "resident_blocks"), ("resident_block_table", "seq_lens"),
-                   ("resident_block_table", "request_state_indices")]
+                   ("resident_block_table", "request_state_indices"), ("ring_pages", "resident_block_table"),
+                   ("ring_pages", "resident_blocks"), ("ring_pages", "seq_lens")]
 
 
 def kernel_entries() -> List[Entry]:
@@ -491,7 +504,8 @@ def kernel_entries() -> List[Entry]:
         T("request_state_indices", "dtype rank_up noncontig"), T("seq_lens", "dtype rank_up short"),
         T("resident_blocks", "dtype rank_down noncontig width"),
         I("table_block_size", "neg zero 2**62 2**63"), I("num_pages", "neg 2**31"),
-        I("blocks_per_page", "neg zero 2**31"), S(),
+        I("blocks_per_page", "neg zero 2**31"),
+        T("ring_pages", "dtype rank_down rank_up short width noncontig released", role="out", optional=True), S(),
     ]
     cuda_device = D("device")
     cuda_device.extra.update({"cpu": ("cpu", (ValueError,)), "none": (None, (ValueError,))})
@@ -507,15 +521,17 @@ def kernel_entries() -> List[Entry]:
               [T("cache", "width"), T("indices", "dtype"), T("out", "dtype short", role="out"), S()],
               [("out", "cache")], read_rows_check),
         Entry("ops.update_residency", dict, residency_fixture, lambda s, kw: ops.update_residency(**kw),
-              outputs("resident_block_table"), residency_args, RESIDENCY_ALIAS, residency_check),
+              outputs("resident_block_table", "ring_pages"), residency_args, RESIDENCY_ALIAS, residency_check),
         Entry("_C.update_residency", dict, residency_fixture,
               lambda s, kw: _C.update_residency(kw["resident_block_table"], kw["table_block_size"],
                                                 kw["blocks_per_page"], kw["num_pages"], kw["request_state_indices"],
-                                                kw["seq_lens"], kw["resident_blocks"], _c_stream(kw)),
-              outputs("resident_block_table"),
+                                                kw["seq_lens"], kw["resident_blocks"], kw["ring_pages"],
+                                                _c_stream(kw)),
+              outputs("resident_block_table", "ring_pages"),
               [T("resident_block_table", "dtype", role="out"), T("seq_lens", "dtype"), T("resident_blocks", "width"),
-               I("table_block_size", "zero 2**62"), I("num_pages", "neg"), I("blocks_per_page", "zero"), S()],
-              RESIDENCY_ALIAS[:1], residency_check),
+               I("table_block_size", "zero 2**62"), I("num_pages", "neg"), I("blocks_per_page", "zero"),
+               T("ring_pages", "dtype width", role="out", optional=True), S()],
+              RESIDENCY_ALIAS[:1] + RESIDENCY_ALIAS[3:4], residency_check),
         Entry("ops.resolver_workspace_bytes", dict,
               lambda s, seed: dict(num_state_rows=4, device_buffer_size=64, max_union_rows=8, device="cuda:0"),
               lambda s, kw: ops.resolver_workspace_bytes(**kw), lambda s, kw, r: [r],

@@ -70,17 +70,26 @@ def model_write_rows(rows, req, positions, states, host, source, block_size, res
     return host, resident, hot
 
 
-def model_update_residency(states, lengths, blocks, *, table_width, table_block_size, blocks_per_page, num_pages):
+def model_update_residency(states, lengths, blocks, *, table_width, table_block_size, blocks_per_page, num_pages,
+                           ring=None):
+    """docs/kv_cache.md, update_residency; `ring` (ring pages) is updated in place when given."""
     table = torch.zeros((states.shape[0], table_width), dtype=I32)
     page_size = table_block_size * blocks_per_page
+    windows = []
     for b in range(states.shape[0]):
         s, length = int(states[b]), int(lengths[b])
         if s < 0 or s >= blocks.shape[0] or length <= 0 or num_pages == 0:
+            windows.append(range(0))
             continue
         last = (length - 1) // page_size
+        windows.append(range(max(0, last - num_pages + 1), last + 1))
+        for page in windows[-1] if ring is not None else ():
+            ring[s, page % num_pages] = max(int(ring[s, page % num_pages]), page)
+    for b, window in enumerate(windows):
+        s = int(states[b])
         for q in range(table_width):
             page = q // blocks_per_page
-            if max(0, last - num_pages + 1) <= page <= last:
+            if page in window and (ring is None or int(ring[s, page % num_pages]) == page):
                 table[b, q] = blocks[s, (page % num_pages) * blocks_per_page + q % blocks_per_page]
     return table
 
@@ -222,16 +231,54 @@ def test_update_residency_matches_the_model(device, pages, blocks_per_page):
     assert torch.equal(table.cpu(), want)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_update_residency_with_ring_pages_matches_the_model(device, seed):
+    # Repeated state rows, lengths that grow and fall back, slots holding pages from earlier calls.
+    gen = torch.Generator().manual_seed(seed)
+    B, S, width, tbs, pages, per_page = 7, 3, 13, 2, 1 + seed % 3, 1 + seed % 2
+    blocks = torch.randint(1, 99, (S, pages * per_page), generator=gen, dtype=I32)
+    ring = torch.randint(-1, 4, (S + 1, pages + 1), generator=gen, dtype=I32)
+    d = device
+    got_ring = ring.to(d)
+    for _ in range(5):
+        states = torch.randint(-1, S + 1, (B,), generator=gen, dtype=I32)
+        lengths = torch.randint(-1, width * tbs + 4, (B,), generator=gen, dtype=I32)
+        want = model_update_residency(states, lengths, blocks, table_width=width, table_block_size=tbs,
+                                      blocks_per_page=per_page, num_pages=pages, ring=ring)
+        table = torch.full((B, width), -9, dtype=I32, device=d)
+        ops.update_residency(table, *to(d, states, lengths, blocks), table_block_size=tbs, num_pages=pages,
+                             blocks_per_page=per_page, ring_pages=got_ring)
+        sync(d)
+        assert torch.equal(table.cpu(), want)
+        assert torch.equal(got_ring.cpu(), ring)
+
+
+def test_update_residency_keeps_a_rolled_back_page_out_of_the_slot_a_later_page_holds(device):
+    # Pages of 4 positions, 2 resident: at length 10 pages 1 and 2 are resident (page 2 in slot 0);
+    # back at length 8, page 0 would return to slot 0, which page 2 has written.
+    d = device
+    states, blocks = torch.tensor([0], dtype=I32, device=d), torch.tensor([[50, 51]], dtype=I32, device=d)
+    ring = torch.full((1, 2), -1, dtype=I32, device=d)
+    table = torch.empty((1, 4), dtype=I32, device=d)
+    for length, want_table, want_ring in [(10, [0, 51, 50, 0], [2, 1]), (8, [0, 51, 0, 0], [2, 1]),
+                                          (13, [0, 0, 50, 51], [2, 3])]:
+        ops.update_residency(table, states, torch.tensor([length], dtype=I32, device=d), blocks, table_block_size=4,
+                             num_pages=2, ring_pages=ring)
+        sync(d)
+        assert table.cpu().tolist() == [want_table] and ring.cpu().tolist() == [want_ring], length
+
+
 # ---------------------------------------------------------------- the KV cache
 
 
 def make_cache(device, *, layer_groups=(0, 0, 1, 1, 1), resident_pages=0, resident_page_size=None, dtype=torch.float32,
-               hot=12, top_k=6, max_requests=3, max_seq_len=40, row_width=16):
+               hot=12, top_k=6, max_requests=3, max_seq_len=40, row_width=16, max_swap_rows=None,
+               num_speculative_tokens=0):
     config = hisparse.Config(top_k=top_k, device_buffer_size=hot, row_width=row_width, dtype=dtype, block_size=8,
-                             hot_block_size=4)
+                             hot_block_size=4, num_speculative_tokens=num_speculative_tokens)
     return hisparse.KVCache(config, num_layers=len(layer_groups), layer_groups=list(layer_groups),
                             max_requests=max_requests, max_seq_len=max_seq_len, resident_pages=resident_pages,
-                            resident_page_size=resident_page_size, device=device)
+                            resident_page_size=resident_page_size, device=device, max_swap_rows=max_swap_rows)
 
 
 class Truth:
@@ -318,6 +365,36 @@ def test_kv_cache_serves_exactly_the_rows_written(device, resident_pages, reside
     assert (total["resident"] > 0) == (resident_pages > 0)
     cache.reset_stats()
     assert cache.stats()["total"]["lookups"] == 0
+
+
+@pytest.mark.parametrize(("resident_pages", "resident_page_size"), [(1, None), (2, None), (2, 8)])
+@pytest.mark.parametrize("seed", range(3))
+def test_kv_cache_serves_the_rows_written_when_lengths_fall_back(device, resident_pages, resident_page_size, seed):
+    # Speculative decoding: each forward writes the new token and up to 3 draft tokens; the drafts the
+    # verify rejects are written again at the next forward, whose length falls back (often across a
+    # page boundary, back into a page whose ring block a later page wrote).
+    cache = make_cache(device, layer_groups=(0, 0, 1), resident_pages=resident_pages,
+                       resident_page_size=resident_page_size, max_seq_len=128, max_swap_rows=12, hot=32,
+                       num_speculative_tokens=3)
+    truth = Truth(cache, seed=seed)
+    gen = torch.Generator().manual_seed(100 + seed)
+    rows = [cache.admit() for _ in range(3)]
+    accepted = [0, 0, 0]  # positions below it are final
+    for _ in range(24):
+        drafts = [int(torch.randint(0, 4, (1,), generator=gen)) for _ in rows]
+        lengths = [a + 1 + n for a, n in zip(accepted, drafts)]
+        req = torch.cat([torch.full((n - a,), r, dtype=I32) for r, a, n in zip(rows, accepted, lengths)])
+        positions = torch.cat([torch.arange(a, n, dtype=I32) for a, n in zip(accepted, lengths)])
+        topk = torch.stack([torch.randint(0, lengths[int(r)], (6,), generator=gen, dtype=I32) for r in req.tolist()])
+        results = run_forward(cache, truth, lengths, req, positions, topk)
+        check_rows(truth, req, topk, lengths, results)
+        accepted = [a + 1 + int(torch.randint(0, n + 1, (1,), generator=gen)) for a, n in zip(accepted, drafts)]
+    # Ring slots of a released request's row hold no page once it is admitted again.
+    cache.release(rows[0])
+    assert cache.admit() == rows[0]
+    sync(device)
+    assert (cache.table("ring_pages")[rows[0]] == -1).all()
+    assert (cache.table("ring_pages")[rows[1]] >= 0).any()
 
 
 def test_kv_cache_admit_release_resets_the_row(device):

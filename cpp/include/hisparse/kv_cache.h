@@ -118,15 +118,28 @@ HS_API hs_status_t hs_read_rows(const hs_tensor_t* cache, const hs_tensor_t* ind
  * update_hisparse_residency for the newest-pages policy). For batch row b
  * with state row s = request_state_indices[b] in [0, S) and length L =
  * seq_lens[b] > 0: page g (page_size = blocks_per_page x table_block_size
- * positions) is resident for last - num_pages < g <= last, last = (L - 1) /
- * page_size, in ring slot g % num_pages of the state row's blocks:
+ * positions) is in the window last - num_pages < g <= last, last = (L - 1) /
+ * page_size, and lives in ring slot g % num_pages of the state row's blocks:
  * table[b, q] = resident_blocks[s, (g % num_pages) * blocks_per_page + q %
- * blocks_per_page] for every table column q of page g = q / blocks_per_page;
- * every other entry (and every entry of a padding row or a row of length
- * <= 0) is 0. Pages are kept at any size that is a whole number of table
- * blocks; a table at the hot block size is what hs_runtime_swap_in reads.
- * Rows of a page stay valid as long as every row of it is written while the
- * page is resident (begin each forward with the lengths after it).
+ * blocks_per_page] for every table column q of a resident page g = q /
+ * blocks_per_page; every other entry (and every entry of a padding row or a
+ * row of length <= 0) is 0. Pages are kept at any size that is a whole
+ * number of table blocks; a table at the hot block size is what
+ * hs_runtime_swap_in reads.
+ *
+ * A page's rows stay valid while every row of it is written while the page
+ * is resident (begin each forward with the lengths after it). A length that
+ * falls back across a page boundary (rejected draft tokens) would bring an
+ * earlier page back into a ring slot a later page has written; ring_pages
+ * keeps that from serving stale rows. With ring_pages (int32 [>= S, >=
+ * num_pages], read and written): every page in a window of the call first
+ * claims its slot, ring_pages[s, g % num_pages] = max(itself, g), and then a
+ * page in a window is resident only when its slot holds it
+ * (ring_pages[s, g % num_pages] == g after all claims); a page whose slot a
+ * later page holds is served from the host and hot copies. -1 = a slot that
+ * holds no page: fill a state row's entries with -1 when a new request
+ * takes it. Without ring_pages (null), every page in a window is resident,
+ * and lengths must never fall back across a page boundary.
  * Stream-ordered, capturable. */
 typedef struct hs_update_residency_args {
   size_t struct_size;
@@ -138,8 +151,10 @@ typedef struct hs_update_residency_args {
   const hs_tensor_t* request_state_indices; /* int32 [B] */
   const hs_tensor_t* seq_lens;              /* int32 [>= B] */
   const hs_tensor_t* resident_blocks;       /* int32 [S, num_pages x blocks_per_page] */
+  /* version 2 */
+  const hs_tensor_t* ring_pages; /* int32 [>= S, >= num_pages], read and written; null = none (see above) */
 } hs_update_residency_args_t;
-#define HS_UPDATE_RESIDENCY_ARGS_VERSION 1
+#define HS_UPDATE_RESIDENCY_ARGS_VERSION 2
 
 static inline void hs_update_residency_args_init(hs_update_residency_args_t* args) {
   memset(args, 0, sizeof(*args));
@@ -241,7 +256,8 @@ typedef enum hs_kv_cache_tensor {
   HS_KV_CACHE_RESIDENT_BLOCKS = 5,       /* int32 [S, resident_pages x blocks per page] */
   HS_KV_CACHE_RESIDENT_BLOCK_TABLE = 6,  /* int32 [S, ceil(max_seq_len / hot_block_size)] */
   HS_KV_CACHE_SEQ_LENS = 7,              /* int32 [S]: the lengths of the current forward */
-  HS_KV_CACHE_NUM_TENSORS = 8
+  HS_KV_CACHE_RING_PAGES = 8,            /* int32 [S, resident_pages]: the page each ring slot holds, -1 = none */
+  HS_KV_CACHE_NUM_TENSORS = 9
 } hs_kv_cache_tensor_t;
 
 /* A borrowed descriptor (strides NULL: contiguous), valid while the cache
