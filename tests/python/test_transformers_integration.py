@@ -45,8 +45,9 @@ def model_of(kind, dtype, device):
     return _MODELS[key]
 
 
-def generate(model, ids, mask, cache=None, new_tokens=NEW_TOKENS):
-    kwargs = {} if cache is None else {"cache": cache}
+def generate(model, ids, mask, cache=None, new_tokens=NEW_TOKENS, **kwargs):
+    if cache is not None:
+        kwargs["cache"] = cache
     return model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, output_logits=True,
                           return_dict_in_generate=True, **kwargs)
 
@@ -151,6 +152,36 @@ def test_a_prepared_model_still_generates_with_its_own_cache_and_a_cache_is_reus
     assert max_logit_difference(first, second) == 0.0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["deepseek", "glm"])
+@pytest.mark.parametrize(("resident_pages", "attention"), [(0, "exact"), (2, "exact"), (2, "sparse")])
+def test_assisted_decoding_verifies_drafts_and_crops_the_rejected_ones(device, kind, resident_pages, attention):
+    """Prompt lookup decoding (transformers' assisted decoding with n-gram drafts): verify forwards of up to
+    1 + 3 tokens whose rejected drafts are cropped, so that the next forward's length falls back, often
+    into an earlier resident page. The tokens and logits are those of the same decoding with the model's
+    own cache."""
+    model = model_of(kind, torch.float32, device)
+    ids, _ = padded_prompts([60], device)
+    ids = torch.cat((ids, ids[:, -30:]), dim=1)  # repeated n-grams: drafts to verify
+    mask = torch.ones_like(ids)
+    reference = generate(model, ids, mask, prompt_lookup_num_tokens=3)
+    cache = HiSparseCache(model, hot_buffer_size=16 * 4, max_batch_size=1, max_cache_len=ids.shape[1] + NEW_TOKENS + 3,
+                          hot_block_size=4, block_size=8, num_speculative_tokens=3, resident_pages=resident_pages,
+                          resident_page_size=4 if resident_pages else None, attention=attention)
+    forwards, crops = [], []
+    begin_forward, crop = cache._begin_forward, cache.crop
+    cache._begin_forward = lambda batch, num_tokens: (forwards.append(num_tokens), begin_forward(batch, num_tokens))
+    cache.crop = lambda tokens_to_remove: (crops.append(tokens_to_remove), crop(tokens_to_remove))
+    out = generate(model, ids, mask, cache, prompt_lookup_num_tokens=3)
+    assert torch.equal(out.sequences, reference.sequences), "hisparse changed the tokens"
+    difference = max_logit_difference(out, reference)
+    assert difference < 1e-4 if attention == "sparse" else difference == 0.0, f"logits differ by {difference}"
+    assert forwards.count(4) >= 3 and min(crops) < 0, (forwards, crops)
+    assert cache.get_seq_length() == out.sequences.shape[1] - 1
+    if resident_pages:
+        assert cache.stats()["total"]["resident"] > 0
+
+
 def test_refusals_name_what_is_wrong():
     model = model_of("deepseek", torch.float32, "cpu")
     ids, mask = padded_prompts([20, 10, 15], "cpu")
@@ -165,8 +196,14 @@ def test_refusals_name_what_is_wrong():
     cache.reset()
     with torch.no_grad():
         model(ids, attention_mask=mask, cache=cache)
-        with pytest.raises(NotImplementedError, match="one token per request"):
+        with pytest.raises(NotImplementedError, match=r"at most 1 \+ num_speculative_tokens = 1"):
             model(ids[:, :2], attention_mask=torch.ones((3, 22), dtype=torch.long), cache=cache)
+    for bad in (1, -21):
+        with pytest.raises(ValueError, match=rf"tokens_to_remove: expected .* -20 to 0 .* got {bad}"):
+            cache.crop(bad)
+    assert cache.get_seq_length() == 20
+    cache.crop(-5)
+    assert [cache.get_seq_length(layer) for layer in range(cache.num_layers)] == [15] * cache.num_layers
     with pytest.raises(ValueError, match="max_union_rows"):
         HiSparseCache(model, hot_buffer_size=8, max_batch_size=1, max_cache_len=64)
     with pytest.raises(TypeError, match="model: expected a DeepseekV32 or GlmMoeDsa model"):

@@ -137,7 +137,7 @@ class HiSparseLayer(CacheLayerMixin):
 
     is_sliding = False
     is_compileable = False
-    is_croppable = False
+    is_croppable = True
     supports_early_init = False
 
     def __init__(self, cache: "HiSparseCache", layer: int) -> None:
@@ -165,6 +165,9 @@ class HiSparseLayer(CacheLayerMixin):
     def reset(self) -> None:
         pass
 
+    def crop(self, tokens_to_remove: int) -> None:
+        self._cache._crop_layer(self._layer, tokens_to_remove)
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("HiSparseCache does not reorder requests (beam search): use greedy or sampling")
 
@@ -183,6 +186,14 @@ class HiSparseCache(Cache):
     ``hot_block_size``; 0 = every row through the hot buffer). ``host_pool``
     and ``host_event`` are :class:`hisparse.KVCache`'s (a shared pool of
     tensor-parallel ranks and the writer's interprocess event).
+    ``num_speculative_tokens``: draft tokens a forward may verify after the
+    prompt (assisted decoding: ``prompt_lookup_num_tokens`` or an
+    ``assistant_model`` proposing at most that many): such a forward has up
+    to ``1 + num_speculative_tokens`` tokens per request, and ``crop`` rolls
+    the rejected ones back (the next forward writes those positions again;
+    lengths may fall back into earlier resident pages). The hot buffer then
+    holds the union of a request's token rows: ``hot_buffer_size`` at least
+    ``index_topk x (1 + num_speculative_tokens)``.
     ``prefetch``: the leader of a GLM group stages its followers' rows
     while the followers run. ``fused_gather`` (default ``True``): the resolve
     copies the leader's own rows in its automatic schedule. ``attention``: how a decode step attends over the
@@ -194,7 +205,8 @@ class HiSparseCache(Cache):
 
     One batch at a time: a forward with no past starts a new batch (its
     prompts, left-padded as ``generate`` pads them); later forwards add one
-    token per request. ``reset()`` ends a batch. Not compileable as a whole
+    token per request, or up to ``1 + num_speculative_tokens`` (a verify
+    forward). ``reset()`` ends a batch. Not compileable as a whole
     (its bookkeeping is host-side); the decode-path ops are torch custom ops
     (``hisparse.torch_ops``) for engines that compile.
     """
@@ -210,6 +222,7 @@ class HiSparseCache(Cache):
         hot_block_size: int = 16,
         resident_pages: int = 0,
         resident_page_size: Optional[int] = None,
+        num_speculative_tokens: int = 0,
         host_pool: Any = None,
         host_event: Any = None,
         prefetch: bool = True,
@@ -232,17 +245,21 @@ class HiSparseCache(Cache):
         self.top_k = config.index_topk
         self.max_cache_len = hisparse._args.require_int("max_cache_len", max_cache_len, 1)
         self.max_batch_size = hisparse._args.require_int("max_batch_size", max_batch_size, 1)
+        self.num_speculative_tokens = hisparse._args.require_int("num_speculative_tokens", num_speculative_tokens,
+                                                                 0, bits=32)
         hisparse._args.require_bool("prefetch", prefetch)
         hisparse._args.require_bool("fused_gather", fused_gather)
         self.prefetch, self.fused_gather = prefetch, fused_gather
         groups = _layer_groups(config, self.num_layers)
         hot_block_size = min(hot_block_size, hot_buffer_size)
         hs_config = hisparse.Config(top_k=self.top_k, device_buffer_size=hot_buffer_size, row_width=self.row_width,
-                                    dtype=self.dtype, block_size=block_size, hot_block_size=hot_block_size)
+                                    dtype=self.dtype, block_size=block_size, hot_block_size=hot_block_size,
+                                    num_speculative_tokens=self.num_speculative_tokens)
         self.kv = hisparse.KVCache(hs_config, num_layers=self.num_layers, layer_groups=groups,
                                    max_requests=self.max_batch_size, max_seq_len=self.max_cache_len,
                                    resident_pages=resident_pages, resident_page_size=resident_page_size,
-                                   device=self.device, host_pool=host_pool, host_event=host_event)
+                                   device=self.device, host_pool=host_pool, host_event=host_event,
+                                   max_swap_rows=self.max_batch_size * (1 + self.num_speculative_tokens))
         self._leaders = [self.kv.leader_of(layer) == layer for layer in range(self.num_layers)]
         # The indexer's keys stay on the device, as in the model's own caches.
         self._index_keys: dict = {}
@@ -293,7 +310,19 @@ class HiSparseCache(Cache):
             keys.zero_()
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("HiSparseCache does not crop (assisted decoding rolls tokens back)")
+        """Roll every layer back by ``-tokens_to_remove`` positions (transformers' convention: a count
+        <= 0); the next forward writes those positions again."""
+        for layer in range(self.num_layers):
+            self._crop_layer(layer, tokens_to_remove)
+
+    def _crop_layer(self, layer: int, tokens_to_remove: int) -> None:
+        """One layer's crop (:meth:`crop` rolls back every layer; a forward needs them all at one length)."""
+        tokens_to_remove = hisparse._args.require_int("tokens_to_remove", tokens_to_remove, bits=64)
+        length = self._lengths[layer]
+        if tokens_to_remove > 0 or -tokens_to_remove > length:
+            raise ValueError(f"tokens_to_remove: expected minus the number of positions to remove, -{length} to 0 "
+                             f"(layer {layer} holds {length}), got {tokens_to_remove}")
+        self._lengths[layer] = length + tokens_to_remove
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("HiSparseCache does not expand requests (num_return_sequences > 1, beams)")
@@ -315,10 +344,11 @@ class HiSparseCache(Cache):
         elif batch != self._batch:
             raise ValueError(f"HiSparseCache: a forward of {batch} requests in a batch of {self._batch}; call "
                              "reset() to start a new batch")
-        elif num_tokens != 1:
+        elif num_tokens > 1 + self.num_speculative_tokens:
             raise NotImplementedError(
-                f"HiSparseCache: a forward of {num_tokens} tokens per request after the prompt (chunked prefill, "
-                "assisted decoding) is not supported; decode one token per request per forward"
+                f"HiSparseCache: a forward of {num_tokens} tokens per request after the prompt; at most 1 + "
+                f"num_speculative_tokens = {1 + self.num_speculative_tokens} (a verify forward of assisted decoding; "
+                "chunked prefill is not supported)"
             )
         if past + num_tokens > self.max_cache_len:
             raise ValueError(f"HiSparseCache: {past + num_tokens} positions per request, more than max_cache_len = "
@@ -437,27 +467,28 @@ def positioned_attention(module: nn.Module, query: torch.Tensor, rows: torch.Ten
 
     ``rows`` [B*S, k, W] are the rows ``attention`` (the indices swap_in
     returned for the top-k ``indices`` [B, S, k]) names. They go to their
-    positions of an otherwise zero latent sequence of the mask's length,
+    positions of an otherwise zero latent sequence of the mask's length
+    (one per request: its S query tokens' rows of a position are one row),
     which the layer expands (``expand_kv``) and attends with the original
     implementation, the mask admitting exactly the positions that resolved:
     the model's computation on the same inputs, so its result bit for bit
     (the zero rows are masked, and masked positions weigh exactly 0).
     """
     batch, _, num_tokens, _ = query.shape
-    if num_tokens != 1:
-        raise NotImplementedError("positioned_attention: one query token per request")
     length = attention_mask.shape[-1]
-    resolved = attention >= 0
-    positions = indices.reshape(batch, -1).long()
+    resolved = (attention >= 0).view(batch, num_tokens, -1)
+    positions = indices.reshape(batch, num_tokens, -1).long()
+    rows = rows.view(batch, num_tokens, -1, rows.shape[-1])
     latent = rows.new_zeros((batch, length, rows.shape[-1]))
-    b, k = resolved.nonzero(as_tuple=True)
-    latent[b, positions[b, k]] = rows[b, k]
+    b, t, k = resolved.nonzero(as_tuple=True)
+    # The token rows of one request resolve a position to the same row, so they share one latent sequence.
+    latent[b, positions[b, t, k]] = rows[b, t, k]
     # Contiguous, as the model's own cache hands them over, so that the expansion runs the same GEMM.
     k_pass = latent[..., :latent_width].unsqueeze(1).contiguous()
     k_rot = latent[..., latent_width:].unsqueeze(1).contiguous()
     key, value = module.expand_kv(k_pass, k_rot)
-    selected = torch.zeros((batch, 1, 1, length), dtype=torch.bool, device=query.device)
-    selected[b, 0, 0, positions[b, k]] = True
+    selected = torch.zeros((batch, 1, num_tokens, length), dtype=torch.bool, device=query.device)
+    selected[b, 0, t, positions[b, t, k]] = True
     if attention_mask.dtype == torch.bool:
         mask = attention_mask & selected
     else:
