@@ -5,11 +5,15 @@ per request on the device, and the model's own tokens.
     pip install '.[transformers]'
     python examples/transformers_generate.py                       # tiny random models, CPU or CUDA
     python examples/transformers_generate.py --model glm --dtype bfloat16 --hot-buffer-size 32
+    python examples/transformers_generate.py --prompt-lengths 90 --prompt-lookup 3   # assisted decoding
 
 It builds a tiny random DeepseekV32ForCausalLM (or GlmMoeDsaForCausalLM, whose
 "shared" indexer layers become index-group followers), generates greedily for
 a batch of prompts of different lengths with and without a HiSparseCache,
-checks that the tokens agree, and prints hisparse's counters.
+checks that the tokens agree, and prints hisparse's counters. With
+--prompt-lookup N both runs use transformers' assisted decoding with n-gram
+drafts (one prompt, whose second half repeats its first so that drafts are
+proposed): verify forwards of up to 1 + N tokens, the rejected drafts cropped.
 """
 
 from __future__ import annotations
@@ -66,21 +70,38 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--prompt-lengths", default="100,72,120", help="comma-separated prompt lengths")
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--hot-buffer-size", type=int, default=32, help="hot rows per request (>= index_topk 16)")
+    parser.add_argument("--hot-buffer-size", type=int, default=None,
+                        help="hot rows per request (>= index_topk 16 x (1 + drafts); default 32 or that)")
+    parser.add_argument("--prompt-lookup", type=int, default=0, metavar="N",
+                        help="assisted decoding with up to N n-gram drafts per forward (one prompt)")
     args = parser.parse_args()
+    lengths = [int(n) for n in args.prompt_lengths.split(",")]
+    if args.prompt_lookup < 0 or (args.prompt_lookup and len(lengths) != 1):
+        parser.error("--prompt-lookup: expected N >= 0 drafts, and one prompt length (assisted decoding decodes "
+                     "one request)")
+    least = 16 * (1 + args.prompt_lookup)
+    hot = max(32, least) if args.hot_buffer_size is None else args.hot_buffer_size
+    if hot < least:
+        parser.error(f"--hot-buffer-size: expected at least index_topk x (1 + drafts) = {least}, got {hot}")
 
     model = tiny_model(args.model, getattr(torch, args.dtype), args.device)
-    lengths = [int(n) for n in args.prompt_lengths.split(",")]
     input_ids, attention_mask = padded_prompts(lengths, args.device)
+    drafts = {}
+    if args.prompt_lookup:
+        half = lengths[0] // 2
+        input_ids[:, -half:] = input_ids[:, -2 * half : -half].clone()
+        drafts = {"prompt_lookup_num_tokens": args.prompt_lookup}
     reference = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=args.new_tokens,
-                               do_sample=False)
-    cache = HiSparseCache(model, hot_buffer_size=args.hot_buffer_size, max_batch_size=len(lengths),
-                          max_cache_len=input_ids.shape[1] + args.new_tokens, hot_block_size=4, block_size=8)
+                               do_sample=False, **drafts)
+    cache = HiSparseCache(model, hot_buffer_size=hot, max_batch_size=len(lengths),
+                          max_cache_len=input_ids.shape[1] + args.new_tokens + args.prompt_lookup, hot_block_size=4,
+                          block_size=8, num_speculative_tokens=args.prompt_lookup)
     tokens = model.generate(input_ids, attention_mask=attention_mask, cache=cache,
-                            max_new_tokens=args.new_tokens, do_sample=False)
+                            max_new_tokens=args.new_tokens, do_sample=False, **drafts)
     same = torch.equal(tokens, reference)
     print(f"{args.model} {args.dtype} on {args.device}: {len(lengths)} prompts of {lengths} tokens, "
-          f"{args.new_tokens} new tokens each, {args.hot_buffer_size} hot rows per request")
+          f"{args.new_tokens} new tokens each, {hot} hot rows per request"
+          + (f", up to {args.prompt_lookup} drafts per forward" if args.prompt_lookup else ""))
     print("tokens identical to the model's own generate:", same)
     stats = cache.stats()
     total = stats["total"]
