@@ -179,6 +179,20 @@ TEST(ReadRows, CopiesNamedRowsAndZeroesTheRest) {
 
 // ------------------------------------------------------------------ update_residency
 
+// One call's arguments: table blocks of 4 positions, one per page.
+hs_update_residency_args_t residency_args(const hs::Tensor& table, const hs::Tensor& states, const hs::Tensor& lengths,
+                                          const hs::Tensor& blocks, int32_t num_pages) {
+  hs_update_residency_args_t a;
+  hs_update_residency_args_init(&a);
+  a.resident_block_table = table;
+  a.table_block_size = 4;
+  a.num_pages = num_pages;
+  a.request_state_indices = states;
+  a.seq_lens = lengths;
+  a.resident_blocks = blocks;
+  return a;
+}
+
 TEST(UpdateResidency, KeepsTheNewestPagesInTheirRing) {
   // 3 batch rows (state rows 2, 0, -1), table blocks of 4 positions, pages of
   // 2 table blocks, 2 resident pages; each state row owns 4 blocks.
@@ -188,15 +202,8 @@ TEST(UpdateResidency, KeepsTheNewestPagesInTheirRing) {
   std::vector<int32_t> table(3 * 8, -7);
   hs::Tensor t_table = i32(table, {3, 8}), t_states = i32(states, {3}), t_lens = i32(lengths, {3});
   hs::Tensor t_blocks = i32(blocks, {3, 4});
-  hs_update_residency_args_t a;
-  hs_update_residency_args_init(&a);
-  a.resident_block_table = t_table;
-  a.table_block_size = 4;
+  hs_update_residency_args_t a = residency_args(t_table, t_states, t_lens, t_blocks, 2);
   a.blocks_per_page = 2;
-  a.num_pages = 2;
-  a.request_state_indices = t_states;
-  a.seq_lens = t_lens;
-  a.resident_blocks = t_blocks;
   hs::update_residency(a);
   // Row 0: length 19 -> pages 0..2 (8 positions each), newest 2 = pages 1, 2:
   // page 1 in ring slot 1 (blocks 110, 111), page 2 in slot 0 (108, 109).
@@ -219,14 +226,7 @@ TEST(UpdateResidency, RingPagesKeepAPageOutOfTheSlotALaterPageHolds) {
   std::vector<int32_t> states{0}, lengths{10}, blocks{50, 51}, ring{-1, -1}, table(4, -7);
   hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
   hs::Tensor t_blocks = i32(blocks, {1, 2}), t_ring = i32(ring, {1, 2});
-  hs_update_residency_args_t a;
-  hs_update_residency_args_init(&a);
-  a.resident_block_table = t_table;
-  a.table_block_size = 4;
-  a.num_pages = 2;
-  a.request_state_indices = t_states;
-  a.seq_lens = t_lens;
-  a.resident_blocks = t_blocks;
+  hs_update_residency_args_t a = residency_args(t_table, t_states, t_lens, t_blocks, 2);
   a.ring_pages = t_ring;
   hs::update_residency(a);
   EXPECT_EQ(table, (std::vector<int32_t>{0, 51, 50, 0}));
@@ -253,14 +253,7 @@ TEST(UpdateResidency, TwoBatchRowsOfOneStateRowClaimBeforeEitherTableRow) {
   std::vector<int32_t> states{0, 0}, lengths{3, 9}, blocks{50, 51}, ring{-1, -1}, table(2 * 3, -7);
   hs::Tensor t_table = i32(table, {2, 3}), t_states = i32(states, {2}), t_lens = i32(lengths, {2});
   hs::Tensor t_blocks = i32(blocks, {1, 2}), t_ring = i32(ring, {1, 2});
-  hs_update_residency_args_t a;
-  hs_update_residency_args_init(&a);
-  a.resident_block_table = t_table;
-  a.table_block_size = 4;
-  a.num_pages = 2;
-  a.request_state_indices = t_states;
-  a.seq_lens = t_lens;
-  a.resident_blocks = t_blocks;
+  hs_update_residency_args_t a = residency_args(t_table, t_states, t_lens, t_blocks, 2);
   a.ring_pages = t_ring;
   hs::update_residency(a);
   EXPECT_EQ(table, (std::vector<int32_t>{0, 0, 0, 0, 51, 50}));
@@ -271,14 +264,7 @@ TEST(UpdateResidency, RingPagesAreChecked) {
   std::vector<int32_t> states{0}, lengths{10}, blocks{50, 51, 52, 53}, ring(4, -1), table(4);
   hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
   hs::Tensor t_blocks = i32(blocks, {2, 2});
-  hs_update_residency_args_t a;
-  hs_update_residency_args_init(&a);
-  a.resident_block_table = t_table;
-  a.table_block_size = 4;
-  a.num_pages = 2;
-  a.request_state_indices = t_states;
-  a.seq_lens = t_lens;
-  a.resident_blocks = t_blocks;
+  hs_update_residency_args_t a = residency_args(t_table, t_states, t_lens, t_blocks, 2);
   hs::Tensor one_row = i32(ring, {1, 2});
   a.ring_pages = one_row;
   expect_error(hs_update_residency(&a, nullptr), HS_ERROR_INVALID_ARGUMENT, {"ring_pages", "at least 2"});
@@ -301,16 +287,9 @@ TEST(UpdateResidency, AVersionOneCallerHasNoRingPages) {
   std::vector<int32_t> states{0}, lengths{8}, blocks{50, 51}, table(4, -7);
   hs::Tensor t_table = i32(table, {1, 4}), t_states = i32(states, {1}), t_lens = i32(lengths, {1});
   hs::Tensor t_blocks = i32(blocks, {1, 2});
-  hs_update_residency_args_t a;
-  hs_update_residency_args_init(&a);
+  hs_update_residency_args_t a = residency_args(t_table, t_states, t_lens, t_blocks, 2);
   a.struct_size = offsetof(hs_update_residency_args_t, ring_pages);
   a.struct_version = 1;
-  a.resident_block_table = t_table;
-  a.table_block_size = 4;
-  a.num_pages = 2;
-  a.request_state_indices = t_states;
-  a.seq_lens = t_lens;
-  a.resident_blocks = t_blocks;
   a.ring_pages = reinterpret_cast<const hs_tensor_t*>(uintptr_t{8});
   ASSERT_EQ(hs_update_residency(&a, nullptr), HS_SUCCESS) << hs_last_error();
   EXPECT_EQ(table, (std::vector<int32_t>{50, 51, 0, 0}));
