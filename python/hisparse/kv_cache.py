@@ -247,11 +247,12 @@ class KVCache:
 
     def admit(self, row: Optional[int] = None, *, stream: Any = None) -> int:
         """Admit a request into request row ``row`` (None: the lowest free one) and return the row;
-        its hot state is reset in every group (stream-ordered)."""
+        its hot state is reset in every group and its ring slots hold no page (stream-ordered)."""
         return self._kv.admit(_args.optional_int("row", row, -1, 0), self._stream(stream))
 
     def release(self, row: int, *, stream: Any = None) -> None:
-        """Release request row ``row``; its hot state is reset in every group (stream-ordered)."""
+        """Release request row ``row``; its hot state is reset in every group and its ring slots
+        emptied (stream-ordered)."""
         self._kv.release(_args.require_int("row", row, 0, bits=32), self._stream(stream))
 
     # ------------------------------------------------------------------ a forward

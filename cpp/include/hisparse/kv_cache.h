@@ -38,7 +38,8 @@
  * Follower prefetch is always correct: a write rewrites every hot copy of its
  * host slot (write-through, after the layer's prefetched rows have landed),
  * so a row the forward writes after its leader resolved can never be served
- * stale. Admit and release reset one request's hot state in every group.
+ * stale. Admit and release reset one request's hot state in every group
+ * and its ring pages (no page of it resident until a forward reaches it).
  *
  * Include this header directly or through hisparse/hisparse.h.
  */
@@ -265,13 +266,14 @@ typedef enum hs_kv_cache_tensor {
 HS_API hs_status_t hs_kv_cache_get_tensor(hs_kv_cache_t cache, hs_kv_cache_tensor_t which, hs_tensor_t* out);
 
 /* Admit a request into state row `row` (-1 = the lowest free row; *admitted
- * receives it): its hot state is reset in every group (stream-ordered on
- * `stream`, capturable). HS_ERROR_INVALID_STATE for a row already admitted or
+ * receives it): its hot state is reset in every group and its ring slots
+ * hold no page (stream-ordered on `stream`, capturable). HS_ERROR_INVALID_STATE for a row already admitted or
  * when no row is free. The request's host blocks are the row's own. */
 HS_API hs_status_t hs_kv_cache_admit(hs_kv_cache_t cache, int32_t row, int32_t* admitted, hs_stream_t stream);
 
-/* Release state row `row` (its hot state reset in every group, so nothing it
- * held can be served to the next request of the row). HS_ERROR_INVALID_STATE
+/* Release state row `row` (its hot state reset in every group and its ring
+ * slots emptied, so nothing it held can be served to the next request of
+ * the row). HS_ERROR_INVALID_STATE
  * for a row that is not admitted. */
 HS_API hs_status_t hs_kv_cache_release(hs_kv_cache_t cache, int32_t row, hs_stream_t stream);
 
