@@ -199,13 +199,15 @@ def test_refusals_name_what_is_wrong():
         with pytest.raises(NotImplementedError, match=r"at most 1 \+ num_speculative_tokens = 1"):
             model(ids[:, :2], attention_mask=torch.ones((3, 22), dtype=torch.long), cache=cache)
     for bad in (1, -21):
-        with pytest.raises(ValueError, match=rf"tokens_to_remove: expected .* -20 to 0 .* got {bad}"):
+        with pytest.raises(ValueError, match=rf"tokens_to_remove: expected .* between -20 and 0 .* got {bad}"):
             cache.crop(bad)
     assert cache.get_seq_length() == 20
     cache.crop(-5)
     assert [cache.get_seq_length(layer) for layer in range(cache.num_layers)] == [15] * cache.num_layers
-    with pytest.raises(ValueError, match="max_union_rows"):
+    with pytest.raises(ValueError, match=r"hot_buffer_size: expected at least .* = 16 .* got 8"):
         HiSparseCache(model, hot_buffer_size=8, max_batch_size=1, max_cache_len=64)
+    with pytest.raises(ValueError, match=r"hot_buffer_size: .* 16 x 4 = 64 .* got 63"):
+        HiSparseCache(model, hot_buffer_size=63, max_batch_size=1, max_cache_len=64, num_speculative_tokens=3)
     with pytest.raises(TypeError, match="model: expected a DeepseekV32 or GlmMoeDsa model"):
         HiSparseCache(torch.nn.Linear(2, 2), hot_buffer_size=HOT, max_batch_size=1, max_cache_len=64)
     layers = cache.num_layers

@@ -251,6 +251,12 @@ class HiSparseCache(Cache):
         hisparse._args.require_bool("fused_gather", fused_gather)
         self.prefetch, self.fused_gather = prefetch, fused_gather
         groups = _layer_groups(config, self.num_layers)
+        hot_buffer_size = hisparse._args.require_int("hot_buffer_size", hot_buffer_size, 1, bits=32)
+        union = self.top_k * (1 + self.num_speculative_tokens)
+        if hot_buffer_size < union:
+            raise ValueError(f"hot_buffer_size: expected at least index_topk x (1 + num_speculative_tokens) = "
+                             f"{self.top_k} x {1 + self.num_speculative_tokens} = {union} (the rows a forward's "
+                             f"top-k may select per request), got {hot_buffer_size}")
         hot_block_size = min(hot_block_size, hot_buffer_size)
         hs_config = hisparse.Config(top_k=self.top_k, device_buffer_size=hot_buffer_size, row_width=self.row_width,
                                     dtype=self.dtype, block_size=block_size, hot_block_size=hot_block_size,
@@ -320,8 +326,8 @@ class HiSparseCache(Cache):
         tokens_to_remove = hisparse._args.require_int("tokens_to_remove", tokens_to_remove, bits=64)
         length = self._lengths[layer]
         if tokens_to_remove > 0 or -tokens_to_remove > length:
-            raise ValueError(f"tokens_to_remove: expected minus the number of positions to remove, -{length} to 0 "
-                             f"(layer {layer} holds {length}), got {tokens_to_remove}")
+            raise ValueError(f"tokens_to_remove: expected minus the number of positions to remove, between "
+                             f"{-length} and 0 (layer {layer} holds {length}), got {tokens_to_remove}")
         self._lengths[layer] = length + tokens_to_remove
 
     def batch_repeat_interleave(self, repeats: int) -> None:
