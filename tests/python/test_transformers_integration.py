@@ -5,7 +5,9 @@ gives the model's own tokens (float32 logits within float tolerance, bfloat16
 identical) for one prompt and for a left-padded batch of three of different
 lengths, with a hot buffer far smaller than the context (counters prove misses
 and evictions), with and without resident pages, with the exact and the
-sparse attention; a prepared model still
+sparse attention; assisted decoding (prompt lookup: verify forwards and
+crops of rejected drafts) and chunked prefill give the tokens and logits of
+the same decoding with the model's own cache; a prepared model still
 generates as before with its own cache; the negative control (writes that
 store the host rows only, as a plain mirror does) makes GLM's followers read
 stale prefetched rows and the logits diverge; stats per group and in total,
@@ -182,6 +184,24 @@ def test_assisted_decoding_verifies_drafts_and_crops_the_rejected_ones(device, k
         assert cache.stats()["total"]["resident"] > 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["deepseek", "glm"])
+def test_chunked_prefill_reads_the_earlier_chunks_back_from_the_host(device, kind):
+    """prefill_chunk_size: every chunk after the first attends over all earlier positions, read back from
+    the host cache; tokens and logits are those of the same chunked prefill with the model's own cache."""
+    model = model_of(kind, torch.float32, device)
+    ids, mask = padded_prompts([100, 72, 120], device)
+    reference = generate(model, ids, mask, prefill_chunk_size=32)
+    cache = make_cache(model, ids, resident_pages=2, resident_page_size=8)
+    forwards = []
+    begin_forward = cache._begin_forward
+    cache._begin_forward = lambda batch, num_tokens: (forwards.append(num_tokens), begin_forward(batch, num_tokens))
+    out = generate(model, ids, mask, cache, prefill_chunk_size=32)
+    assert forwards[:5] == [32, 32, 32, 24, 1], forwards[:5]
+    assert torch.equal(out.sequences, reference.sequences), "hisparse changed the tokens"
+    assert max_logit_difference(out, reference) == 0.0
+
+
 def test_refusals_name_what_is_wrong():
     model = model_of("deepseek", torch.float32, "cpu")
     ids, mask = padded_prompts([20, 10, 15], "cpu")
@@ -196,8 +216,6 @@ def test_refusals_name_what_is_wrong():
     cache.reset()
     with torch.no_grad():
         model(ids, attention_mask=mask, cache=cache)
-        with pytest.raises(NotImplementedError, match=r"at most 1 \+ num_speculative_tokens = 1"):
-            model(ids[:, :2], attention_mask=torch.ones((3, 22), dtype=torch.long), cache=cache)
     for bad in (1, -21):
         with pytest.raises(ValueError, match=rf"tokens_to_remove: expected .* between -20 and 0 .* got {bad}"):
             cache.crop(bad)

@@ -206,7 +206,12 @@ class HiSparseCache(Cache):
     One batch at a time: a forward with no past starts a new batch (its
     prompts, left-padded as ``generate`` pads them); later forwards add one
     token per request, or up to ``1 + num_speculative_tokens`` (a verify
-    forward). ``reset()`` ends a batch. Not compileable as a whole
+    forward), both attending over the rows hisparse resolves. A later
+    forward of more tokens is a prefill chunk (``prefill_chunk_size``): it
+    attends as the model does, over every earlier position, whose rows it
+    reads back from the host cache (a transient copy of the layer's rows of
+    the batch on the device, as the model's own cache would hold).
+    ``reset()`` ends a batch. Not compileable as a whole
     (its bookkeeping is host-side); the decode-path ops are torch custom ops
     (``hisparse.torch_ops``) for engines that compile.
     """
@@ -350,12 +355,6 @@ class HiSparseCache(Cache):
         elif batch != self._batch:
             raise ValueError(f"HiSparseCache: a forward of {batch} requests in a batch of {self._batch}; call "
                              "reset() to start a new batch")
-        elif num_tokens > 1 + self.num_speculative_tokens:
-            raise NotImplementedError(
-                f"HiSparseCache: a forward of {num_tokens} tokens per request after the prompt; at most 1 + "
-                f"num_speculative_tokens = {1 + self.num_speculative_tokens} (a verify forward of assisted decoding; "
-                "chunked prefill is not supported)"
-            )
         if past + num_tokens > self.max_cache_len:
             raise ValueError(f"HiSparseCache: {past + num_tokens} positions per request, more than max_cache_len = "
                              f"{self.max_cache_len}")
@@ -378,13 +377,30 @@ class HiSparseCache(Cache):
         if layer_idx != 0 and past != self._lengths[0] - num_tokens:
             raise RuntimeError(f"HiSparseCache: layer {layer_idx} is at position {past}, layer 0 at "
                                f"{self._lengths[0] - num_tokens}; every layer runs once per forward, in order")
-        rows = torch.cat((key_states[:, 0], value_states[:, 0]), dim=-1).to(self.dtype).reshape(-1, self.row_width)
+        own = torch.cat((key_states[:, 0], value_states[:, 0]), dim=-1).to(self.dtype)
         req = self._rows[:batch].repeat_interleave(num_tokens)
         positions = (torch.arange(num_tokens, dtype=torch.int32, device=self.device) + past).repeat(batch)
-        self.kv.write(layer_idx, rows.contiguous(), req, positions)
+        self.kv.write(layer_idx, own.reshape(-1, self.row_width).contiguous(), req, positions)
         self._lengths[layer_idx] = past + num_tokens
+        if past > 0 and num_tokens > 1 + self.num_speculative_tokens:
+            # A prefill chunk attends as the model does, over every earlier position: read back from the host.
+            _pending.step = None
+            rows = torch.cat((self._host_rows(layer_idx, batch, past), own), dim=1).unsqueeze(1)
+            # Contiguous, as the model's own cache hands them over, so that the expansion runs the same GEMM.
+            return rows[..., : self.latent_width].contiguous(), rows[..., self.latent_width :].contiguous()
         _pending.step = _Step(self, layer_idx, past, num_tokens)
         return key_states, value_states
+
+    def _host_rows(self, layer: int, batch: int, length: int) -> torch.Tensor:
+        """The layer's rows of positions [0, length) of the batch's requests, [batch, length, W] on the
+        model's device, from the host cache (every row is there once its forward's writes are done)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        block = self.kv.config.block_size
+        positions = torch.arange(length)
+        source = self.kv.table("source_block_table")[:batch, : (length + block - 1) // block].cpu().long()
+        slots = source[:, positions // block] * block + positions % block
+        return self.kv.host_cache[slots, layer].to(self.device)
 
     def update_indexer(self, indexer_key_states: torch.Tensor, layer_idx: int) -> torch.Tensor:
         keys = self._index_keys.get(layer_idx)
