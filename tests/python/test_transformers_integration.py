@@ -216,6 +216,11 @@ def test_refusals_name_what_is_wrong():
     cache.reset()
     with torch.no_grad():
         model(ids, attention_mask=mask, cache=cache)
+        model(ids[:, :1], attention_mask=torch.ones((3, 21), dtype=torch.long), cache=cache)
+        with pytest.raises(NotImplementedError, match=r"2 tokens per request while decoding; at most 1 \+ "
+                                                      r"num_speculative_tokens = 1"):
+            model(ids[:, :2], attention_mask=torch.ones((3, 23), dtype=torch.long), cache=cache)
+    cache.crop(-1)
     for bad in (1, -21):
         with pytest.raises(ValueError, match=rf"tokens_to_remove: expected .* between -20 and 0 .* got {bad}"):
             cache.crop(bad)

@@ -281,6 +281,7 @@ class HiSparseCache(Cache):
         }
         self._lengths = [0] * self.num_layers
         self._batch = 0
+        self._decoding = False  # a forward of at most 1 + num_speculative_tokens tokens has run since the prompt
         self._rows = torch.arange(self.max_batch_size, dtype=torch.int32, device=self.device)
         super().__init__(layers=[HiSparseLayer(self, layer) for layer in range(self.num_layers)])
         self._prepare(model)
@@ -316,6 +317,7 @@ class HiSparseCache(Cache):
         for row in range(self._batch):
             self.kv.release(row)
         self._batch = 0
+        self._decoding = False
         self._lengths = [0] * self.num_layers
         for keys in self._index_keys.values():
             keys.zero_()
@@ -355,6 +357,16 @@ class HiSparseCache(Cache):
         elif batch != self._batch:
             raise ValueError(f"HiSparseCache: a forward of {batch} requests in a batch of {self._batch}; call "
                              "reset() to start a new batch")
+        elif num_tokens <= 1 + self.num_speculative_tokens:
+            self._decoding = True
+        elif self._decoding:
+            # Past the prompt's chunks a longer forward is a verify forward the cache was not sized for;
+            # read back from the host as a chunk it would bypass the hot buffer at every step.
+            raise NotImplementedError(
+                f"HiSparseCache: a forward of {num_tokens} tokens per request while decoding; at most 1 + "
+                f"num_speculative_tokens = {1 + self.num_speculative_tokens} (set num_speculative_tokens to the most "
+                "drafts a forward verifies); only the prompt's chunks may be longer"
+            )
         if past + num_tokens > self.max_cache_len:
             raise ValueError(f"HiSparseCache: {past + num_tokens} positions per request, more than max_cache_len = "
                              f"{self.max_cache_len}")
