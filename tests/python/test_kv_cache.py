@@ -397,6 +397,80 @@ def test_kv_cache_serves_the_rows_written_when_lengths_fall_back(device, residen
     assert (cache.table("ring_pages")[rows[1]] >= 0).any()
 
 
+@requires_cuda
+def test_a_speculative_step_captured_in_a_cuda_graph_replays_like_eager():
+    """A whole forward (begin_forward with its ring-page claim, then every layer's write, swap_in and read)
+    captured once and replayed over speculative steps of 1-4 tokens per request in 12 static token rows
+    (the rest padding), whose lengths fall back across resident pages: attention indices, rows read, the
+    slab and the residency tables match a cache that runs the same steps eagerly."""
+    d = torch.device("cuda")
+    caches = [make_cache(d, layer_groups=(0, 0, 1), resident_pages=2, max_seq_len=64, max_swap_rows=12, hot=32,
+                         num_speculative_tokens=3) for _ in range(2)]
+    graphed, eager = caches
+    for cache in caches:
+        assert [cache.admit() for _ in range(3)] == [0, 1, 2]
+    L, T, W = graphed.num_layers, 12, graphed.slab.shape[-1]
+    gen = torch.Generator().manual_seed(5)
+    accepted = [0, 0, 0]
+
+    def next_inputs():
+        drafts = [int(torch.randint(0, 4, (1,), generator=gen)) for _ in range(3)]
+        lengths = [a + 1 + n for a, n in zip(accepted, drafts)]
+        req = torch.full((T,), -1, dtype=I32)
+        positions = torch.zeros(T, dtype=I32)
+        topk = torch.full((T, 6), -1, dtype=I32)
+        for r in range(3):
+            for i in range(1 + drafts[r]):
+                t = 4 * r + i
+                req[t], positions[t] = r, accepted[r] + i
+                topk[t] = torch.randint(0, lengths[r], (6,), generator=gen, dtype=I32)
+        for r in range(3):
+            accepted[r] += 1 + int(torch.randint(0, drafts[r] + 1, (1,), generator=gen))
+        return dict(lengths=torch.tensor(lengths, dtype=I32), req=req, positions=positions, topk=topk,
+                    rows=torch.randn((L, T, W), generator=gen))
+
+    def step(cache, inputs):
+        cache.begin_forward(inputs["lengths"])
+        out = []
+        for layer in range(L):
+            cache.write(layer, inputs["rows"][layer], inputs["req"], inputs["positions"])
+            if cache.leader_of(layer) == layer:
+                attention = cache.swap_in(layer, inputs["topk"], inputs["req"])
+            else:
+                attention = cache.swap_in(layer, num_tokens=T)
+            out.append((attention.clone(), cache.read(layer, attention)))
+        return out
+
+    static = {name: value.to(d) for name, value in next_inputs().items()}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the warm-up step, on both caches
+        step(graphed, static)
+        step(eager, static)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed_out = step(graphed, static)
+    torch.cuda.synchronize()
+    fell_back = 0
+    for index in range(12):
+        before = static["lengths"].clone()
+        new = next_inputs()
+        for name, value in new.items():
+            static[name].copy_(value)
+        fell_back += int((static["lengths"] < before).any())
+        graph.replay()
+        eager_out = step(eager, {name: value.to(d) for name, value in new.items()})
+        torch.cuda.synchronize()
+        for layer, ((a, rows), (b, eager_rows)) in enumerate(zip(graphed_out, eager_out)):
+            assert torch.equal(a, b) and torch.equal(rows, eager_rows), (index, layer)
+        assert torch.equal(graphed.slab, eager.slab), index
+        for name in ("resident_block_table", "ring_pages", "seq_lens"):
+            assert torch.equal(graphed.table(name), eager.table(name)), (index, name)
+    assert fell_back > 0
+
+
 def test_kv_cache_admit_release_resets_the_row(device):
     cache = make_cache(device, layer_groups=(0, 0), max_requests=2)
     truth = Truth(cache, seed=3)
