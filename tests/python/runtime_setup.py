@@ -114,22 +114,31 @@ class GroupSetup:
         return True
 
 
-def capture_graphed_step(step, graphed, static):
-    """Captures `step(graphed, static)` in a CUDA graph: warmed up on a side
-    stream first (as torch.cuda.graph expects), after which the graphed
-    group is put back into its initial state (hot state reset, slab zeroed)
-    so that it starts like an eager one. Returns the graph and what the
-    captured step returned (its output tensors, refreshed by each replay)."""
+def capture_cuda_graph(capture, warm_up):
+    """Runs `warm_up()` on a side stream (as torch.cuda.graph expects), then
+    captures `capture()` in a CUDA graph. Returns the graph and what the
+    captured call returned (its output tensors, refreshed by each replay)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        step(graphed, static)
-        graphed.leader.reset_hot_state()
-        graphed.slab.zero_()
+        warm_up()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outputs = step(graphed, static)
+        outputs = capture()
     torch.cuda.synchronize()
     return graph, outputs
+
+
+def capture_graphed_step(step, graphed, static):
+    """Captures `step(graphed, static)` in a CUDA graph after a warm-up step,
+    after which the graphed group is put back into its initial state (hot
+    state reset, slab zeroed) so that it starts like an eager one."""
+
+    def warm_up():
+        step(graphed, static)
+        graphed.leader.reset_hot_state()
+        graphed.slab.zero_()
+
+    return capture_cuda_graph(lambda: step(graphed, static), warm_up)

@@ -441,18 +441,12 @@ def test_a_speculative_step_captured_in_a_cuda_graph_replays_like_eager():
             out.append((attention.clone(), cache.read(layer, attention)))
         return out
 
+    from runtime_setup import capture_cuda_graph  # noqa: PLC0415
+
     static = {name: value.to(d) for name, value in next_inputs().items()}
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # the warm-up step, on both caches
-        step(graphed, static)
-        step(eager, static)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        graphed_out = step(graphed, static)
-    torch.cuda.synchronize()
+    # The warm-up step runs on both caches, so that they start the replays alike.
+    graph, graphed_out = capture_cuda_graph(lambda: step(graphed, static),
+                                            lambda: (step(graphed, static), step(eager, static)))
     fell_back = 0
     for index in range(12):
         before = static["lengths"].clone()
