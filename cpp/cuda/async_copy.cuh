@@ -105,12 +105,17 @@ __device__ __forceinline__ void copy_int16_row(int16_t* dst, const int16_t* src,
 // __ldg reads of the row later hit L1 instead of waiting on L2 or DRAM.
 template <int kBlockThreads>
 __device__ __forceinline__ void prefetch_int32_row(const int32_t* row, int32_t n) {
+#if defined(__CUDA_ARCH__)
   const uintptr_t begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127};
   const uintptr_t end = reinterpret_cast<uintptr_t>(row + n);
 #pragma unroll 1
   for (uintptr_t line = begin + 128 * threadIdx.x; line < end; line += 128 * kBlockThreads) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
   }
+#else
+  (void)row;
+  (void)n;
+#endif
 }
 
 }  // namespace cuda

@@ -29,6 +29,7 @@
 // make the launch copy rows it must not.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #include <cuda/atomic>
@@ -66,9 +67,16 @@ constexpr uint64_t kOpenGraceNs = 8'000;
 using Word = ::cuda::atomic_ref<int32_t, ::cuda::thread_scope_device>;
 
 __device__ __forceinline__ uint64_t global_time_ns() {
+#if defined(__CUDA_ARCH__)
   uint64_t now;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));
   return now;
+#else
+  // Host compilation of the device code (a CPU emulation of the kernel).
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+#endif
 }
 
 // Swap entry `e` of the request whose first token row is `first_row`: its

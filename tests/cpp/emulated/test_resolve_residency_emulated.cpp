@@ -1,0 +1,160 @@
+// The CUDA resolver's kernel source (cpp/cuda/resolve_residency.cu and the
+// headers it includes), run by the CPU emulation of the CUDA execution
+// model, against the CPU reference: every output, the state, the counters,
+// the hot cache's bytes and the handoff records, bit for bit, over three
+// consecutive steps (50%, 5% and 0.1% new positions) of random scenarios
+// of each launch the resolver chooses between. A check of the kernel's
+// logic without a GPU; the GPU suite is what says the CUDA build is right.
+#include "emulated/cuda_emulation.hpp"  // first: before any CUDA header
+
+// The kernel source's `extern __shared__` array, the emulated blocks' shared memory.
+namespace hisparse {
+namespace cuda {
+namespace {
+alignas(16) unsigned char smem[emu::kSharedBytes];
+}  // namespace
+}  // namespace cuda
+}  // namespace hisparse
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/data_movement_reference.hpp"
+#include "cpu/resolve_residency_reference.hpp"
+#include "cuda/resolve_residency.cu"  // the kernel source itself
+#include "emulated/resolver_scenarios.hpp"
+
+// The runtime calls of the launcher, answered for the emulated device.
+extern "C" {
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = emu::g_device.major; break;
+    case cudaDevAttrMultiProcessorCount: *value = emu::g_device.multiprocessors; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::g_device.block_shared_optin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = emu::g_device.sm_shared; break;
+    case cudaDevAttrReservedSharedMemoryPerBlock: *value = emu::g_device.block_reserved; break;
+    default: *value = 0;
+  }
+  return cudaSuccess;
+}
+const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
+const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA runtime"; }
+}
+
+namespace hisparse {
+namespace cuda {
+// The tail gather, by its contract (resolver_tail_gather.cu): token row t's
+// swap entries, unless t is its request's first row with at most
+// local_rows of them.
+void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, cudaStream_t) {
+  const GatherCompactParams& g = params.gather;
+  for (int32_t t = 0; t < g.num_token_rows; ++t) {
+    const bool first_row = t == 0 || params.req_id_per_token[t - 1] != params.req_id_per_token[t];
+    if (first_row && g.swap_counts[t] <= local_rows) continue;
+    GatherCompactParams row = g;
+    row.swap_host_rows = g.swap_host_rows + t * g.swap_host_row_stride;
+    row.swap_device_rows = g.swap_device_rows + t * g.swap_device_row_stride;
+    row.swap_counts = g.swap_counts + t;
+    row.num_token_rows = 1;
+    gather_compact_reference(row);
+  }
+}
+}  // namespace cuda
+}  // namespace hisparse
+
+namespace {
+
+using hisparse::emulated::Kind;
+using hisparse::emulated::Outputs;
+using hisparse::emulated::Scenario;
+
+std::string describe(const Scenario& s, int step) {
+  return "step " + std::to_string(step) + ": B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+         " K=" + std::to_string(s.K) + " H=" + std::to_string(s.H) + " hot_block_size=" + std::to_string(s.hbs) +
+         " max_union_rows=" + std::to_string(s.max_union) + " source=" + std::to_string(s.source) +
+         " resident=" + std::to_string(s.resident) + " fused=" + std::to_string(s.fused);
+}
+
+// The first index where two arrays differ, or -1.
+template <class T>
+int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+#define EXPECT_SAME(name, reference, kernel)                                                                       \
+  do {                                                                                                             \
+    const int64_t at = first_difference(reference, kernel);                                                        \
+    EXPECT_EQ(at, -1) << name << " differs first at " << at << " (reference "                                      \
+                      << (at >= 0 && static_cast<size_t>(at) < (reference).size() ? +(reference)[at] : 0)          \
+                      << ", kernel " << (at >= 0 && static_cast<size_t>(at) < (kernel).size() ? +(kernel)[at] : 0) \
+                      << "), " << where;                                                                           \
+  } while (0)
+
+// Runs `scenarios` scenarios of `kind` from `seed`, three steps each; the
+// state of each step is the reference's after the last.
+void check_against_reference(Kind kind, unsigned seed, int scenarios) {
+  hisparse::cuda::smem[0] = 0;
+  emu::g_shared = hisparse::cuda::smem;
+  std::mt19937 rng(seed);
+  for (int n = 0; n < scenarios; ++n) {
+    Scenario s = hisparse::emulated::make_scenario_of_kind(rng, kind);
+    Outputs reference, kernel;
+    for (int step = 0; step < 3; ++step) {
+      const double new_positions = step == 0 ? 0.5 : (step == 1 ? 0.05 : 0.001);
+      if (step > 0) {
+        s.dgi = reference.dgi;
+        s.lru = reference.lru;
+      }
+      hisparse::emulated::make_topk(rng, s, new_positions);
+      const hisparse::ResolveResidencyParams on_cpu = hisparse::emulated::bind(s, reference);
+      const hisparse::ResolveResidencyParams on_emulated_gpu = hisparse::emulated::bind(s, kernel);
+      hisparse::resolve_residency_reference(on_cpu);
+      if (on_cpu.fused_gather) hisparse::gather_compact_reference(on_cpu.gather);
+      hisparse::cuda::launch_resolve_residency(on_emulated_gpu, nullptr);
+      const std::string where = "scenario " + std::to_string(n) + " " + describe(s, step);
+      EXPECT_SAME("out_attention", reference.attention, kernel.attention);
+      EXPECT_SAME("out_hot_rows", reference.hot_rows, kernel.hot_rows);
+      EXPECT_SAME("out_resolved", reference.resolved, kernel.resolved);
+      EXPECT_SAME("out_miss_mask", reference.miss, kernel.miss);
+      EXPECT_SAME("out_swap_host_rows", reference.swap_host, kernel.swap_host);
+      EXPECT_SAME("out_swap_device_rows", reference.swap_device, kernel.swap_device);
+      EXPECT_SAME("out_valid_counts", reference.valid_counts, kernel.valid_counts);
+      EXPECT_SAME("out_swap_counts", reference.swap_counts, kernel.swap_counts);
+      EXPECT_SAME("device_global_indices", reference.dgi, kernel.dgi);
+      EXPECT_SAME("lru_slots", reference.lru, kernel.lru);
+      EXPECT_SAME("stats", reference.stats, kernel.stats);
+      EXPECT_SAME("hot cache", reference.hot_cache, kernel.hot_cache);
+      EXPECT_SAME("handoff states (idle after a launch)", std::vector<int32_t>(s.S, 0),
+                  hisparse::emulated::handoff_states(kernel));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(ResolveResidencyEmulated, AnyBatchAndScheduleMatchesTheReference) { check_against_reference(Kind::kAny, 1, 24); }
+
+TEST(ResolveResidencyEmulated, PairedLaunchPastTheSmCountMatchesTheReference) {
+  check_against_reference(Kind::kPaired, 2, 8);
+}
+
+TEST(ResolveResidencyEmulated, HandoffWithoutHelperBlocksMatchesTheReference) {
+  check_against_reference(Kind::kHandoff, 3, 12);
+}
+
+TEST(ResolveResidencyEmulated, HandoffWithEarlyReadHelpersMatchesTheReference) {
+  check_against_reference(Kind::kEarlyReads, 4, 12);
+}
+
+}  // namespace
