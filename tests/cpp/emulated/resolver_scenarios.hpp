@@ -36,6 +36,7 @@ struct Scenario {
   bool valid_rows = false;  // a num_valid_rows word (num_valid)
   int32_t num_valid = 0;
   int fused = 0;  // fused gather: 0 none, 1 the fused schedule, 2 auto, 3 auto with a handoff array
+  bool hint = false;  // a residency hint (kept by every CUDA launch given one)
   int32_t row_bytes = 64;
   std::vector<int32_t> topk, req, state_idx, dgi, hot_table, source_table, resident_table;
   std::vector<int16_t> lru;
@@ -51,6 +52,7 @@ struct Outputs {
   std::vector<int64_t> stats;
   std::vector<uint8_t> hot_cache;
   std::vector<int32_t> handoff;
+  std::vector<uint32_t> hint;  // ceil(host_rows / 32) words
   int32_t valid_rows_word = 0;
 };
 
@@ -85,6 +87,7 @@ inline Scenario make_scenario(std::mt19937& rng, bool single_rows, int32_t batch
   s.shared_stride = rng() % 4 != 0;
   s.stats = rng() % 5 != 0;
   s.fused = static_cast<int>(rng() % 4);
+  s.hint = rng() % 3 == 0;
   // Token rows: per request q rows (contiguous), a few orphans.
   for (int32_t b = 0; b < s.B; ++b) {
     const int32_t q = single_rows ? 1 : 1 + static_cast<int32_t>(rng() % q_max);
@@ -192,6 +195,9 @@ inline ResolveResidencyParams bind(Scenario& s, Outputs& o) {
     const int64_t hot_rows = static_cast<int64_t>(s.B * width + 2) * s.hbs;
     o.hot_cache.assign(static_cast<size_t>(hot_rows) * s.row_bytes, 0);
     o.handoff.assign(static_cast<size_t>(s.S) * HS_RESOLVER_HANDOFF_WORDS, 0);
+    // Arbitrary bits: a hint is only ever a prediction.
+    o.hint.resize(static_cast<size_t>((s.host_rows + 31) / 32));
+    for (size_t w = 0; w < o.hint.size(); ++w) o.hint[w] = static_cast<uint32_t>(w * 2654435761u) ^ 0x5A5A5A5Au;
   }
   o.valid_rows_word = s.num_valid;
   ResolveResidencyParams p;
@@ -263,7 +269,30 @@ inline ResolveResidencyParams bind(Scenario& s, Outputs& o) {
     p.gather_schedule = s.fused == 1 ? HS_RESOLVE_GATHER_FUSED : HS_RESOLVE_GATHER_AUTO;
     if (s.fused == 3) p.handoff = o.handoff.data();
   }
+  if (s.hint) p.residency_hint = o.hint.data();
   return p;
+}
+
+// The residency hint's upkeep (docs/residency.md, "Residency hint"), which
+// the CPU reference does not keep: every slot that took a miss (its
+// device_global_indices entry changed) clears the bit of the row it held
+// (when that is a host row) and sets its new row's, state row by state row
+// in batch order (the emulation runs the blocks in that order; within a
+// request the cleared rows, which no member is, and the set ones, members,
+// never meet).
+inline void keep_hint(const Scenario& s, const std::vector<int32_t>& dgi_before, Outputs& o) {
+  if (!s.hint) return;
+  for (int32_t b = 0; b < s.B; ++b) {
+    const int32_t state = s.state_idx[b];
+    if (state < 0 || state >= s.S) continue;
+    for (int32_t j = 0; j < s.H; ++j) {
+      const int32_t before = dgi_before[static_cast<size_t>(state) * s.H + j];
+      const int32_t after = o.dgi[static_cast<size_t>(state) * s.H + j];
+      if (before == after) continue;
+      if (before >= 0 && before < s.host_rows) o.hint[before >> 5] &= ~(1u << (before & 31));
+      o.hint[after >> 5] |= 1u << (after & 31);
+    }
+  }
 }
 
 // The first word of every handoff record (idle, 0, after a launch).

@@ -80,7 +80,8 @@ std::string describe(const Scenario& s, int step) {
   return "step " + std::to_string(step) + ": B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
          " K=" + std::to_string(s.K) + " H=" + std::to_string(s.H) + " hot_block_size=" + std::to_string(s.hbs) +
          " max_union_rows=" + std::to_string(s.max_union) + " source=" + std::to_string(s.source) +
-         " resident=" + std::to_string(s.resident) + " fused=" + std::to_string(s.fused);
+         " resident=" + std::to_string(s.resident) + " fused=" + std::to_string(s.fused) +
+         " hint=" + std::to_string(s.hint);
 }
 
 // The first index where two arrays differ, or -1.
@@ -120,8 +121,10 @@ void check_against_reference(Kind kind, unsigned seed, int scenarios) {
       hisparse::emulated::make_topk(rng, s, new_positions);
       const hisparse::ResolveResidencyParams on_cpu = hisparse::emulated::bind(s, reference);
       const hisparse::ResolveResidencyParams on_emulated_gpu = hisparse::emulated::bind(s, kernel);
+      const std::vector<int32_t> dgi_before = reference.dgi;
       hisparse::resolve_residency_reference(on_cpu);
       if (on_cpu.fused_gather) hisparse::gather_compact_reference(on_cpu.gather);
+      hisparse::emulated::keep_hint(s, dgi_before, reference);
       hisparse::cuda::launch_resolve_residency(on_emulated_gpu, nullptr);
       const std::string where = "scenario " + std::to_string(n) + " " + describe(s, step);
       EXPECT_SAME("out_attention", reference.attention, kernel.attention);
@@ -136,6 +139,7 @@ void check_against_reference(Kind kind, unsigned seed, int scenarios) {
       EXPECT_SAME("lru_slots", reference.lru, kernel.lru);
       EXPECT_SAME("stats", reference.stats, kernel.stats);
       EXPECT_SAME("hot cache", reference.hot_cache, kernel.hot_cache);
+      EXPECT_SAME("residency hint", reference.hint, kernel.hint);
       EXPECT_SAME("handoff states (idle after a launch)", std::vector<int32_t>(s.S, 0),
                   hisparse::emulated::handoff_states(kernel));
       if (::testing::Test::HasFailure()) return;
