@@ -318,7 +318,10 @@ inline Scenario make_scenario_of_kind(std::mt19937& rng, Kind kind) {
   if (kind == Kind::kEarlyReads) batch = 1 + static_cast<int32_t>(rng() % 3);
   const bool single_rows = kind != Kind::kAny || rng() % 4 != 0;
   Scenario s = make_scenario(rng, single_rows, batch);
-  if (kind == Kind::kPaired) s.fused = 1 + static_cast<int>(rng() % 3);
+  if (kind == Kind::kPaired) {
+    s.fused = 1 + static_cast<int>(rng() % 3);
+    s.hint = rng() % 2 == 0;  // the hint kept after the outputs (no room for a copy)
+  }
   if (kind == Kind::kHandoff || kind == Kind::kEarlyReads) s.fused = 3;
   return s;
 }
