@@ -308,59 +308,45 @@ inline typename std::common_type<A, B>::type max(A a, B b) {
   return a > b ? a : b;
 }
 
-// Atomics: fibers switch only at collectives, so plain read-modify-writes.
-template <class T>
-inline T atomicAdd(T* p, T v) {
+// Atomics: fibers switch only at collectives, so a plain read-modify-write
+// is atomic. Each returns the old value, as on the device.
+template <class T, class Update>
+inline T read_modify_write(T* p, Update update) {
   const T old = *p;
-  *p = old + v;
+  *p = update(old);
   return old;
 }
-inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
-  const unsigned long long old = *p;
-  *p = old + v;
-  return old;
+template <class T>
+inline T atomicAdd(T* p, T v) {
+  return read_modify_write(p, [v](T old) { return static_cast<T>(old + v); });
 }
 template <class T>
 inline T atomicSub(T* p, T v) {
-  const T old = *p;
-  *p = old - v;
-  return old;
+  return read_modify_write(p, [v](T old) { return static_cast<T>(old - v); });
 }
 template <class T>
 inline T atomicMin(T* p, T v) {
-  const T old = *p;
-  *p = std::min(old, v);
-  return old;
+  return read_modify_write(p, [v](T old) { return v < old ? v : old; });
 }
 template <class T>
 inline T atomicMax(T* p, T v) {
-  const T old = *p;
-  *p = std::max(old, v);
-  return old;
+  return read_modify_write(p, [v](T old) { return v > old ? v : old; });
 }
 template <class T>
 inline T atomicCAS(T* p, T compare, T value) {
-  const T old = *p;
-  if (old == compare) *p = value;
-  return old;
+  return read_modify_write(p, [compare, value](T old) { return old == compare ? value : old; });
 }
 template <class T>
 inline T atomicExch(T* p, T v) {
-  const T old = *p;
-  *p = v;
-  return old;
+  return read_modify_write(p, [v](T) { return v; });
 }
 template <class T>
 inline T atomicAnd(T* p, T v) {
-  const T old = *p;
-  *p = old & v;
-  return old;
+  return read_modify_write(p, [v](T old) { return static_cast<T>(old & v); });
 }
 template <class T>
 inline T atomicOr(T* p, T v) {
-  const T old = *p;
-  *p = old | v;
-  return old;
+  return read_modify_write(p, [v](T old) { return static_cast<T>(old | v); });
 }
 
 // ---- The runtime calls the launchers make.
