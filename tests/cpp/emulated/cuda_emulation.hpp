@@ -25,6 +25,7 @@
 #define __shared__
 #define __launch_bounds__(...)
 
+#include <sys/mman.h>
 #include <ucontext.h>
 #include <vector_functions.h>
 #include <vector_types.h>
@@ -49,7 +50,10 @@ inline dim3 gridDim;
 namespace emu {
 
 constexpr int kMaxThreads = 1024;
+// Each fiber's stack, with an inaccessible page below it, so that a stack
+// that overflows faults at once instead of writing over its neighbour's.
 constexpr size_t kStackBytes = 256 * 1024;
+constexpr size_t kGuardBytes = 4096;
 constexpr size_t kSharedBytes = 240 * 1024;
 
 struct Fiber {
@@ -132,6 +136,18 @@ inline uint64_t warp_collective(uint64_t a, uint64_t b, Compute compute) {
   return w.out[lane];
 }
 
+inline char* allocate_stacks() {
+  const size_t bytes = (kGuardBytes + kStackBytes) * kMaxThreads;
+  void* stacks = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (stacks == MAP_FAILED) {
+    std::fprintf(stderr, "emu: no memory for the fibers' stacks\n");
+    std::abort();
+  }
+  char* base = static_cast<char*>(stacks);
+  for (int i = 0; i < kMaxThreads; ++i) mprotect(base + (kGuardBytes + kStackBytes) * i, kGuardBytes, PROT_NONE);
+  return base;
+}
+
 // Runs `kernel_body` for every block of the grid, one block at a time.
 inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel_body) {
   const int threads = static_cast<int>(block.x * block.y * block.z);
@@ -139,7 +155,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel_
     std::fprintf(stderr, "emu: unsupported block shape\n");
     std::abort();
   }
-  if (g_stacks == nullptr) g_stacks = static_cast<char*>(std::malloc(kStackBytes * kMaxThreads));
+  if (g_stacks == nullptr) g_stacks = allocate_stacks();
   std::vector<Fiber> fibers(threads);
   g_fibers = fibers.data();
   ::blockDim = block;
@@ -158,7 +174,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel_
           f.done = false;
           f.thread_idx = make_uint3(i, 0, 0);
           getcontext(&f.context);
-          f.context.uc_stack.ss_sp = g_stacks + kStackBytes * i;
+          f.context.uc_stack.ss_sp = g_stacks + (kGuardBytes + kStackBytes) * i + kGuardBytes;
           f.context.uc_stack.ss_size = kStackBytes;
           f.context.uc_link = nullptr;
           makecontext(&f.context, fiber_entry, 0);
