@@ -1,7 +1,8 @@
 // The CUDA resolver's kernel source (cpp/cuda/resolve_residency.cu and the
 // headers it includes), run by the CPU emulation of the CUDA execution
 // model, against the CPU reference: every output, the state, the counters,
-// the hot cache's bytes and the handoff records, bit for bit, over three
+// the hot cache's bytes, the residency hint's bits (kept by its rule on the
+// reference side) and the handoff records, bit for bit, over three
 // consecutive steps (50%, 5% and 0.1% new positions) of random scenarios
 // of each launch the resolver chooses between. A check of the kernel's
 // logic without a GPU; the GPU suite is what says the CUDA build is right.
