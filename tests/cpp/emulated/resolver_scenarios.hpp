@@ -67,7 +67,7 @@ inline Scenario make_scenario(std::mt19937& rng, bool single_rows, int32_t batch
   Scenario s;
   s.B = batch;
   s.K = pick(rng, {1, 3, 64, 500, 1024, 2048});
-  s.H = std::max<int32_t>(s.K, pick(rng, {16, 100, 1000, 2048, 4096}));
+  s.H = std::max<int32_t>(s.K, pick(rng, {16, 37, 100, 1000, 1001, 2048, 4096}));  // odd sizes: partial quads
   if (!single_rows && rng() % 3 == 0) s.H = std::max<int32_t>(s.H, pick(rng, {4096, 5000}));
   s.hbs = pick(rng, {1, 16, 64});
   s.stride = s.hbs * pick(rng, {1, 1, 2});
