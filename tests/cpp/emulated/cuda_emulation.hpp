@@ -204,45 +204,44 @@ inline void __syncwarp(unsigned = 0xFFFFFFFFu) {
   emu::warp_collective(0, 0, [](emu::WarpState&) {});
 }
 inline void __threadfence() {}
-inline void __threadfence_block() {}
+
+namespace emu {
+// The lane each lane reads from, as the CUDA shuffles define it.
+enum class Shuffle { kIndex, kUp, kXor };
 
 template <class T>
-inline T emu_shfl(T value, int source_of_lane, int mode, int width = 32) {
+inline T shuffle(T value, int argument, Shuffle kind, int width = 32) {
   static_assert(sizeof(T) <= 8, "shuffle of at most 64 bits");
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
-  const uint64_t out = emu::warp_collective(bits, static_cast<uint64_t>(static_cast<int64_t>(source_of_lane)),
-                                            [mode, width](emu::WarpState& w) {
-                                              for (int lane = 0; lane < 32; ++lane) {
-                                                const int arg = static_cast<int>(static_cast<int64_t>(w.in2[lane]));
-                                                int src = lane;
-                                                const int base = lane & ~(width - 1);
-                                                if (mode == 0) src = base + (arg & (width - 1));
-                                                if (mode == 1) src = (lane - base) >= arg ? lane - arg : lane;
-                                                if (mode == 2) src = (lane - base) + arg < width ? lane + arg : lane;
-                                                if (mode == 3) src = base + (((lane - base) ^ arg) & (width - 1));
-                                                w.out[lane] = w.in[src];
-                                              }
-                                            });
+  const uint64_t out =
+      warp_collective(bits, static_cast<uint64_t>(static_cast<int64_t>(argument)), [kind, width](WarpState& w) {
+        for (int lane = 0; lane < 32; ++lane) {
+          const int arg = static_cast<int>(static_cast<int64_t>(w.in2[lane]));
+          const int base = lane & ~(width - 1);
+          int src = base + (arg & (width - 1));
+          if (kind == Shuffle::kUp) src = lane - base >= arg ? lane - arg : lane;
+          if (kind == Shuffle::kXor) src = base + (((lane - base) ^ arg) & (width - 1));
+          w.out[lane] = w.in[src];
+        }
+      });
   T result;
   std::memcpy(&result, &out, sizeof(T));
   return result;
 }
+}  // namespace emu
+
 template <class T>
 inline T __shfl_sync(unsigned, T value, int source, int width = 32) {
-  return emu_shfl(value, source, 0, width);
+  return emu::shuffle(value, source, emu::Shuffle::kIndex, width);
 }
 template <class T>
 inline T __shfl_up_sync(unsigned, T value, unsigned delta, int width = 32) {
-  return emu_shfl(value, static_cast<int>(delta), 1, width);
-}
-template <class T>
-inline T __shfl_down_sync(unsigned, T value, unsigned delta, int width = 32) {
-  return emu_shfl(value, static_cast<int>(delta), 2, width);
+  return emu::shuffle(value, static_cast<int>(delta), emu::Shuffle::kUp, width);
 }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T value, int mask, int width = 32) {
-  return emu_shfl(value, mask, 3, width);
+  return emu::shuffle(value, mask, emu::Shuffle::kXor, width);
 }
 
 inline unsigned __ballot_sync(unsigned, int predicate) {
@@ -252,20 +251,9 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
     for (int lane = 0; lane < 32; ++lane) w.out[lane] = bits;
   }));
 }
-inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == 0xFFFFFFFFu; }
-inline unsigned __activemask() { return 0xFFFFFFFFu; }
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
-inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
-inline int __ffsll(long long x) { return __builtin_ffsll(x); }
-inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
-inline unsigned __brev(unsigned x) {
-  unsigned r = 0;
-  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
-  return r;
-}
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32); }
 // n-th set bit (0-based n, from bit `base` upwards) as in the CUDA docs, for offset > 0.
 inline unsigned __fns(unsigned mask, unsigned base, int offset) {
@@ -288,23 +276,6 @@ template <class T>
 inline T __ldcg(const T* p) {
   return *p;
 }
-template <class T>
-inline T __ldcs(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldcv(const T* p) {
-  return *p;
-}
-template <class T>
-inline void __stcg(T* p, T v) {
-  *p = v;
-}
-template <class T>
-inline void __stcs(T* p, T v) {
-  *p = v;
-}
-inline long long clock64() { return 0; }
 inline void __nanosleep(unsigned) { emu::yield(); }
 
 inline unsigned __cvta_generic_to_shared(const void* p) {
@@ -335,10 +306,6 @@ inline T read_modify_write(T* p, Update update) {
 template <class T>
 inline T atomicAdd(T* p, T v) {
   return read_modify_write(p, [v](T old) { return static_cast<T>(old + v); });
-}
-template <class T>
-inline T atomicSub(T* p, T v) {
-  return read_modify_write(p, [v](T old) { return static_cast<T>(old - v); });
 }
 template <class T>
 inline T atomicMin(T* p, T v) {

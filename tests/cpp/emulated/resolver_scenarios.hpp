@@ -176,7 +176,7 @@ inline void make_topk(std::mt19937& rng, Scenario& s, double miss_rate) {
 
 // The launch's parameters over `s` and side `o` (allocated and filled with
 // garbage on first use; the state copied from `s` then).
-inline ResolveResidencyParams bind(Scenario& s, Outputs& o) {
+inline ResolveResidencyParams bind(const Scenario& s, Outputs& o) {
   const int64_t row_stride = s.shared_stride ? s.K : s.K + 3;
   const size_t entries = static_cast<size_t>(s.T) * (s.K + 3);
   if (o.attention.empty()) {

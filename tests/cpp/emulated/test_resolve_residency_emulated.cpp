@@ -107,7 +107,6 @@ int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
 // Runs `scenarios` scenarios of `kind` from `seed`, three steps each; the
 // state of each step is the reference's after the last.
 void check_against_reference(Kind kind, unsigned seed, int scenarios) {
-  hisparse::cuda::smem[0] = 0;
   emu::g_shared = hisparse::cuda::smem;
   std::mt19937 rng(seed);
   for (int n = 0; n < scenarios; ++n) {
