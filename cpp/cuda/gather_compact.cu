@@ -34,6 +34,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 #include "hisparse/hisparse.h"
 
@@ -463,9 +464,8 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
         (kThreads / kWarpSize);
     const int64_t blocks = std::min(
         blocks_needed, params.max_blocks > 0 ? static_cast<int64_t>(params.max_blocks) : multiprocessor_count());
-    gather_group_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        params, window_rows(params.top_k, kPersistentWindow));
-    cuda_check(cudaGetLastError(), "gather_compact_group kernel launch");
+    launch_kernel("gather_compact_group kernel launch", gather_group_kernel, static_cast<unsigned>(blocks), kThreads, 0,
+                  stream, params, window_rows(params.top_k, kPersistentWindow));
     return;
   }
   const int warps_per_block = kThreads / kWarpSize;
@@ -481,29 +481,26 @@ void launch_gather_compact(const GatherCompactParams& params, cudaStream_t strea
     const int capacity = sorted_capacity(params.top_k, parts);
     const size_t shared_bytes = static_cast<size_t>(capacity) * (sizeof(uint64_t) + sizeof(int64_t));
     if (prepare_sorted(shared_bytes)) {
-      gather_sorted_kernel<<<static_cast<unsigned>(blocks), kSortThreads, shared_bytes, stream>>>(
-          params, parts, capacity, window_rows(parts, kSortWindow));
-      cuda_check(cudaGetLastError(), "gather_compact (sorted) kernel launch");
+      launch_kernel("gather_compact (sorted) kernel launch", gather_sorted_kernel, static_cast<unsigned>(blocks),
+                    kSortThreads, shared_bytes, stream, params, parts, capacity, window_rows(parts, kSortWindow));
       return;
     }
   }
   if (params.variant == HS_GATHER_WARP_PER_ROW) {
     const dim3 grid((params.top_k + warps_per_block - 1) / warps_per_block, grid_rows(params.num_token_rows));
-    gather_warp_per_row_kernel<<<grid, kThreads, 0, stream>>>(params);
+    launch_kernel("gather_compact kernel launch", gather_warp_per_row_kernel, grid, kThreads, 0, stream, params);
   } else {
     // row_persistent, and sorted past the device's shared memory.
-    gather_row_persistent_kernel<<<row_persistent_blocks(params), kThreads, 0, stream>>>(
-        params, window_rows(params.top_k, kPersistentWindow));
+    launch_kernel("gather_compact kernel launch", gather_row_persistent_kernel, row_persistent_blocks(params), kThreads,
+                  0, stream, params, window_rows(params.top_k, kPersistentWindow));
   }
-  cuda_check(cudaGetLastError(), "gather_compact kernel launch");
 }
 
 void launch_gather_compact_tail(const GatherCompactParams& params, const int32_t* req_id_per_token, int32_t local_rows,
                                 cudaStream_t stream) {
   if (params.num_token_rows <= 0 || params.top_k <= 0) return;
-  gather_tail_kernel<<<row_persistent_blocks(params), kThreads, 0, stream>>>(
-      params, window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows);
-  cuda_check(cudaGetLastError(), "resolver tail gather launch");
+  launch_kernel("resolver tail gather launch", gather_tail_kernel, row_persistent_blocks(params), kThreads, 0, stream,
+                params, window_rows(params.top_k, kPersistentWindow), req_id_per_token, local_rows);
 }
 
 }  // namespace cuda

@@ -1,8 +1,11 @@
 // A CPU emulation of the CUDA execution model, enough to run the CUDA
-// resolver's kernel source unchanged on the host: a block's threads are
-// cooperative fibers (ucontext) that switch only at __syncthreads and at
-// warp collectives (shuffles, ballots, __syncwarp), blocks run one after
-// another, and device memory is host memory.
+// resolver's and gather_compact's kernel source unchanged on the host: a
+// block's threads are cooperative fibers (ucontext) that switch only at
+// __syncthreads and at warp collectives (shuffles, ballots, __syncwarp),
+// blocks run one after another, and device memory is host memory. Shared
+// memory is thread_local storage: the fibers of the one OS thread that runs
+// them all see one copy, as a block's threads do (and, as on the device,
+// nothing initialises it).
 //
 // It checks a kernel's logic against the CPU reference where no GPU is at
 // hand; it is no evidence for the CUDA build. Not emulated: concurrency
@@ -16,14 +19,18 @@
 //
 // Include it first, before any CUDA header: it defines the execution-space
 // keywords away, the built-in variables, the intrinsics, and the runtime
-// calls the launchers make (cudaLaunchKernelEx runs the grid here).
+// calls the launchers make (cudaLaunchKernelEx runs the grid here; kernels
+// launched with <<<...>>> cannot be emulated, hence launch_kernel in
+// cpp/cuda/kernel_launch.hpp). A kernel's `extern __shared__` array is the
+// test's to define, in the kernel's namespace, as `thread_local`.
 #pragma once
 
 #define __host__
 #define __device__
 #define __global__
-#define __shared__
+#define __shared__ thread_local
 #define __launch_bounds__(...)
+#define __grid_constant__
 
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -168,7 +175,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel_
         g_block = BlockState{};
         g_block.threads = threads;
         // Uninitialised shared memory, as on the device: garbage, not zeros.
-        std::memset(g_shared, 0xA5, kSharedBytes);
+        if (g_shared != nullptr) std::memset(g_shared, 0xA5, kSharedBytes);
         for (int i = 0; i < threads; ++i) {
           Fiber& f = fibers[i];
           f.done = false;
@@ -335,6 +342,12 @@ inline T atomicOr(T* p, T v) {
 // ---- The runtime calls the launchers make.
 template <class T>
 inline cudaError_t cudaFuncSetAttribute(T*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+// A kernel's static shared memory is not known here: reported as none.
+template <class T>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T*) {
+  *attributes = cudaFuncAttributes{};
   return cudaSuccess;
 }
 

@@ -1,18 +1,19 @@
 // The CUDA resolver's kernel source (cpp/cuda/resolve_residency.cu and the
-// headers it includes), run by the CPU emulation of the CUDA execution
-// model, against the CPU reference: every output, the state, the counters,
-// the hot cache's bytes, the residency hint's bits (kept by its rule on the
-// reference side) and the handoff records, bit for bit, over three
-// consecutive steps (50%, 5% and 0.1% new positions) of random scenarios
-// of each launch the resolver chooses between. A check of the kernel's
-// logic without a GPU; the GPU suite is what says the CUDA build is right.
+// headers it includes, with the tail gather of gather_compact.cu), run by
+// the CPU emulation of the CUDA execution model, against the CPU reference:
+// every output, the state, the counters, the hot cache's bytes, the
+// residency hint's bits (kept by its rule on the reference side) and the
+// handoff records, bit for bit, over three consecutive steps (50%, 5% and
+// 0.1% new positions) of random scenarios of each launch the resolver
+// chooses between. A check of the kernel's logic without a GPU; the GPU
+// suite is what says the CUDA build is right.
 #include "emulated/cuda_emulation.hpp"  // first: before any CUDA header
 
 // The kernel source's `extern __shared__` array, the emulated blocks' shared memory.
 namespace hisparse {
 namespace cuda {
 namespace {
-alignas(16) unsigned char smem[emu::kSharedBytes];
+alignas(16) thread_local unsigned char smem[emu::kSharedBytes];
 }  // namespace
 }  // namespace cuda
 }  // namespace hisparse
@@ -27,49 +28,6 @@ alignas(16) unsigned char smem[emu::kSharedBytes];
 #include "cpu/resolve_residency_reference.hpp"
 #include "cuda/resolve_residency.cu"  // the kernel source itself
 #include "emulated/resolver_scenarios.hpp"
-
-// The runtime calls of the launcher, answered for the emulated device.
-extern "C" {
-cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-  switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = emu::g_device.major; break;
-    case cudaDevAttrMultiProcessorCount: *value = emu::g_device.multiprocessors; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::g_device.block_shared_optin; break;
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = emu::g_device.sm_shared; break;
-    case cudaDevAttrReservedSharedMemoryPerBlock: *value = emu::g_device.block_reserved; break;
-    default: *value = 0;
-  }
-  return cudaSuccess;
-}
-const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
-const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA runtime"; }
-}
-
-namespace hisparse {
-namespace cuda {
-// The tail gather, by its contract (resolver_tail_gather.cu): token row t's
-// swap entries, unless t is its request's first row with at most
-// local_rows of them.
-void launch_resolver_tail_gather(const ResolveResidencyParams& params, int32_t local_rows, cudaStream_t) {
-  const GatherCompactParams& g = params.gather;
-  for (int32_t t = 0; t < g.num_token_rows; ++t) {
-    const bool first_row = t == 0 || params.req_id_per_token[t - 1] != params.req_id_per_token[t];
-    if (first_row && g.swap_counts[t] <= local_rows) continue;
-    GatherCompactParams row = g;
-    row.swap_host_rows = g.swap_host_rows + t * g.swap_host_row_stride;
-    row.swap_device_rows = g.swap_device_rows + t * g.swap_device_row_stride;
-    row.swap_counts = g.swap_counts + t;
-    row.num_token_rows = 1;
-    gather_compact_reference(row);
-  }
-}
-}  // namespace cuda
-}  // namespace hisparse
 
 namespace {
 
