@@ -7,6 +7,10 @@
 // outside the hot cache, host rows past the host cache that zero-fill), and
 // token rows past one prefix window. A check of the kernels' logic without a
 // GPU; the GPU suite is what says the CUDA build is right.
+// clang-format off
+#include "emulated/cuda_emulation.hpp"  // first: before any CUDA header
+// clang-format on
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +22,6 @@
 #include "core/data_movement_params.hpp"
 #include "cpu/data_movement_reference.hpp"
 #include "cuda/cuda_kernels.hpp"
-#include "emulated/cuda_emulation.hpp"  // first: before any CUDA header
 #include "hisparse/data_movement.h"
 
 namespace {
