@@ -2,8 +2,8 @@
 // (zero-copy) or device memory, 16 bytes per thread where alignment allows.
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -34,13 +34,12 @@ void launch_copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t st
   const size_t items = vectorizable ? bytes / 16 : bytes;
   const unsigned blocks = static_cast<unsigned>(std::min(kMaxBlocks, (items + kThreads - 1) / kThreads));
   if (vectorizable) {
-    copy_vectors_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src),
-                                                         items);
+    launch_kernel("copy_bytes kernel launch", copy_vectors_kernel, blocks, kThreads, 0, stream,
+                  static_cast<uint4*>(dst), static_cast<const uint4*>(src), items);
   } else {
-    copy_bytes_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
-                                                       items);
+    launch_kernel("copy_bytes kernel launch", copy_bytes_kernel, blocks, kThreads, 0, stream,
+                  static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), items);
   }
-  cuda_check(cudaGetLastError(), "copy_bytes kernel launch");
 }
 
 }  // namespace cuda

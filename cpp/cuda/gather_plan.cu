@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kThreads) gather_plan_kernel(GatherPlanParams 
 void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream) {
   if (params.count <= 0) return;
   const RowCopyGrid grid = row_copy_grid<kThreads, kUnroll>("gather_plan", params.count, params.row_bytes);
-  gather_plan_kernel<<<grid.blocks, kThreads, 0, stream>>>(params, grid.rows_per_group);
-  cuda_check(cudaGetLastError(), "gather_plan kernel launch");
+  launch_kernel("gather_plan kernel launch", gather_plan_kernel, grid.blocks, kThreads, 0, stream, params,
+                grid.rows_per_group);
 }
 
 }  // namespace cuda

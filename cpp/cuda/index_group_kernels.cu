@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -65,18 +65,17 @@ __global__ void invalidate_sorted_slots_kernel(int32_t* __restrict__ device_glob
 void launch_reset_hot_state(const ResetHotStateParams& p, cudaStream_t stream) {
   // At least one block, so that the counters are zeroed even without rows.
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min(p.num_state_rows, kMaxBlocks)));
-  reset_hot_state_kernel<<<blocks, kThreads, 0, stream>>>(p.device_global_indices, p.lru_slots, p.lru_init,
-                                                          p.num_state_rows, p.hot_size, p.counters, p.num_counters);
-  cuda_check(cudaGetLastError(), "reset_hot_state kernel launch");
+  launch_kernel("reset_hot_state kernel launch", reset_hot_state_kernel, blocks, kThreads, 0, stream,
+                p.device_global_indices, p.lru_slots, p.lru_init, p.num_state_rows, p.hot_size, p.counters,
+                p.num_counters);
 }
 
 void launch_invalidate_sorted_slots(const InvalidateSortedSlotsParams& p, cudaStream_t stream) {
   if (p.num_slots == 0 || p.num_state_indices == 0 || p.hot_size == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min(p.num_state_indices, kMaxBlocks));
-  invalidate_sorted_slots_kernel<<<blocks, kThreads, 0, stream>>>(p.device_global_indices, p.num_state_rows, p.hot_size,
-                                                                  p.sorted_slots, p.num_slots, p.state_indices,
-                                                                  p.num_state_indices);
-  cuda_check(cudaGetLastError(), "invalidate_sorted_slots kernel launch");
+  launch_kernel("invalidate_sorted_slots kernel launch", invalidate_sorted_slots_kernel, blocks, kThreads, 0, stream,
+                p.device_global_indices, p.num_state_rows, p.hot_size, p.sorted_slots, p.num_slots, p.state_indices,
+                p.num_state_indices);
 }
 
 }  // namespace cuda

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -47,10 +47,9 @@ void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaSt
   if (params.num_tokens <= 0 || params.num_tables <= 0) return;
   if (params.table_pointers != nullptr) {
     const dim3 grid(params.num_tokens, std::min<unsigned>(params.num_tables, kMaxGridY));
-    invalidate_written_slots_kernel<<<grid, kThreads, 0, stream>>>(
-        InlineTables{}, params.table_pointers, params.num_tables, params.num_state_rows, params.hot_size,
-        params.request_state_indices, params.num_batch_rows, params.req_id_per_token, params.written_slots);
-    cuda_check(cudaGetLastError(), "invalidate_written_slots kernel launch");
+    launch_kernel("invalidate_written_slots kernel launch", invalidate_written_slots_kernel, grid, kThreads, 0, stream,
+                  InlineTables{}, params.table_pointers, params.num_tables, params.num_state_rows, params.hot_size,
+                  params.request_state_indices, params.num_batch_rows, params.req_id_per_token, params.written_slots);
     return;
   }
   for (int32_t first = 0; first < params.num_tables; first += kInlineInvalidationTables) {
@@ -58,10 +57,9 @@ void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaSt
     InlineTables tables{};
     for (int32_t i = 0; i < count; ++i) tables.table[i] = params.tables[first + i];
     const dim3 grid(params.num_tokens, count);
-    invalidate_written_slots_kernel<<<grid, kThreads, 0, stream>>>(
-        tables, nullptr, count, params.num_state_rows, params.hot_size, params.request_state_indices,
-        params.num_batch_rows, params.req_id_per_token, params.written_slots);
-    cuda_check(cudaGetLastError(), "invalidate_written_slots kernel launch");
+    launch_kernel("invalidate_written_slots kernel launch", invalidate_written_slots_kernel, grid, kThreads, 0, stream,
+                  tables, nullptr, count, params.num_state_rows, params.hot_size, params.request_state_indices,
+                  params.num_batch_rows, params.req_id_per_token, params.written_slots);
   }
 }
 

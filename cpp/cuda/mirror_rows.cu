@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -32,8 +32,8 @@ __global__ void __launch_bounds__(kThreads) mirror_rows_kernel(MirrorRowsParams 
 void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream) {
   if (params.count <= 0) return;
   const RowCopyGrid grid = row_copy_grid<kThreads, kUnroll>("mirror_rows", params.count, params.row_bytes);
-  mirror_rows_kernel<<<grid.blocks, kThreads, 0, stream>>>(params, grid.rows_per_group);
-  cuda_check(cudaGetLastError(), "mirror_rows kernel launch");
+  launch_kernel("mirror_rows kernel launch", mirror_rows_kernel, grid.blocks, kThreads, 0, stream, params,
+                grid.rows_per_group);
 }
 
 }  // namespace cuda

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -36,8 +36,7 @@ __global__ void prepare_topk_kernel(PrepareTopkParams p) {
 void launch_prepare_topk(const PrepareTopkParams& params, cudaStream_t stream) {
   if (params.num_tokens <= 0 || params.top_k <= 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(params.num_tokens, kMaxBlocks));
-  prepare_topk_kernel<<<blocks, kThreads, 0, stream>>>(params);
-  cuda_check(cudaGetLastError(), "prepare_topk kernel launch");
+  launch_kernel("prepare_topk kernel launch", prepare_topk_kernel, blocks, kThreads, 0, stream, params);
 }
 
 }  // namespace cuda

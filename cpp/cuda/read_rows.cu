@@ -3,8 +3,8 @@
 // output row. Capturable.
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -31,8 +31,8 @@ void launch_read_rows(const ReadRowsParams& params, cudaStream_t stream) {
   const int64_t count = static_cast<int64_t>(params.num_rows) * params.width;
   if (count <= 0) return;
   const RowCopyGrid grid = row_copy_grid<kThreads, kUnroll>("read_rows", count, params.row_bytes);
-  read_rows_kernel<<<grid.blocks, kThreads, 0, stream>>>(params, grid.rows_per_group);
-  cuda_check(cudaGetLastError(), "read_rows kernel launch");
+  launch_kernel("read_rows kernel launch", read_rows_kernel, grid.blocks, kThreads, 0, stream, params,
+                grid.rows_per_group);
 }
 
 }  // namespace cuda

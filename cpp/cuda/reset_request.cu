@@ -4,8 +4,8 @@
 // capturable.
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -29,8 +29,7 @@ __global__ void reset_request_kernel(ResetRequestParams p) {
 
 void launch_reset_request(const ResetRequestParams& params, cudaStream_t stream) {
   if (params.hot_size <= 0) return;
-  reset_request_kernel<<<1, kThreads, 0, stream>>>(params);
-  cuda_check(cudaGetLastError(), "reset_request kernel launch");
+  launch_kernel("reset_request kernel launch", reset_request_kernel, 1, kThreads, 0, stream, params);
 }
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -31,8 +32,8 @@ void launch_build_residency_hint(const ResidencyHintParams& params, cudaStream_t
              "build_residency_hint clear");
   if (params.entries <= 0) return;
   const int64_t blocks = std::min(kMaxBlocks, (params.entries + kThreads - 1) / kThreads);
-  build_residency_hint_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(params);
-  cuda_check(cudaGetLastError(), "build_residency_hint kernel launch");
+  launch_kernel("build_residency_hint kernel launch", build_residency_hint_kernel, static_cast<unsigned>(blocks),
+                kThreads, 0, stream, params);
 }
 
 }  // namespace cuda

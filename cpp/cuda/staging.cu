@@ -14,6 +14,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -276,8 +277,8 @@ size_t staging_remap_workspace_bytes(int64_t count) {
 void launch_staging_remap(const StagingRemapParams& p, cudaStream_t stream) {
   const int64_t keys = p.count + 1;
   const RemapScratch s = carve_remap_scratch(p);
-  load_remap_keys_kernel<<<grid_for(keys), kThreads, 0, stream>>>(p, s.keys);
-  cuda_check(cudaGetLastError(), "staging_remap: key kernel launch");
+  launch_kernel("staging_remap: key kernel launch", load_remap_keys_kernel, grid_for(keys), kThreads, 0, stream, p,
+                s.keys);
   size_t temp_bytes = s.temp_bytes;
   cuda_check(
       cub::DeviceRadixSort::SortKeys(s.temp, temp_bytes, s.keys, s.sorted, static_cast<int>(keys), 0, kKeyBits, stream),
@@ -286,55 +287,53 @@ void launch_staging_remap(const StagingRemapParams& p, cudaStream_t stream) {
   cuda_check(cub::DeviceSelect::Unique(s.temp, temp_bytes, s.sorted, s.distinct, s.num_distinct, keys, stream),
              "staging_remap: cub::DeviceSelect::Unique");
   if (p.count > 0) {
-    compact_ids_kernel<<<grid_for(p.count), kThreads, 0, stream>>>(p, s.distinct, s.num_distinct);
-    cuda_check(cudaGetLastError(), "staging_remap: compact-id kernel launch");
+    launch_kernel("staging_remap: compact-id kernel launch", compact_ids_kernel, grid_for(p.count), kThreads, 0, stream,
+                  p, s.distinct, s.num_distinct);
   }
-  remap_row_ids_kernel<<<grid_for(keys * p.block_size), kThreads, 0, stream>>>(p, s.distinct, s.num_distinct);
-  cuda_check(cudaGetLastError(), "staging_remap: row-id kernel launch");
+  launch_kernel("staging_remap: row-id kernel launch", remap_row_ids_kernel, grid_for(keys * p.block_size), kThreads, 0,
+                stream, p, s.distinct, s.num_distinct);
 }
 
 void launch_build_staging_plan(const StagingBuildParams& p, cudaStream_t stream) {
   const int64_t entries = p.num_rows * p.num_cols;
   if (entries > 0) {
-    clear_table_kernel<<<grid_for(entries), kThreads, 0, stream>>>(p.out_block_table, entries);
-    cuda_check(cudaGetLastError(), "build_staging_plan: clear kernel launch");
+    launch_kernel("build_staging_plan: clear kernel launch", clear_table_kernel, grid_for(entries), kThreads, 0, stream,
+                  p.out_block_table, entries);
   }
   if (p.capacity > 0) {
     if (p.num_rows > 0) {
-      block_ends_kernel<<<1, kScanThreads, 0, stream>>>(p);
-      cuda_check(cudaGetLastError(), "build_staging_plan: block-ends kernel launch");
+      launch_kernel("build_staging_plan: block-ends kernel launch", block_ends_kernel, 1, kScanThreads, 0, stream, p);
     }
-    pack_slots_kernel<<<grid_for(p.capacity), kThreads, 0, stream>>>(p);
-    cuda_check(cudaGetLastError(), "build_staging_plan: packing kernel launch");
+    launch_kernel("build_staging_plan: packing kernel launch", pack_slots_kernel, grid_for(p.capacity), kThreads, 0,
+                  stream, p);
   }
   launch_staging_remap(p.remap, stream);
   if (p.capacity > 0) {
-    scatter_compact_ids_kernel<<<grid_for(p.capacity), kThreads, 0, stream>>>(p);
-    cuda_check(cudaGetLastError(), "build_staging_plan: scatter kernel launch");
+    launch_kernel("build_staging_plan: scatter kernel launch", scatter_compact_ids_kernel, grid_for(p.capacity),
+                  kThreads, 0, stream, p);
   }
-  plan_rows_kernel<<<grid_for((p.capacity + 1) * p.block_size), kThreads, 0, stream>>>(p);
-  cuda_check(cudaGetLastError(), "build_staging_plan: rows kernel launch");
+  launch_kernel("build_staging_plan: rows kernel launch", plan_rows_kernel, grid_for((p.capacity + 1) * p.block_size),
+                kThreads, 0, stream, p);
 }
 
 void launch_staging_gpu_sources(const StagingGpuSourcesParams& p, cudaStream_t stream) {
   const int64_t entries = p.num_rows * p.num_cols;
   const bool with_table = p.num_states > 0 && p.resident_cols > 0 && entries > 0;
   if (with_table) {
-    init_first_entries_kernel<<<grid_for(p.num_blocks), kThreads, 0, stream>>>(p.first_entries, p.num_blocks,
-                                                                               static_cast<int32_t>(entries));
-    cuda_check(cudaGetLastError(), "ensure_gpu_sources: init kernel launch");
-    first_entries_kernel<<<grid_for(entries), kThreads, 0, stream>>>(p);
-    cuda_check(cudaGetLastError(), "ensure_gpu_sources: representative kernel launch");
+    launch_kernel("ensure_gpu_sources: init kernel launch", init_first_entries_kernel, grid_for(p.num_blocks), kThreads,
+                  0, stream, p.first_entries, p.num_blocks, static_cast<int32_t>(entries));
+    launch_kernel("ensure_gpu_sources: representative kernel launch", first_entries_kernel, grid_for(entries), kThreads,
+                  0, stream, p);
   }
-  gpu_source_rows_kernel<<<grid_for(p.num_blocks * p.block_size), kThreads, 0, stream>>>(p, with_table);
-  cuda_check(cudaGetLastError(), "ensure_gpu_sources: rows kernel launch");
+  launch_kernel("ensure_gpu_sources: rows kernel launch", gpu_source_rows_kernel, grid_for(p.num_blocks * p.block_size),
+                kThreads, 0, stream, p, with_table);
 }
 
 void launch_gather_resident_rows(const GatherResidentRowsParams& p, cudaStream_t stream) {
   if (p.count <= 0) return;
   const RowCopyGrid grid = row_copy_grid<kThreads, kCopyUnroll>("gather_resident_rows", p.count, p.row_bytes);
-  gather_resident_rows_kernel<<<grid.blocks, kThreads, 0, stream>>>(p, grid.rows_per_group);
-  cuda_check(cudaGetLastError(), "gather_resident_rows kernel launch");
+  launch_kernel("gather_resident_rows kernel launch", gather_resident_rows_kernel, grid.blocks, kThreads, 0, stream, p,
+                grid.rows_per_group);
 }
 
 }  // namespace cuda

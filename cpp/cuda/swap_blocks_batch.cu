@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kThreads)
 void launch_swap_blocks_batch(const SwapBlocksParams& params, cudaStream_t stream) {
   if (params.count <= 0) return;
   const dim3 grid(static_cast<unsigned>(std::min(params.count, kMaxGridX)), kSplit);
-  swap_blocks_batch_kernel<<<grid, kThreads, 0, stream>>>(params.src, params.dst, params.sizes, params.count);
-  cuda_check(cudaGetLastError(), "swap_blocks_batch kernel launch");
+  launch_kernel("swap_blocks_batch kernel launch", swap_blocks_batch_kernel, grid, kThreads, 0, stream, params.src,
+                params.dst, params.sizes, params.count);
 }
 
 }  // namespace cuda

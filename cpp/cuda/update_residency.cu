@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 
 namespace hisparse {
 namespace cuda {
@@ -45,12 +45,11 @@ void launch_update_residency(const ResidencyParams& params, cudaStream_t stream)
   if (params.num_batch_rows <= 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(params.num_batch_rows, kMaxBlocks));
   if (params.ring_pages != nullptr && params.num_pages > 0) {
-    claim_ring_slots_kernel<<<blocks, kThreads, 0, stream>>>(params);
-    cuda_check(cudaGetLastError(), "update_residency ring-slot claim launch");
+    launch_kernel("update_residency ring-slot claim launch", claim_ring_slots_kernel, blocks, kThreads, 0, stream,
+                  params);
   }
   if (params.table_width <= 0) return;
-  update_residency_kernel<<<blocks, kThreads, 0, stream>>>(params);
-  cuda_check(cudaGetLastError(), "update_residency kernel launch");
+  launch_kernel("update_residency kernel launch", update_residency_kernel, blocks, kThreads, 0, stream, params);
 }
 
 }  // namespace cuda

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "cuda/kernel_launch.hpp"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(kThreads) write_rows_kernel(WriteRowsParams p)
 void launch_write_rows(const WriteRowsParams& params, cudaStream_t stream) {
   if (params.num_tokens <= 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(params.num_tokens, kMaxBlocks));
-  write_rows_kernel<<<blocks, kThreads, 0, stream>>>(params);
-  cuda_check(cudaGetLastError(), "write_rows kernel launch");
+  launch_kernel("write_rows kernel launch", write_rows_kernel, blocks, kThreads, 0, stream, params);
 }
 
 }  // namespace cuda
