@@ -83,6 +83,7 @@ struct BlockState {
   int arrived = 0;
   int generation = 0;
   int exited = 0;
+  int predicate_or[2] = {0, 0};  // __syncthreads_or of generations of each parity
   WarpState warps[kMaxThreads / 32];
 };
 
@@ -121,6 +122,18 @@ inline void syncthreads() {
     return;
   }
   while (g_block.generation == generation) yield();
+}
+
+// The barrier that also ORs the threads' predicates. A generation's result
+// lives until the generation after next starts, when every thread has
+// long read it.
+inline int syncthreads_or(int predicate) {
+  const int generation = g_block.generation;
+  int& result = g_block.predicate_or[generation & 1];
+  if (g_block.arrived == 0) result = 0;
+  result |= predicate != 0;
+  syncthreads();
+  return g_block.predicate_or[generation & 1];
 }
 
 // A collective of the 32 lanes of the caller's warp (lanes that exited
@@ -207,6 +220,7 @@ inline void run_grid(dim3 grid, dim3 block, const std::function<void()>& kernel_
 // ---- Intrinsics.
 
 inline void __syncthreads() { emu::syncthreads(); }
+inline int __syncthreads_or(int predicate) { return emu::syncthreads_or(predicate); }
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) {
   emu::warp_collective(0, 0, [](emu::WarpState&) {});
 }

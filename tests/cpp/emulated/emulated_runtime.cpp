@@ -21,6 +21,11 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
 }
 // Emulated launches never fail, so there is no error to report.
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+// Device memory is host memory, and the stream is the calling thread.
+cudaError_t cudaMemsetAsync(void* memory, int value, size_t bytes, cudaStream_t) {
+  std::memset(memory, value, bytes);
+  return cudaSuccess;
+}
 const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 const char* cudaGetErrorString(cudaError_t) { return "emulated CUDA runtime"; }
 }
