@@ -27,10 +27,12 @@
 #include "cpu/index_group_reference.hpp"
 #include "cpu/kv_reference.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "emulated/emulated_checks.hpp"
 
 namespace {
 
-int uniform(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+using hisparse::emulated::expect_same;
+using hisparse::emulated::uniform;
 
 std::vector<uint8_t> random_bytes(std::mt19937& rng, size_t n) {
   std::vector<uint8_t> bytes(n);
@@ -51,14 +53,6 @@ std::vector<int64_t> distinct_or_skipped(std::mt19937& rng, int64_t count, int64
     v = kind == 0 || next == free.size() ? -1 : (kind == 1 ? past + uniform(rng, 0, 3) : free[next++]);
   }
   return values;
-}
-
-template <class T>
-void expect_same(const std::vector<T>& reference, const std::vector<T>& kernel, const std::string& where) {
-  ASSERT_EQ(reference.size(), kernel.size()) << where;
-  const auto at = std::mismatch(reference.begin(), reference.end(), kernel.begin());
-  EXPECT_TRUE(at.first == reference.end()) << "element " << (at.first - reference.begin()) << " differs (reference "
-                                           << +*at.first << ", kernel " << +*at.second << "), " << where;
 }
 
 constexpr int kScenarios = 16;

@@ -22,9 +22,13 @@
 #include "core/data_movement_params.hpp"
 #include "cpu/data_movement_reference.hpp"
 #include "cuda/cuda_kernels.hpp"
+#include "emulated/emulated_checks.hpp"
 #include "hisparse/data_movement.h"
 
 namespace {
+
+using hisparse::emulated::expect_same;
+using hisparse::emulated::uniform;
 
 // One gather's inputs; `hot` holds `pieces` hot caches back to back.
 struct Gather {
@@ -41,8 +45,6 @@ struct Gather {
   std::vector<uint8_t> host;
   std::vector<int32_t> swap_host, swap_device, counts, req_id_per_token;
 };
-
-int uniform(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
 // A random gather: R token rows of up to K entries, each used entry a host
 // row (some negative, some past the host cache) and a distinct physical hot
@@ -137,14 +139,6 @@ std::string describe(const Gather& g, int32_t variant, int32_t max_blocks) {
          " max_blocks=" + std::to_string(max_blocks);
 }
 
-void expect_same_bytes(const std::vector<uint8_t>& reference, const std::vector<uint8_t>& kernel,
-                       const std::string& where) {
-  const auto at = std::mismatch(reference.begin(), reference.end(), kernel.begin());
-  EXPECT_TRUE(at.first == reference.end())
-      << "hot cache byte " << (at.first - reference.begin()) << " differs (reference " << +*at.first << ", kernel "
-      << +*at.second << "), " << where;
-}
-
 // `scenarios` random gathers of `rows` token rows (0: 1 to 40) through
 // launch_gather_compact with `variant`, each against the reference.
 void check_schedule(int32_t variant, int32_t pieces, unsigned seed, int scenarios, int32_t rows = 0,
@@ -156,7 +150,7 @@ void check_schedule(int32_t variant, int32_t pieces, unsigned seed, int scenario
     std::vector<uint8_t> reference = fresh_hot(g), kernel = fresh_hot(g);
     hisparse::gather_compact_reference(params_of(g, reference, variant, max_blocks));
     hisparse::cuda::launch_gather_compact(params_of(g, kernel, variant, max_blocks), nullptr);
-    expect_same_bytes(reference, kernel, "scenario " + std::to_string(n) + ": " + describe(g, variant, max_blocks));
+    expect_same(reference, kernel, "scenario " + std::to_string(n) + ": " + describe(g, variant, max_blocks));
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -210,9 +204,9 @@ TEST(GatherCompactEmulated, ResolverTailGatherCopiesAllButTheLocalRequestsRows) 
     }
     hisparse::cuda::launch_gather_compact_tail(params_of(g, kernel, HS_GATHER_ROW_PERSISTENT, 0),
                                                g.req_id_per_token.data(), local_rows, nullptr);
-    expect_same_bytes(reference, kernel,
-                      "scenario " + std::to_string(n) + ": local_rows=" + std::to_string(local_rows) + " " +
-                          describe(g, HS_GATHER_ROW_PERSISTENT, 0));
+    expect_same(reference, kernel,
+                "scenario " + std::to_string(n) + ": local_rows=" + std::to_string(local_rows) + " " +
+                    describe(g, HS_GATHER_ROW_PERSISTENT, 0));
     if (::testing::Test::HasFailure()) return;
   }
 }

@@ -27,10 +27,12 @@ alignas(16) thread_local unsigned char smem[emu::kSharedBytes];
 #include "cpu/data_movement_reference.hpp"
 #include "cpu/resolve_residency_reference.hpp"
 #include "cuda/resolve_residency.cu"  // the kernel source itself
+#include "emulated/emulated_checks.hpp"
 #include "emulated/resolver_scenarios.hpp"
 
 namespace {
 
+using hisparse::emulated::expect_same;
 using hisparse::emulated::Kind;
 using hisparse::emulated::Outputs;
 using hisparse::emulated::Scenario;
@@ -42,25 +44,6 @@ std::string describe(const Scenario& s, int step) {
          " resident=" + std::to_string(s.resident) + " fused=" + std::to_string(s.fused) +
          " hint=" + std::to_string(s.hint);
 }
-
-// The first index where two arrays differ, or -1.
-template <class T>
-int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] != b[i]) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
-#define EXPECT_SAME(name, reference, kernel)                                                                       \
-  do {                                                                                                             \
-    const int64_t at = first_difference(reference, kernel);                                                        \
-    EXPECT_EQ(at, -1) << name << " differs first at " << at << " (reference "                                      \
-                      << (at >= 0 && static_cast<size_t>(at) < (reference).size() ? +(reference)[at] : 0)          \
-                      << ", kernel " << (at >= 0 && static_cast<size_t>(at) < (kernel).size() ? +(kernel)[at] : 0) \
-                      << "), " << where;                                                                           \
-  } while (0)
 
 // Runs `scenarios` scenarios of `kind` from `seed`, three steps each; the
 // state of each step is the reference's after the last.
@@ -85,21 +68,21 @@ void check_against_reference(Kind kind, unsigned seed, int scenarios) {
       hisparse::emulated::keep_hint(s, dgi_before, reference);
       hisparse::cuda::launch_resolve_residency(on_emulated_gpu, nullptr);
       const std::string where = "scenario " + std::to_string(n) + " " + describe(s, step);
-      EXPECT_SAME("out_attention", reference.attention, kernel.attention);
-      EXPECT_SAME("out_hot_rows", reference.hot_rows, kernel.hot_rows);
-      EXPECT_SAME("out_resolved", reference.resolved, kernel.resolved);
-      EXPECT_SAME("out_miss_mask", reference.miss, kernel.miss);
-      EXPECT_SAME("out_swap_host_rows", reference.swap_host, kernel.swap_host);
-      EXPECT_SAME("out_swap_device_rows", reference.swap_device, kernel.swap_device);
-      EXPECT_SAME("out_valid_counts", reference.valid_counts, kernel.valid_counts);
-      EXPECT_SAME("out_swap_counts", reference.swap_counts, kernel.swap_counts);
-      EXPECT_SAME("device_global_indices", reference.dgi, kernel.dgi);
-      EXPECT_SAME("lru_slots", reference.lru, kernel.lru);
-      EXPECT_SAME("stats", reference.stats, kernel.stats);
-      EXPECT_SAME("hot cache", reference.hot_cache, kernel.hot_cache);
-      EXPECT_SAME("residency hint", reference.hint, kernel.hint);
-      EXPECT_SAME("handoff states (idle after a launch)", std::vector<int32_t>(s.S, 0),
-                  hisparse::emulated::handoff_states(kernel));
+      expect_same(reference.attention, kernel.attention, "out_attention, " + where);
+      expect_same(reference.hot_rows, kernel.hot_rows, "out_hot_rows, " + where);
+      expect_same(reference.resolved, kernel.resolved, "out_resolved, " + where);
+      expect_same(reference.miss, kernel.miss, "out_miss_mask, " + where);
+      expect_same(reference.swap_host, kernel.swap_host, "out_swap_host_rows, " + where);
+      expect_same(reference.swap_device, kernel.swap_device, "out_swap_device_rows, " + where);
+      expect_same(reference.valid_counts, kernel.valid_counts, "out_valid_counts, " + where);
+      expect_same(reference.swap_counts, kernel.swap_counts, "out_swap_counts, " + where);
+      expect_same(reference.dgi, kernel.dgi, "device_global_indices, " + where);
+      expect_same(reference.lru, kernel.lru, "lru_slots, " + where);
+      expect_same(reference.stats, kernel.stats, "stats, " + where);
+      expect_same(reference.hot_cache, kernel.hot_cache, "hot cache, " + where);
+      expect_same(reference.hint, kernel.hint, "residency hint, " + where);
+      expect_same(std::vector<int32_t>(s.S, 0), hisparse::emulated::handoff_states(kernel),
+                  "handoff states (idle after a launch), " + where);
       if (::testing::Test::HasFailure()) return;
     }
   }
