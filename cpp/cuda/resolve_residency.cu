@@ -29,6 +29,7 @@
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_handoff.cuh"
 #include "cuda/resolver_placement.cuh"
+#include "cuda/resolver_single_row.cuh"
 #include "cuda/resolver_tail_gather.hpp"
 #include "cuda/union_table.cuh"
 
@@ -78,12 +79,6 @@ __device__ void write_request_inactive(const ResolveResidencyParams& p, const Re
       p.out_valid_counts[first + r] = 0;
       p.out_swap_counts[first + r] = 0;
     }
-  }
-}
-
-__device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int index, int64_t value) {
-  if (value != 0) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(p.stats + index), static_cast<unsigned long long>(value));
   }
 }
 
@@ -775,6 +770,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
+  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value &&
+                kUpkeep == HintUpkeep::kNone) {
+    if (c.single_row_phases && request.single_row) {
+      single_row::resolve(p, c, ws, request, gather);                        // B-G | B2 .. B6
+      return;
+    }
+  }
   count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
   match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
@@ -916,6 +918,8 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
   constants.entry_output_stride = shared_stride ? stride : -1;
+  constants.single_row_phases = params.residency_hint == nullptr &&
+                                single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
   return constants;
 }
 

@@ -39,6 +39,12 @@ struct ResolverConstants {
   int32_t zero_vectors;
   // The row stride shared by the four per-entry outputs, or -1.
   int64_t entry_output_stride;
+  // A request of one token row may take the single-row phases
+  // (resolver_single_row.cuh): k <= 2 x kResolverThreads, H <= 4 x
+  // kResolverThreads, a union table for k keys (max_union_rows >= k), and an
+  // instantiation that has them (SharedPlacement, no residency hint, a
+  // gather policy with kSingleRow).
+  bool single_row_phases;
   // The fused gather's miss stage (rows = 0: none).
   ResolverMissStage miss_stage;
   // Staged rows arrive by one bulk (TMA) copy each, counted in by an
@@ -77,6 +83,10 @@ constexpr uint8_t kMemberStaged = 2;  // it misses and its host row is in the mi
 // assigned miss, kServedHit for a hit, kNotServed otherwise.
 constexpr int32_t kServedHit = -1;
 constexpr int32_t kNotServed = INT32_MIN;
+// The single-row phases (resolver_single_row.cuh) keep members by first
+// entry: member_slots holds a hit's last hit position, or this mark for an
+// assigned miss, and member_keys its physical hot row.
+constexpr int32_t kSingleRowAssigned = INT32_MIN;
 // An evictable-position word: usable slots before it (high 16 bits), its
 // slot or kNoSlot when the slot cannot take a miss (low 16 bits).
 constexpr int32_t kSlotMask = 0xFFFF;
@@ -211,6 +221,13 @@ struct Entry {
   int64_t row;        // physical row (kResident)
   int64_t address;    // attention index (kResident)
 };
+
+// Step 8: adds `value` to counter `index` of p.stats (non-null).
+__device__ __forceinline__ void add_stat(const ResolveResidencyParams& p, int index, int64_t value) {
+  if (value != 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p.stats + index), static_cast<unsigned long long>(value));
+  }
+}
 
 // Step 1: classify the entry at `position` of a request with table rows
 // `source` and `resident` (null when absent). Rows are block * size + offset

@@ -37,6 +37,11 @@ namespace cuda {
 // The hook points, each a no-op here; the fused policies hide the ones they
 // use. Arguments are what the phase has at that point.
 struct NoGather {
+  // Whether a request of one token row may take the single-row phases
+  // (resolver_single_row.cuh), which call the *_single_row hooks instead of
+  // the ones of phases C1 to G.
+  static constexpr bool kSingleRow = true;
+
   __device__ __forceinline__ NoGather(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 
   // Phase A, before the grid dependency wait (shared memory only).
@@ -67,6 +72,13 @@ struct NoGather {
 
   // Phase G, the block's last step of its own request.
   __device__ __forceinline__ void finish(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
+
+  // The single-row phases: once the misses are known (before assignment),
+  // and their phase G.
+  __device__ __forceinline__ void stage_single_row_misses(const ResolverConstants& /*c*/,
+                                                          const ResolverWorkspace& /*ws*/, uint32_t /*miss_bits*/,
+                                                          const int32_t (&/*g*/)[2], int32_t /*misses*/) {}
+  __device__ __forceinline__ void finish_single_row(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 
   // The handoff (resolver_handoff.cuh): after phase A found the request
   // active; after phase G; and in a block with no active request.
@@ -152,53 +164,29 @@ class FusedGather : public NoGather {
   // member twice; either way only the choice, never the bytes, depends on it.)
   __device__ __forceinline__ void after_slot_scan(const ResolveResidencyParams& /*p*/, const ResolverConstants& c,
                                                   const ResolverWorkspace& ws, int32_t members, const MemberRun& run) {
-    const ResolverMissStage& stage = c.miss_stage;
-    const int lane = threadIdx.x & 31;
     const int32_t misses_seen = members - ws.scratch[kScratchHeldMembers];
-    if (stage.rows > 0 && misses_seen <= stage.rows && misses_seen > 0) {
-      const uint32_t row_bytes = c.stage_row_bytes;
-      const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
-      for (int32_t i = 0; i < run.length; ++i) {
-        const int32_t r = run.begin + i;
-        int32_t g = -1;
-        // A source past the host rows zero-fills: phase E does that directly.
-        if (r < run.end && ws.member_held[r] == 0 && ws.member_keys[r] < c.stage_host_rows) g = ws.member_keys[r];
-        const unsigned wanted = __ballot_sync(kFullMask, g >= 0);
-        if (wanted == 0) continue;
-        int32_t first = 0;
-        if (lane == 0) first = atomicAdd(ws.scratch + kScratchStagedRows, __popc(wanted));
-        first = __shfl_sync(kFullMask, first, 0);
-        const int32_t index = first + __popc(wanted & ((1u << lane) - 1u));
-        const bool staged_here = g >= 0 && index < stage.rows;
-        if (staged_here) {
-          stage_members_[index] = r;
-          ws.member_held[r] = kMemberStaged;
-        }
-        const uint8_t* const src = g >= 0 ? c.stage_host + static_cast<int64_t>(g) * c.stage_host_pitch : nullptr;
-        const uint32_t dst = stage_base_ + static_cast<uint32_t>(index) * row_bytes;
-        if (c.bulk_stage) {
-          // One bulk copy per row, from the lane that owns it.
-          if (staged_here) bulk_copy_to_shared(stage_barrier_, dst, src, row_bytes);
-          continue;
-        }
-        // Sixteen bytes per lane: the warp moves the rows one after another.
-        // Indices grow with the lane, so the first one past the stage ends it.
-        for (unsigned left = wanted; left != 0; left &= left - 1u) {
-          const int from = __ffs(left) - 1;
-          const int32_t row_index = __shfl_sync(kFullMask, index, from);
-          if (row_index >= stage.rows) break;
-          const uint8_t* const row_src =
-              reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
-          const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
-          for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-            start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk,
-                                       ws.base + stage.stage + (row_dst - stage_base_) + kChunkBytes * chunk,
-                                       row_src + kChunkBytes * chunk);
-          }
-        }
-      }
-      if (!c.bulk_stage) commit_async_copies();
+    if (!stages(c, misses_seen)) return;
+    for (int32_t i = 0; i < run.length; ++i) {
+      const int32_t r = run.begin + i;
+      // A source past the host rows zero-fills: phase E does that directly.
+      const bool wanted = r < run.end && ws.member_held[r] == 0 && ws.member_keys[r] < c.stage_host_rows;
+      stage_member(c, ws, r, wanted ? ws.member_keys[r] : -1);
     }
+    if (!c.bulk_stage) commit_async_copies();
+  }
+
+  // The single-row phases (resolver_single_row.cuh): the same stage, once
+  // the request's misses are known exactly (bit x of miss_bits: entry
+  // 2t + x is a miss's first entry, of host row g[x]), keyed by first entry.
+  __device__ __forceinline__ void stage_single_row_misses(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                          uint32_t miss_bits, const int32_t (&g)[2], int32_t misses) {
+    if (!stages(c, misses)) return;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const bool wanted = ((miss_bits >> x) & 1u) && g[x] < c.stage_host_rows;
+      stage_member(c, ws, 2 * static_cast<int32_t>(threadIdx.x) + x, wanted ? g[x] : -1);
+    }
+    if (!c.bulk_stage) commit_async_copies();
   }
 
   // Phase D counts the assigned misses phase E must copy (those not staged).
@@ -247,6 +235,24 @@ class FusedGather : public NoGather {
   // rows wait on the stage's mbarrier; otherwise every thread waits for its
   // own async copies and a block barrier (B8) publishes all of them.
   __device__ __forceinline__ void finish(const ResolverConstants& c, const ResolverWorkspace& ws) {
+    // A member that got no slot (member_first < 0) has no row to write.
+    write_staged_rows(c, ws, [&](int32_t r) { return ws.member_first[r] < 0 ? -1 : ws.member_slots[r]; });
+  }
+
+  // The single-row phases' phase G: members are first entries, an assigned
+  // one is marked in member_slots and has its row in member_keys.
+  __device__ __forceinline__ void finish_single_row(const ResolverConstants& c, const ResolverWorkspace& ws) {
+    write_staged_rows(c, ws, [&](int32_t e) {
+      return ws.member_slots[e] == kSingleRowAssigned ? ws.member_keys[e] : -1;
+    });
+  }
+
+ protected:
+  // Phase G: the staged rows of members with a physical row (row_of(member)
+  // >= 0) to their hot rows.
+  template <class RowOf>
+  __device__ __forceinline__ void write_staged_rows(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                    const RowOf& row_of) {
     const ResolverMissStage& stage = c.miss_stage;
     if (stage.rows <= 0) return;
     const int lane = threadIdx.x & 31;
@@ -267,10 +273,11 @@ class FusedGather : public NoGather {
       const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
       for (int32_t index = warp; index < staged; index += kResolverWarps) {
         const int32_t r = stage_members_[index];
-        if (r < 0 || ws.member_first[r] < 0) continue;  // no member, or no slot was left for it
+        if (r < 0) continue;
+        const int32_t row = row_of(r);
+        if (row < 0) continue;  // no slot was left for it
         // hot_row_offset of the physical row (< 2^31), by the launch's
         // divisor: the gather's hot block size is the resolver's.
-        const int32_t row = ws.member_slots[r];
         const int32_t block = c.hot_block_size.quotient(row);
         const int64_t offset =
             static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
@@ -284,7 +291,55 @@ class FusedGather : public NoGather {
     }
   }
 
- protected:
+  // Whether a request with `misses` misses stages them (all or none).
+  __device__ __forceinline__ static bool stages(const ResolverConstants& c, int32_t misses) {
+    return c.miss_stage.rows > 0 && misses <= c.miss_stage.rows && misses > 0;
+  }
+
+  // Warp-wide: every lane offers member `r` with host row `g` (-1: none);
+  // the offered rows take the next stage rows in lane order and start
+  // landing (rows past the stage are left to phase E).
+  __device__ __forceinline__ void stage_member(const ResolverConstants& c, const ResolverWorkspace& ws, int32_t r,
+                                               int32_t g) {
+    const ResolverMissStage& stage = c.miss_stage;
+    const int lane = threadIdx.x & 31;
+    const unsigned wanted = __ballot_sync(kFullMask, g >= 0);
+    if (wanted == 0) return;
+    const uint32_t row_bytes = c.stage_row_bytes;
+    const int32_t chunks = static_cast<int32_t>(row_bytes / kChunkBytes);
+    int32_t first = 0;
+    if (lane == 0) first = atomicAdd(ws.scratch + kScratchStagedRows, __popc(wanted));
+    first = __shfl_sync(kFullMask, first, 0);
+    const int32_t index = first + __popc(wanted & ((1u << lane) - 1u));
+    const bool staged_here = g >= 0 && index < stage.rows;
+    if (staged_here) {
+      stage_members_[index] = r;
+      ws.member_held[r] = kMemberStaged;
+    }
+    const uint8_t* const src = g >= 0 ? c.stage_host + static_cast<int64_t>(g) * c.stage_host_pitch : nullptr;
+    const uint32_t dst = stage_base_ + static_cast<uint32_t>(index) * row_bytes;
+    if (c.bulk_stage) {
+      // One bulk copy per row, from the lane that owns it.
+      if (staged_here) bulk_copy_to_shared(stage_barrier_, dst, src, row_bytes);
+      return;
+    }
+    // Sixteen bytes per lane: the warp moves the rows one after another.
+    // Indices grow with the lane, so the first one past the stage ends it.
+    for (unsigned left = wanted; left != 0; left &= left - 1u) {
+      const int from = __ffs(left) - 1;
+      const int32_t row_index = __shfl_sync(kFullMask, index, from);
+      if (row_index >= stage.rows) break;
+      const uint8_t* const row_src =
+          reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+      const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
+      for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+        start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk,
+                                   ws.base + stage.stage + (row_dst - stage_base_) + kChunkBytes * chunk,
+                                   row_src + kChunkBytes * chunk);
+      }
+    }
+  }
+
   uint32_t stage_barrier_;   // shared address of the stage's mbarrier
   int32_t* stage_members_;   // int32 [stage rows]
   uint32_t stage_base_;      // shared address of stage row 0

@@ -197,6 +197,9 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
 template <class Fused, bool kEarlyReads = false, bool kNoteDestinations = false>
 class HandoffGather : public AutoGather<Fused> {
  public:
+  // The handoff's records follow phases C1 to G (members by rank).
+  static constexpr bool kSingleRow = false;
+
   __device__ __forceinline__ HandoffGather(const ResolverConstants& c, const ResolverWorkspace& ws)
       : AutoGather<Fused>(c, ws) {}
 
