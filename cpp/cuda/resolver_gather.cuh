@@ -79,6 +79,11 @@ struct NoGather {
                                                           const ResolverWorkspace& /*ws*/, uint32_t /*miss_bits*/,
                                                           const int32_t (&/*g*/)[2], int32_t /*misses*/) {}
   __device__ __forceinline__ void finish_single_row(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
+  // The single-row phases' phase E: the request's own rows (true), or a
+  // head of its list that the handoff kept (copy_kept_head).
+  __device__ __forceinline__ bool copies_own_list() const { return true; }
+  __device__ __forceinline__ void copy_kept_head(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                                 const ResolverRequest& /*request*/) const {}
 
   // The handoff (resolver_handoff.cuh): after phase A found the request
   // active; after phase G; and in a block with no active request.

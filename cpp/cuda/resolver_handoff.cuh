@@ -197,9 +197,6 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
 template <class Fused, bool kEarlyReads = false, bool kNoteDestinations = false>
 class HandoffGather : public AutoGather<Fused> {
  public:
-  // The handoff's records follow phases C1 to G (members by rank).
-  static constexpr bool kSingleRow = false;
-
   __device__ __forceinline__ HandoffGather(const ResolverConstants& c, const ResolverWorkspace& ws)
       : AutoGather<Fused>(c, ws) {}
 
@@ -227,10 +224,15 @@ class HandoffGather : public AutoGather<Fused> {
   __device__ __forceinline__ void after_slot_scan(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                   const ResolverWorkspace& ws, int32_t members, const MemberRun& run) {
     AutoGather<Fused>::after_slot_scan(p, c, ws, members, run);
-    closed_early_ = members - ws.scratch[kScratchHeldMembers] <= c.auto_local_rows;
-    if (threadIdx.x == 0 && closed_early_) {
-      handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
-    }
+    close_early_if_local(c, members - ws.scratch[kScratchHeldMembers]);
+  }
+
+  // The single-row phases' counterpart, once the misses are known exactly
+  // (after their second scan): the same stage and the same early close.
+  __device__ __forceinline__ void stage_single_row_misses(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                          uint32_t miss_bits, const int32_t (&g)[2], int32_t misses) {
+    AutoGather<Fused>::stage_single_row_misses(c, ws, miss_bits, g, misses);
+    close_early_if_local(c, misses);
   }
 
   // After B6 (the swap list is written): a request that copies its own rows
@@ -289,8 +291,15 @@ class HandoffGather : public AutoGather<Fused> {
     if (this->local()) {
       Fused::copy_assigned(p, c, ws, request, classified, coded, run);
     } else {
-      handoff::copy_kept_rows(p, c, request, kept_ >= 0 ? kept_ : -kept_);
+      copy_kept_head(p, c, request);
     }
+  }
+  // The single-row phases' phase E: their own copy of the local request's
+  // rows, or this kept head.
+  __device__ __forceinline__ bool copies_own_list() const { return this->local(); }
+  __device__ __forceinline__ void copy_kept_head(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                 const ResolverRequest& request) const {
+    handoff::copy_kept_rows(p, c, request, kept_ >= 0 ? kept_ : -kept_);
   }
 
   // After phase G: what is left of the block's own list, when it published
@@ -328,6 +337,20 @@ class HandoffGather : public AutoGather<Fused> {
   }
 
  private:
+  // A request with at most auto_local_rows misses copies its own rows
+  // whatever phase D assigns (it assigns at most the misses): its record
+  // closes now, a phase before D, and helper blocks waiting on it leave
+  // sooner. The single-row phases count the misses exactly; the general
+  // phases' count (members less the held ones seen in C1) falls short when
+  // a corrupt table holds a member twice, and should phase D then assign
+  // more, the record is published after all.
+  __device__ __forceinline__ void close_early_if_local(const ResolverConstants& c, int32_t misses) {
+    closed_early_ = misses <= c.auto_local_rows;
+    if (threadIdx.x == 0 && closed_early_) {
+      handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
+    }
+  }
+
   // Whether rows past the kept head are left to the other blocks (block-uniform, after phase D).
   __device__ __forceinline__ bool published() const { return !this->local() && kept_ >= 0; }
 

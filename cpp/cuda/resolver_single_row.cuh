@@ -412,9 +412,16 @@ __device__ __forceinline__ void resolve(const ResolveResidencyParams& p, const R
   // next programmatic launch start now.
   const bool copies = gather.copies_assigned(ws);
   if (!copies) allow_dependent_launch();
-  if (copies) copy_row_assigned(p, ws, entries);                             // E
+  if (copies) {                                                             // E
+    if (gather.copies_own_list()) {
+      copy_row_assigned(p, ws, entries);
+    } else {
+      gather.copy_kept_head(p, c, request);
+    }
+  }
   write_row_outputs(p, c, ws, request, entries, walk, assigned_total);      // B6
   gather.finish_single_row(c, ws);                                          // G
+  gather.help_as_owner(p, c, ws);                                           // H
 }
 
 }  // namespace single_row
