@@ -770,8 +770,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
-  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value &&
-                kUpkeep == HintUpkeep::kNone) {
+  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kUpkeep == HintUpkeep::kNone) {
     if (c.single_row_phases && request.single_row) {
       single_row::resolve(p, c, ws, request, gather);                        // B-G | B2 .. B6
       return;
@@ -918,8 +917,8 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
   constants.entry_output_stride = shared_stride ? stride : -1;
-  constants.single_row_phases = params.residency_hint == nullptr &&
-                                single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
+  constants.single_row_phases =
+      params.residency_hint == nullptr && single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
   return constants;
 }
 

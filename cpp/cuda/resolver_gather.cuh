@@ -77,7 +77,7 @@ struct NoGather {
   // and their phase G.
   __device__ __forceinline__ void stage_single_row_misses(const ResolverConstants& /*c*/,
                                                           const ResolverWorkspace& /*ws*/, uint32_t /*miss_bits*/,
-                                                          const int32_t (&/*g*/)[2], int32_t /*misses*/) {}
+                                                          const int32_t (& /*g*/)[2], int32_t /*misses*/) {}
   __device__ __forceinline__ void finish_single_row(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
   // The single-row phases' phase E: the request's own rows (true), or a
   // head of its list that the handoff kept (copy_kept_head).
@@ -247,9 +247,8 @@ class FusedGather : public NoGather {
   // The single-row phases' phase G: members are first entries, an assigned
   // one is marked in member_slots and has its row in member_keys.
   __device__ __forceinline__ void finish_single_row(const ResolverConstants& c, const ResolverWorkspace& ws) {
-    write_staged_rows(c, ws, [&](int32_t e) {
-      return ws.member_slots[e] == kSingleRowAssigned ? ws.member_keys[e] : -1;
-    });
+    write_staged_rows(c, ws,
+                      [&](int32_t e) { return ws.member_slots[e] == kSingleRowAssigned ? ws.member_keys[e] : -1; });
   }
 
  protected:

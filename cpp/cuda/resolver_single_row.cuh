@@ -85,10 +85,9 @@ __device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, con
   if (ws.slot_info[j] != 1) return false;
   const int32_t hot_block = c.hot_block_size.quotient(j);
   const int32_t block = __ldg(request.hot_table + hot_block);
-  return block >= 0 &&
-         (block <= c.safe_hot_block ||
-          static_cast<int64_t>(block) * p.attention_block_stride + c.hot_block_size.remainder(j, hot_block) <=
-              kInt32Max);
+  return block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
+                                                             c.hot_block_size.remainder(j, hot_block) <=
+                                                         kInt32Max);
 }
 
 // The thread's LRU positions as read (-1 past H); the shared copy is 16-byte
