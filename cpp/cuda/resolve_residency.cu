@@ -917,6 +917,10 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   const bool shared_stride = params.out_hot_rows_row_stride == stride && params.out_resolved_row_stride == stride &&
                              params.out_miss_mask_row_stride == stride;
   constants.entry_output_stride = shared_stride ? stride : -1;
+  const auto aligned8 = [](const int32_t* output) { return reinterpret_cast<uintptr_t>(output) % 8 == 0; };
+  constants.entry_output_pairs = shared_stride && stride % 2 == 0 && aligned8(params.out_attention) &&
+                                 aligned8(params.out_hot_rows) && aligned8(params.out_resolved) &&
+                                 aligned8(params.out_miss_mask);
   constants.single_row_phases =
       params.residency_hint == nullptr && single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
   return constants;

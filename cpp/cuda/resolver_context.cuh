@@ -39,6 +39,9 @@ struct ResolverConstants {
   int32_t zero_vectors;
   // The row stride shared by the four per-entry outputs, or -1.
   int64_t entry_output_stride;
+  // That stride is even and the four outputs 8-byte aligned: a thread's two
+  // consecutive entries (2t, 2t + 1) are one 8-byte store per output.
+  bool entry_output_pairs;
   // A request of one token row may take the single-row phases
   // (resolver_single_row.cuh): k <= 2 x kResolverThreads, H <= 4 x
   // kResolverThreads, a union table for k keys (max_union_rows >= k), and an

@@ -340,39 +340,45 @@ __device__ __forceinline__ void write_row_outputs(const ResolveResidencyParams& 
   copy_int16_row<kResolverThreads>(request.lru_row, ws.next_lru(), p.hot_size);
   const int64_t t = request.t0;
   int valid_here = 0, resident_here = 0;
+  int32_t row[kEntries], address[kEntries], resolved[kEntries], miss[kEntries];
 #pragma unroll
   for (int x = 0; x < kEntries; ++x) {
     const int32_t e = entry_index(x);
-    if (e >= p.top_k) continue;
-    int32_t row = -1, miss = 0;
+    row[x] = -1;
+    miss[x] = 0;
     if (entries.code[x] != kNoRank) {
-      row = ws.member_keys[entries.code[x]];
-      miss = assigned_first(ws, entries, x);
+      row[x] = ws.member_keys[entries.code[x]];
+      miss[x] = assigned_first(ws, entries, x);
     } else if (entries.g[x] >= 0) {
-      row = ws.member_first[e];  // resident
+      row[x] = ws.member_first[e];  // resident
       ++resident_here;
     }
-    int32_t address = -1;
-    if (row >= 0) {
+    address[x] = -1;
+    if (row[x] >= 0) {
       // Resident and hot rows both lie in blocks of hot_block_size.
-      const int32_t block = c.hot_block_size.quotient(row);
-      address = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride +
-                                     c.hot_block_size.remainder(row, block));
+      const int32_t block = c.hot_block_size.quotient(row[x]);
+      address[x] = static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride +
+                                        c.hot_block_size.remainder(row[x], block));
     }
-    const bool valid = row >= 0;
-    valid_here += valid;
-    const int32_t resolved = valid ? entries.g[x] : -1;
-    if (c.entry_output_stride >= 0) {
-      const int64_t offset = t * c.entry_output_stride + e;
-      p.out_hot_rows[offset] = row;
-      p.out_attention[offset] = address;
-      p.out_resolved[offset] = resolved;
-      p.out_miss_mask[offset] = miss;
-    } else {
-      p.out_hot_rows[t * p.out_hot_rows_row_stride + e] = row;
-      p.out_attention[t * p.out_attention_row_stride + e] = address;
-      p.out_resolved[t * p.out_resolved_row_stride + e] = resolved;
-      p.out_miss_mask[t * p.out_miss_mask_row_stride + e] = miss;
+    valid_here += e < p.top_k && row[x] >= 0;
+    resolved[x] = row[x] >= 0 ? entries.g[x] : -1;
+  }
+  const int32_t first = entry_index(0);
+  if (c.entry_output_pairs && first + 1 < p.top_k) {
+    const int64_t offset = t * c.entry_output_stride + first;
+    *reinterpret_cast<int2*>(p.out_hot_rows + offset) = make_int2(row[0], row[1]);
+    *reinterpret_cast<int2*>(p.out_attention + offset) = make_int2(address[0], address[1]);
+    *reinterpret_cast<int2*>(p.out_resolved + offset) = make_int2(resolved[0], resolved[1]);
+    *reinterpret_cast<int2*>(p.out_miss_mask + offset) = make_int2(miss[0], miss[1]);
+  } else {
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      const int32_t e = entry_index(x);
+      if (e >= p.top_k) continue;
+      p.out_hot_rows[t * p.out_hot_rows_row_stride + e] = row[x];
+      p.out_attention[t * p.out_attention_row_stride + e] = address[x];
+      p.out_resolved[t * p.out_resolved_row_stride + e] = resolved[x];
+      p.out_miss_mask[t * p.out_miss_mask_row_stride + e] = miss[x];
     }
   }
   int32_t* const totals = ws.scratch + kScratchTotals;
