@@ -28,6 +28,7 @@
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_handoff.cuh"
+#include "cuda/resolver_hint.cuh"
 #include "cuda/resolver_placement.cuh"
 #include "cuda/resolver_single_row.cuh"
 #include "cuda/resolver_tail_gather.hpp"
@@ -468,27 +469,6 @@ __device__ __forceinline__ LruWalk walk_lru(const ResolveResidencyParams& p, con
   return walk;
 }
 
-// ---- The residency hint's upkeep (docs/residency.md, "Residency hint"),
-// with a hint only: a slot that takes a miss drops the bit of the row it held
-// and sets the new row's. How a launch keeps it is part of its instantiation,
-// so that launches without a hint carry none of its code (it cost the
-// resolve registers and time even where it never ran), and launches with
-// one test nothing per slot:
-// - kInPhaseD: the layout keeps the device_global_indices row that phase A
-//   copied (c.held_rows); phase D reads the replaced row from shared memory
-//   and changes the bits at once, as fire-and-forget reductions (take_slot).
-// - kAfterOutputs: paired blocks, split layouts and shapes with no room for
-//   the copy; phase D leaves the slots' entries alone and
-//   keep_hint_after_outputs writes them after phase F, reading the rows
-//   they replace from the table: a round trip to L2 at the end of the block.
-enum class HintUpkeep { kNone, kInPhaseD, kAfterOutputs };
-
-__device__ __forceinline__ void move_hint_bit(const ResolveResidencyParams& p, int32_t replaced, int32_t host_row) {
-  uint32_t* const hint = p.residency_hint;
-  if (replaced >= 0 && replaced < p.host_rows) atomicAnd(hint + (replaced >> 5), ~(1u << (replaced & 31)));
-  atomicOr(hint + (host_row >> 5), 1u << (host_row & 31));
-}
-
 // Phase D: slot j of the request takes host row `key`.
 template <HintUpkeep kUpkeep>
 __device__ __forceinline__ void take_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
@@ -770,9 +750,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
-  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kUpkeep == HintUpkeep::kNone) {
+  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value) {
     if (c.single_row_phases && request.single_row) {
-      single_row::resolve(p, c, ws, request, gather);                        // B-G | B2 .. B6
+      single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
       return;
     }
   }
@@ -921,8 +901,7 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
   constants.entry_output_pairs = shared_stride && stride % 2 == 0 && aligned8(params.out_attention) &&
                                  aligned8(params.out_hot_rows) && aligned8(params.out_resolved) &&
                                  aligned8(params.out_miss_mask);
-  constants.single_row_phases =
-      params.residency_hint == nullptr && single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
+  constants.single_row_phases = single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
   return constants;
 }
 

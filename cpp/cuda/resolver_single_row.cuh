@@ -37,6 +37,7 @@
 #include "cuda/hopper_sync.cuh"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_hint.cuh"
 
 namespace hisparse {
 namespace cuda {
@@ -165,12 +166,20 @@ struct RowWalk {
 // the first scan (B3) the hit positions are final, so each member's first
 // entry knows whether it misses, and the second scan numbers the misses in
 // rank (first-entry) order and counts the members.
+template <HintUpkeep kUpkeep>
 __device__ __forceinline__ RowWalk walk_positions(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                   const ResolverWorkspace& ws, const ResolverRequest& request,
                                                   RowEntries& entries) {
   const int32_t H = p.hot_size;
   const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
   const int32_t* const held = ws.held_copy();
+  if constexpr (kUpkeep == HintUpkeep::kInPhaseD) {
+    // The slots' rows, kept past the position scan (E overwrites the copy)
+    // for the hint's upkeep in the assignment.
+    if (begin < H) {
+      reinterpret_cast<int4*>(ws.base + c.held_rows)[threadIdx.x] = reinterpret_cast<const int4*>(held)[threadIdx.x];
+    }
+  }
 #pragma unroll
   for (int x = 0; x < kEntries; ++x) {
     if (entries.code[x] != kNoRank) entries.code[x] = ws.table.value_at(entries.code[x]);
@@ -242,7 +251,7 @@ __device__ __forceinline__ RowWalk walk_positions(const ResolveResidencyParams& 
 // exists and is usable), an assigned miss writes device_global_indices and
 // its swap entry, and the new LRU order E[n:], E[:n], P goes into the freed
 // slot_info words. Returns the assigned misses.
-template <class Gather>
+template <HintUpkeep kUpkeep, class Gather>
 __device__ __forceinline__ int32_t assign_row_members(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                       const ResolverWorkspace& ws, const ResolverRequest& request,
                                                       const RowEntries& entries, const RowWalk& walk, Gather& gather) {
@@ -279,7 +288,10 @@ __device__ __forceinline__ int32_t assign_row_members(const ResolveResidencyPara
     if (order >= 0) {
       ws.member_slots[e] = kSingleRowAssigned;
       gather.note_assigned_miss(ws, e);
-      request.dgi_row[j] = entries.g[x];
+      if constexpr (kUpkeep == HintUpkeep::kInPhaseD) {
+        move_hint_bit(p, reinterpret_cast<const int32_t*>(ws.base + c.held_rows)[j], entries.g[x]);
+      }
+      if constexpr (kUpkeep != HintUpkeep::kAfterOutputs) request.dgi_row[j] = entries.g[x];
       const int64_t t = request.t0;
       p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + order] = entries.g[x];
       p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + order] = r.row;
@@ -402,16 +414,36 @@ __device__ __forceinline__ void write_row_outputs(const ResolveResidencyParams& 
   }
 }
 
+// The hint's upkeep after the outputs (HintUpkeep::kAfterOutputs): each
+// assigned miss of the thread's entries takes its slot (E[m] for miss m)
+// in device_global_indices now, reading the row the slot held.
+__device__ __forceinline__ void keep_row_hint_after_outputs(const ResolveResidencyParams& p,
+                                                            const ResolverWorkspace& ws, const ResolverRequest& request,
+                                                            const RowEntries& entries, const RowWalk& walk) {
+  int32_t m = walk.miss_before;
+#pragma unroll
+  for (int x = 0; x < kEntries; ++x) {
+    if (!((walk.miss_bits >> x) & 1u)) continue;
+    if (assigned_first(ws, entries, x)) {
+      const int32_t j = ws.evictable[m] & kSlotMask;
+      const int32_t replaced = request.dgi_row[j];
+      request.dgi_row[j] = entries.g[x];
+      move_hint_bit(p, replaced, entries.g[x]);
+    }
+    ++m;
+  }
+}
+
 // The request of block blockIdx.x, of one token row, after phase A (the
 // LRU row copied and visible since B1, the dgi row in flight).
-template <class Gather>
+template <HintUpkeep kUpkeep, class Gather>
 __device__ __forceinline__ void resolve(const ResolveResidencyParams& p, const ResolverConstants& c,
                                         const ResolverWorkspace& ws, const ResolverRequest& request, Gather& gather) {
   RowEntries entries;
   build_row_union(p, c, ws, request, entries);                              // B2
-  const RowWalk walk = walk_positions(p, c, ws, request, entries);          // B3, B4
+  const RowWalk walk = walk_positions<kUpkeep>(p, c, ws, request, entries);  // B3, B4
   gather.stage_single_row_misses(c, ws, walk.miss_bits, entries.g, walk.miss_total);
-  const int32_t assigned_total = assign_row_members(p, c, ws, request, entries, walk, gather);  // B5
+  const int32_t assigned_total = assign_row_members<kUpkeep>(p, c, ws, request, entries, walk, gather);  // B5
   gather.note_assigned_total(c, p, request, assigned_total);
   // As the general phases: a block with no host reads of its own lets the
   // next programmatic launch start now.
@@ -425,6 +457,7 @@ __device__ __forceinline__ void resolve(const ResolveResidencyParams& p, const R
     }
   }
   write_row_outputs(p, c, ws, request, entries, walk, assigned_total);      // B6
+  if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) keep_row_hint_after_outputs(p, ws, request, entries, walk);
   gather.finish_single_row(c, ws);                                          // G
   gather.help_as_owner(p, c, ws);                                           // H
 }
