@@ -2,8 +2,8 @@
 // token row (a decode step without speculative rows) whose k entries and H
 // LRU positions fit one pass of the block (two entries and four positions
 // per thread) resolves in one pass over its entries and one over its LRU
-// positions, with compile-time work per thread, instead of phases B to F
-// (resolve_residency.cu), bit-identical to them.
+// positions, with compile-time work per thread, instead of the general
+// phases B to G (resolve_residency.cu), bit-identical to them.
 //
 // What makes it shorter than the general phases, for that shape alone:
 // - The union needs no ranks. With one chunk of entries, a key's first
@@ -12,8 +12,8 @@
 //   by a scan over entries; members are addressed by their first entry.
 // - Hits are found by walking the LRU positions directly (position -> slot
 //   -> held host row -> member), without the per-slot pass of phase C1.
-// - Two scans (positions; misses and members) instead of three, and six
-//   block barriers instead of eleven or more.
+// - Two scans (positions; misses and members) instead of three, and five
+//   block barriers after phase A instead of eight.
 //
 // Shared memory is the general layout's (ResolverSharedLayout), with other
 // lives for some arrays:
