@@ -750,7 +750,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
   gather.open_request(p, c, request);                                        // A
   placement.bind(p, request, ws);                                            // A  | B1b (workspace)
-  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value) {
+  // Not in the paired kernel: at 32 registers per thread, one kernel with
+  // both phase sets spills twice what either spills alone.
+  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
     if (c.single_row_phases && request.single_row) {
       single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
       return;
