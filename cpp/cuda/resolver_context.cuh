@@ -45,8 +45,8 @@ struct ResolverConstants {
   // A request of one token row may take the single-row phases
   // (resolver_single_row.cuh): k <= 2 x kResolverThreads, H <= 4 x
   // kResolverThreads, a union table for k keys (max_union_rows >= k), and an
-  // instantiation that has them (SharedPlacement, a gather policy with
-  // kSingleRow).
+  // instantiation that has them (SharedPlacement, one block per SM, a gather
+  // policy with kSingleRow).
   bool single_row_phases;
   // The fused gather's miss stage (rows = 0: none).
   ResolverMissStage miss_stage;
