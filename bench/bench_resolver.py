@@ -48,10 +48,11 @@ one CUDA graph (each step reads its own top-k buffer); the state is restored
 from a snapshot before every replay, outside the timed window; per-step time
 = replay time / N, median of several replays. The PyTorch baseline runs
 eagerly (it needs one host sync). The link's ceiling is contiguous pinned
-memcpy host-to-device measured in the same run. --residency-hint on gives
-every resolve a residency hint kept with the state, as a runtime created
-with residency_hint=True does (the default, off, times the library's
-default path).
+memcpy host-to-device measured in the same run. Every resolve gets a
+residency hint kept with the state where a runtime of the point's shape
+keeps one by default (--residency-hint auto: the library's default path,
+hisparse.Runtime.default_residency_hint); --residency-hint on or off gives
+one to every point or to none.
 
     python bench/bench_resolver.py --out bench/results/resolver_grid_h200.json
 
@@ -108,9 +109,10 @@ def parse_args(argv=None):
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
     parser.add_argument("--early-start-bound", action="store_true",
                         help="CUDA: also time each step's own swap list copied alone and beside the resolve")
-    parser.add_argument("--residency-hint", choices=("on", "off"), default="off",
-                        help="pass the resolves a residency hint kept with the state, as a runtime created with "
-                        "residency_hint=True does")
+    parser.add_argument("--residency-hint", choices=("auto", "on", "off"), default="auto",
+                        help="pass the resolves a residency hint kept with the state: auto (default) where a "
+                        "runtime of the point's shape keeps one by default (hisparse.Runtime.default_residency_hint), "
+                        "on or off everywhere")
     parser.add_argument("--peer", default=None,
                         help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -121,6 +123,17 @@ def row_lines(row_bytes):
     """The most 128-byte lines one row of the host cache touches (its rows
     start at multiples of row_bytes from a line-aligned pool): six for 656."""
     return max(-(-((g * row_bytes) % 128 + row_bytes) // 128) for g in range(128))
+
+
+def keeps_residency_hint(args, batch, token_rows, hot, max_union_rows):
+    """Whether a point's resolves keep a residency hint: --residency-hint, with auto as a runtime of the point's
+    shape decides (requests of token_rows rows: token_rows - 1 speculative tokens)."""
+    if args.residency_hint != "auto":
+        return args.residency_hint == "on"
+    config = hisparse.Config(top_k=args.top_k, device_buffer_size=hot, max_union_rows=max_union_rows,
+                             num_speculative_tokens=token_rows - 1, row_bytes=args.row_bytes,
+                             block_size=args.block_size, hot_block_size=args.block_size)
+    return hisparse.Runtime.default_residency_hint(config, max_num_reqs=batch, device=args.device)
 
 
 class Scenario:
@@ -179,7 +192,7 @@ class Scenario:
         self.handoff = torch.zeros((batch, hisparse.ops.RESOLVER_HANDOFF_WORDS), dtype=torch.int32, device=device)
         # The residency hint, kept with the state like the runtime's: every resolve keeps it from the cold start on.
         self.hint = None
-        if args.residency_hint == "on":
+        if keeps_residency_hint(args, batch, token_rows, hot, self.max_union_rows):
             self.hint = torch.zeros((self.host_rows + 31) // 32, dtype=torch.int32, device=device)
 
     def resolve(self, step, fn=hisparse.ops.resolve_residency, schedule=None, stats=None):
@@ -244,7 +257,8 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
         if s.hint is not None:
             s.hint.copy_(snapshot[2])
 
-    results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch}
+    results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch,
+               "residency_hint": s.hint is not None}
     if token_rows != 1 or hot is not None:
         results.update(token_rows=token_rows, hot_size=s.hot, max_union_rows=s.max_union_rows,
                        workspace_bytes=0 if s.workspace is None else s.workspace.numel())

@@ -1,7 +1,7 @@
 """Per-block timelines of resolver launches: when each block passes each phase.
 
     python3 bench/resolver_timeline.py BATCH MISS_RATE [--schedule auto] [--launches 4]
-        [--residency-hint] [--tree DIR] [--build-dir DIR] [--out FILE] [-- BENCH_OPTIONS]
+        [--residency-hint auto|on|off] [--tree DIR] [--build-dir DIR] [--out FILE] [-- BENCH_OPTIONS]
 
 Builds a stamped copy of a source tree (default: this checkout) into a
 temporary directory: thread 0 of every block of resolve_residency_kernel
@@ -311,7 +311,8 @@ def measure(args, bench_options) -> dict:
     import bench_resolver as br
     import torch
 
-    options = br.parse_args([*bench_options, *(["--residency-hint", "on"] if args.residency_hint else [])])
+    hint = ["--residency-hint", args.residency_hint] if args.residency_hint else []
+    options = br.parse_args([*bench_options, *hint])
     pool, host, hot = br.make_caches(options, args.batch, "cuda")  # pool backs host
     scenario = br.Scenario(options, args.batch, args.miss_rate, host, hot)
     blocks = torch.cuda.get_device_properties(0).multi_processor_count + args.batch + 1
@@ -338,7 +339,8 @@ def parse(argv):
     parser.add_argument("--schedule", default="auto", help='bench_resolver.py\'s schedule ("auto", "fused", '
                         '"auto-tail"; "none": the resolve alone)')
     parser.add_argument("--launches", type=int, default=4, help="steady launches to stamp")
-    parser.add_argument("--residency-hint", action="store_true", help="give the resolves a residency hint")
+    parser.add_argument("--residency-hint", choices=("auto", "on", "off"),
+                        help="bench_resolver.py's --residency-hint (default: that tree's default)")
     parser.add_argument("--tree", default=str(ROOT), help="the source tree to stamp (default: this checkout)")
     parser.add_argument("--out", default=None, help="write the stamps and the summary as JSON here")
     parser.add_argument("--build-dir", default=None, help="build the stamped copy here and keep it, or reuse the "

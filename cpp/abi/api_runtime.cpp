@@ -8,13 +8,41 @@
 #include "abi/handles.hpp"
 #include "abi/runtime_stats.hpp"
 #include "core/backend.hpp"
+#include "core/config.hpp"
 #include "core/paged_view.hpp"
 #include "core/runtime.hpp"
 #include "core/slot_invalidator.hpp"
 
 using namespace hisparse;
 
+namespace {
+
+hs_residency_hint_choice_t residency_hint_choice(int32_t value) {
+  if (value != HS_RESIDENCY_HINT_OFF && value != HS_RESIDENCY_HINT_ON && value != HS_RESIDENCY_HINT_AUTO) {
+    invalid_argument("residency_hint: expected HS_RESIDENCY_HINT_OFF (0), HS_RESIDENCY_HINT_ON (1) or "
+                     "HS_RESIDENCY_HINT_AUTO (2), got ",
+                     value);
+  }
+  return static_cast<hs_residency_hint_choice_t>(value);
+}
+
+}  // namespace
+
 extern "C" {
+
+HS_API hs_status_t hs_runtime_default_residency_hint(const hs_config_t* config, int32_t max_num_reqs,
+                                                     int32_t device_type, int32_t device_index, int32_t* keeps) {
+  return api_guard([&] {
+    require_pointer(keeps, "keeps");
+    const hs_config_t resolved = resolve_config(read_struct<HS_CONFIG_VERSION>(config, "config"));
+    if (max_num_reqs < 1) invalid_argument("max_num_reqs: expected at least one request state row, got ", max_num_reqs);
+    const Device device = device_from(device_type, device_index);
+    *keeps = device.is_cuda() &&
+                     residency_hint_pays(backend_for(device, "device_index"), device.index, resolved, max_num_reqs)
+                 ? 1
+                 : 0;
+  });
+}
 
 HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_runtime_t* runtime) {
   return api_guard([&] {
@@ -37,7 +65,7 @@ HS_API hs_status_t hs_runtime_create(const hs_runtime_options_t* options, hs_run
            "), got ", o.kv_dtype);
     }
     core.kv_dtype = static_cast<hs_dtype_t>(o.kv_dtype);
-    core.residency_hint = require_flag(o.residency_hint, "residency_hint");
+    core.residency_hint = residency_hint_choice(o.residency_hint);
     core.copy_stream = o.copy_stream;
     core.topk_ready = o.topk_ready_event;
     *runtime = to_handle(leader != nullptr ? new Runtime(core, *leader) : new Runtime(core));
@@ -98,6 +126,7 @@ HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* 
     v.group_row_bytes = r.group().row_bytes();
     v.is_writer = r.is_writer() ? 1 : 0;
     v.host_role = r.host_role();
+    v.residency_hint = r.group().keeps_residency_hint() ? 1 : 0;
     write_struct<HS_RUNTIME_INFO_VERSION>(info, v);
   });
 }

@@ -38,6 +38,12 @@ struct StructHistory<hs_update_residency_args_t> {
   static constexpr std::array<size_t, 1> kEarlierSizes{offsetof(hs_update_residency_args_t, ring_pages)};
 };
 
+// Version 2 appended residency_hint.
+template <>
+struct StructHistory<hs_runtime_info_t> {
+  static constexpr std::array<size_t, 1> kEarlierSizes{offsetof(hs_runtime_info_t, residency_hint)};
+};
+
 // The size of version `version` (1 .. kVersion) of a struct whose current
 // version is kVersion.
 template <uint32_t kVersion, typename Struct>

@@ -88,4 +88,22 @@ uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, 
                                   resolver_shared_memory_limit(backend, device));
 }
 
+// The hint is read only by the fused gather's early-read helper blocks, and
+// the resolve launcher (cpp/cuda/resolve_residency.cu) gives them to a launch
+// whose requests have one token row each, whose batch is below half the SMs
+// (one helper block per SM the batch leaves idle, at least one per request)
+// and whose arrays fit shared memory. A group meets all three on every
+// launch when it has no speculative rows, fewer than half the SMs in
+// requests, and a shape without a workspace. There the hint took 0.88-0.97x
+// the time at 1-64 requests missing 5-20% and cost at most 2% where steps
+// miss almost nothing; where no helper reads it, its upkeep costs 1-3%
+// (docs/performance.md, "Residency hint").
+bool residency_hint_pays(const Backend& backend, int device, const hs_config_t& config, int32_t max_num_reqs) {
+  if (config.num_speculative_tokens != 0) return false;
+  const DeviceProperties d = backend.device_properties(device);
+  if (2 * int64_t{max_num_reqs} >= d.multiprocessor_count) return false;
+  return resolver_split_layout(config.device_buffer_size, config.max_union_rows, d.max_shared_memory_per_block)
+             .in_workspace == 0;
+}
+
 }  // namespace hisparse

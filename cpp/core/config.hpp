@@ -41,5 +41,10 @@ uint64_t resolver_shared_memory_limit(const Backend& backend, int device);
 // request fits one block's shared memory (resolver_shared_memory.hpp).
 uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, int64_t num_state_rows,
                                             int32_t device_buffer_size, int32_t max_union_rows);
+// Whether an index group of `config` (resolved) and max_num_reqs requests
+// on CUDA device `device` keeps a residency hint under
+// HS_RESIDENCY_HINT_AUTO: where every resolve launch of the group reads
+// predicted misses early from it (runtime.h, hs_residency_hint_choice_t).
+bool residency_hint_pays(const Backend& backend, int device, const hs_config_t& config, int32_t max_num_reqs);
 
 }  // namespace hisparse

@@ -61,6 +61,17 @@ RuntimeOptions resolve_options(const RuntimeOptions& options, const RuntimeOptio
   return o;
 }
 
+// The leader's residency hint choice, decided for its device: the CPU
+// backend neither reads nor keeps one.
+bool keeps_residency_hint(const RuntimeOptions& o, const Backend& backend) {
+  switch (o.residency_hint) {
+    case HS_RESIDENCY_HINT_ON: return true;
+    case HS_RESIDENCY_HINT_AUTO:
+      return o.device.is_cuda() && residency_hint_pays(backend, o.device.index, o.config, o.max_num_reqs);
+    default: return false;
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ StoredTensor
@@ -91,6 +102,7 @@ Runtime::Runtime(const RuntimeOptions& options) : options_(resolve_options(optio
   g.index_group.max_union_rows = options_.config.max_union_rows;
   g.copy_stream = options_.copy_stream;
   g.topk_ready = options_.topk_ready;
+  g.residency_hint = keeps_residency_hint(options_, backend);
   group_ = std::make_shared<RuntimeGroup>(g, backend);
   init_common();
   group_->set_leader(this);
@@ -119,7 +131,7 @@ Runtime::Runtime(const RuntimeOptions& options, Runtime& leader) {
   if (options_.copy_stream != nullptr) {
     invalid_argument("copy_stream: only a group leader takes a copy stream; followers use their leader's");
   }
-  if (options_.residency_hint) {
+  if (options_.residency_hint == HS_RESIDENCY_HINT_ON) {
     invalid_argument("residency_hint: only a group leader keeps a residency hint; followers use their leader's");
   }
   if (options_.topk_ready != nullptr) {
@@ -255,7 +267,7 @@ void Runtime::bind_source_cache(const hs_tensor_t* host_cache, const hs_tensor_t
   source_bound_ = true;
   pool_reader_ = role.has_value() && !role->is_writer();
   // The leader's source rows are the host rows its resolves name.
-  if (is_leader() && options_.residency_hint) group_->rebuild_residency_hint(rows);
+  if (is_leader() && group_->keeps_residency_hint()) group_->rebuild_residency_hint(rows);
 }
 
 void Runtime::bind_hot_cache(const hs_hot_cache_binding_t& b) {

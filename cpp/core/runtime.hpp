@@ -37,7 +37,9 @@ struct RuntimeOptions {
   hs_dtype_t kv_dtype = HS_DTYPE_UINT8;
   hs_stream_t copy_stream = nullptr;  // leader only, borrowed
   Event topk_ready = nullptr;         // leader only, borrowed
-  bool residency_hint = false;        // leader only: the group keeps a residency hint
+  // The group keeps a residency hint: ON, OFF, or AUTO where it pays
+  // (residency_hint_pays); a leader's choice, followers give AUTO or OFF.
+  hs_residency_hint_choice_t residency_hint = HS_RESIDENCY_HINT_AUTO;
 };
 
 struct SwapInResult {

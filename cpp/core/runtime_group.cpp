@@ -39,7 +39,8 @@ RuntimeGroup::RuntimeGroup(const GroupOptions& options, Backend& backend)
       padded_topk_(
           backend, index_group_.options().device.index,
           static_cast<size_t>(index_group_.options().max_swap_rows) * index_group_.options().top_k * sizeof(int32_t)),
-      topk_ready_(options.topk_ready) {}
+      topk_ready_(options.topk_ready),
+      keeps_hint_(options.residency_hint) {}
 
 RuntimeGroup::~RuntimeGroup() = default;
 

@@ -24,6 +24,7 @@ struct GroupOptions {
   IndexGroupOptions index_group;      // resolved sizes (no defaults left)
   hs_stream_t copy_stream = nullptr;  // borrowed; null = create and own one
   Event topk_ready = nullptr;         // borrowed; null = none
+  bool residency_hint = false;        // the group keeps a residency hint (the leader's choice, decided)
 };
 
 class RuntimeGroup {
@@ -63,6 +64,7 @@ class RuntimeGroup {
   // per host row of the leader's source cache, read and kept by the CUDA
   // resolves; null on the CPU and until the leader binds a source cache.
   uint32_t* residency_hint() const { return hint_ != nullptr ? hint_->data<uint32_t>() : nullptr; }
+  bool keeps_residency_hint() const { return keeps_hint_; }
   int64_t residency_hint_rows() const { return hint_rows_; }
   // Sizes the hint for `host_rows` (reallocated when that changes) and
   // rebuilds it from the state on the copy stream: after the leader binds
@@ -99,6 +101,7 @@ class RuntimeGroup {
   Runtime* leader_ = nullptr;
   std::vector<Runtime*> followers_;
   int64_t resolved_rows_ = 0;
+  bool keeps_hint_ = false;
   std::unique_ptr<DeviceBuffer> hint_;
   int64_t hint_rows_ = 0;
 };

@@ -58,7 +58,7 @@ class Runtime {
           const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
           const PyInt& hot_block_size, const PyBool& eager_host_mirror, const PyInt& device_type,
           const PyInt& device_index, const PyInt& max_num_reqs, const PyInt& max_swap_rows, const PyInt& kv_dtype,
-          nb::handle leader_arg, const PyInt& copy_stream, const PyInt& topk_ready_event, const PyBool& residency_hint)
+          nb::handle leader_arg, const PyInt& copy_stream, const PyInt& topk_ready_event, const PyInt& residency_hint)
       : state_(std::make_shared<RuntimeState>()) {
     const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens, row_bytes,
                                            block_size, hot_block_size, eager_host_mirror);
@@ -74,7 +74,7 @@ class Runtime {
     options.leader = leader != nullptr ? leader->handle() : nullptr;
     options.copy_stream = stream_arg(copy_stream, "copy_stream");
     options.topk_ready_event = reinterpret_cast<void*>(stream_arg(topk_ready_event, "topk_ready_event"));
-    options.residency_hint = bool_arg(residency_hint, "residency_hint") ? 1 : 0;
+    options.residency_hint = int32_arg(residency_hint, "residency_hint");
     hs_status_t status;
     {
       nb::gil_scoped_release release;  // allocation and a device sync for a leader
@@ -117,6 +117,7 @@ class Runtime {
     out["followers_staged_together"] = i.followers_staged_together != 0;
     out["is_writer"] = i.is_writer != 0;
     out["host_role"] = i.host_role;
+    out["residency_hint"] = i.residency_hint != 0;
     return out;
   }
 
@@ -310,15 +311,37 @@ class SlotInvalidator {
 
 void register_runtime(nb::module_& m) {
   m.attr("DEFAULT_FUSED_GATHER") = HS_DEFAULT_FUSED_GATHER;
+  m.attr("RESIDENCY_HINT_OFF") = static_cast<int>(HS_RESIDENCY_HINT_OFF);
+  m.attr("RESIDENCY_HINT_ON") = static_cast<int>(HS_RESIDENCY_HINT_ON);
+  m.attr("RESIDENCY_HINT_AUTO") = static_cast<int>(HS_RESIDENCY_HINT_AUTO);
+  m.def(
+      "runtime_default_residency_hint",
+      [](const PyInt& top_k, const PyInt& device_buffer_size, const PyInt& max_union_rows,
+         const PyInt& num_speculative_tokens, const PyInt& row_bytes, const PyInt& block_size,
+         const PyInt& hot_block_size, const PyBool& eager_host_mirror, const PyInt& max_num_reqs,
+         const PyInt& device_type, const PyInt& device_index) {
+        const hs_config_t config = make_config(top_k, device_buffer_size, max_union_rows, num_speculative_tokens,
+                                               row_bytes, block_size, hot_block_size, eager_host_mirror);
+        int32_t keeps = 0;
+        check(hs_runtime_default_residency_hint(&config, int32_arg(max_num_reqs, "max_num_reqs"),
+                                                int32_arg(device_type, "device_type"),
+                                                int32_arg(device_index, "device_index"), &keeps));
+        return keeps != 0;
+      },
+      nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"), nb::arg("num_speculative_tokens"),
+      nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"), nb::arg("eager_host_mirror"),
+      nb::arg("max_num_reqs"), nb::arg("device_type"), nb::arg("device_index"),
+      "Whether a leader created with residency_hint=RESIDENCY_HINT_AUTO keeps a hint "
+      "(hs_runtime_default_residency_hint).");
   nb::class_<Runtime>(m, "Runtime", "A per-layer hisparse runtime (hs_runtime_t). Use hisparse.Runtime.")
       .def(nb::init<const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&,
                     const PyBool&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, const PyInt&, nb::handle,
-                    const PyInt&, const PyInt&, const PyBool&>(),
+                    const PyInt&, const PyInt&, const PyInt&>(),
            nb::arg("top_k"), nb::arg("device_buffer_size"), nb::arg("max_union_rows"),
            nb::arg("num_speculative_tokens"), nb::arg("row_bytes"), nb::arg("block_size"), nb::arg("hot_block_size"),
            nb::arg("eager_host_mirror"), nb::arg("device_type"), nb::arg("device_index"), nb::arg("max_num_reqs"),
            nb::arg("max_swap_rows"), nb::arg("kv_dtype"), nb::arg("leader").none(), nb::arg("copy_stream") = 0,
-           nb::arg("topk_ready_event") = 0, nb::arg("residency_hint") = false)
+           nb::arg("topk_ready_event") = 0, nb::arg("residency_hint") = static_cast<int>(HS_RESIDENCY_HINT_AUTO))
       .def("info", &Runtime::info)
       .def("group_tensor", &Runtime::group_tensor, nb::arg("which"),
            "Zero-copy DLPack array of the group's tensor `which`; it keeps the runtime alive.")

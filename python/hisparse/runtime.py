@@ -129,6 +129,12 @@ def paged_cache_view(
     return _strided_view(raw_tensor, geometry, element)
 
 
+def _hint_choice(residency_hint: Optional[bool]) -> int:
+    if residency_hint is None:
+        return _C.RESIDENCY_HINT_AUTO
+    return _C.RESIDENCY_HINT_ON if residency_hint else _C.RESIDENCY_HINT_OFF
+
+
 def row_dtype(config: Config, dtype: Any) -> Any:
     """The element type of the KV rows: ``dtype``, else ``config.dtype``, else uint8 (the two must agree)."""
     if dtype is None:
@@ -151,15 +157,20 @@ class Runtime:
     (torch.cuda.Stream or handle; default: the group creates one) and a
     ``topk_ready`` event (torch.cuda.Event or handle) that the producer of the
     top-k records; the copy stream then waits for it instead of the compute
-    stream. A leader created with ``residency_hint=True`` keeps a residency
+    stream. ``residency_hint`` decides whether a leader keeps a residency
     hint for its group's CUDA resolves (a bit per host row, ``host_rows / 8``
     bytes of device memory): the fused gather's helper blocks, which read a
     request's predicted misses from host memory while the request still
-    resolves, then predict them from its bits instead of from the state row,
-    which saves 1-2 us per step at 16-32 requests missing 5-20% and costs a
-    fraction of a microsecond where steps miss almost nothing (the hint's
-    upkeep; docs/residency.md, "Residency hint"; figures in
-    docs/performance.md).
+    resolves, then predict them from its bits instead of from the state row.
+    That took 0.88-0.97x the step's time at 1-64 requests missing 5-20%, but
+    only launches with helper blocks read it, and elsewhere its upkeep costs
+    1-3% (docs/residency.md, "Residency hint"; figures in
+    docs/performance.md). The default, ``None``, keeps one where every
+    launch of the group has such helpers: a CUDA group without speculative
+    tokens, ``max_num_reqs`` below half the device's SMs and resolver
+    arrays that fit shared memory (:meth:`default_residency_hint` says what
+    it decides); ``True`` or ``False`` forces the choice. Followers use
+    their leader's (give ``None`` or ``False``).
 
     Construction of a leader allocates and blocks; everything else runs on
     torch's current stream of the runtime's device (or ``stream``), never
@@ -184,14 +195,15 @@ class Runtime:
         leader: Optional["Runtime"] = None,
         copy_stream: Any = None,
         topk_ready: Any = None,
-        residency_hint: bool = False,
+        residency_hint: Optional[bool] = None,
     ) -> None:
         if not isinstance(config, Config):
             raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
         if leader is not None and not isinstance(leader, Runtime):
             raise TypeError(f"leader: expected a hisparse.Runtime or None, got {type(leader).__name__}")
         _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
-        _args.require_bool("residency_hint", residency_hint)
+        if residency_hint is not None:
+            _args.require_bool("residency_hint", residency_hint)
         dtype = row_dtype(config, dtype)
         kv_code = _args.dtype_code("dtype", dtype)
         if max_swap_rows is not None:
@@ -218,7 +230,7 @@ class Runtime:
                 leader._rt if leader is not None else None,
                 _args.handle("copy_stream", copy_stream, "cuda_stream"),
                 self._event_handle(topk_ready, device_type, device_index),
-                residency_hint,
+                _hint_choice(residency_hint),
             )
         except (TypeError, ValueError, RuntimeError) as error:
             raise _args.renamed(error, _CREATE_NAMES) from None
@@ -226,7 +238,6 @@ class Runtime:
         torch = _torch()
         self._dtype = _torch_dtype(dtype)
         self._leader = leader
-        self._residency_hint = residency_hint if leader is None else leader.residency_hint
         # Weak, so that a leader and its followers form no reference cycle.
         self._followers: List[weakref.ref] = []
         if leader is not None:
@@ -570,8 +581,33 @@ class Runtime:
 
     @property
     def residency_hint(self) -> bool:
-        """Whether the group's leader was created with ``residency_hint=True``."""
-        return self._residency_hint
+        """Whether the group keeps a residency hint: the leader's ``residency_hint``, with ``None`` decided."""
+        return self._info["residency_hint"]
+
+    @staticmethod
+    def default_residency_hint(config: Config, *, max_num_reqs: int, device: Any = None) -> bool:
+        """Whether a leader of ``config`` and ``max_num_reqs`` created on ``device``
+        with ``residency_hint=None`` (the default) keeps a residency hint."""
+        if not isinstance(config, Config):
+            raise TypeError(f"config: expected a hisparse.Config, got {type(config).__name__}")
+        _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
+        device_type, device_index = _args.device(device)
+        try:
+            return _C.runtime_default_residency_hint(
+                config.top_k,
+                config.device_buffer_size,
+                config.max_union_rows,
+                config.num_speculative_tokens,
+                config.row_bytes,
+                config.block_size,
+                config.hot_block_size,
+                config.eager_host_mirror,
+                max_num_reqs,
+                device_type,
+                device_index,
+            )
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise _args.renamed(error, _CREATE_NAMES) from None
 
     def rebuild_residency_hint(self, *, stream: Any = None) -> None:
         """Rebuild the group's residency hint from its state, stream-ordered.
@@ -579,7 +615,7 @@ class Runtime:
         Call it after writing ``device_global_indices`` directly (restoring a
         snapshot): the hint predicts the misses the fused gather reads early,
         and a stale one wastes host reads. A no-op without a hint (created
-        without ``residency_hint``, or on the CPU).
+        without a hint, or on the CPU).
         """
         self._rt.rebuild_residency_hint(self._stream(stream))
 

@@ -194,18 +194,61 @@ TEST(Runtime, LeaderAndFollowerShareOneGroup) {
   o.kv_dtype = 99;
   expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_DTYPE, {"kv_dtype"});
 
-  // The residency hint is a leader's choice, given as 0 or 1.
+  // The residency hint is a leader's choice among OFF, ON and AUTO; a
+  // follower may only leave it to the leader.
   o = f.options();
-  o.residency_hint = 2;
-  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"residency_hint", "0 or 1", "2"});
+  o.residency_hint = 3;
+  expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT,
+               {"residency_hint", "HS_RESIDENCY_HINT_OFF (0)", "HS_RESIDENCY_HINT_AUTO (2)", "got 3"});
   o.leader = leader.get();
-  o.residency_hint = 1;
+  o.residency_hint = HS_RESIDENCY_HINT_ON;
   expect_error(hs_runtime_create(&o, &bad), HS_ERROR_INVALID_ARGUMENT, {"residency_hint", "leader"});
   EXPECT_EQ(bad, nullptr);
+  for (const int32_t choice : {HS_RESIDENCY_HINT_OFF, HS_RESIDENCY_HINT_AUTO}) {
+    o.residency_hint = choice;
+    ASSERT_EQ(hs_runtime_create(&o, &ok), HS_SUCCESS) << hs_last_error();
+    hs_runtime_destroy(ok);
+  }
   o = f.options();
-  o.residency_hint = 1;
+  o.residency_hint = HS_RESIDENCY_HINT_ON;
   ASSERT_EQ(hs_runtime_create(&o, &ok), HS_SUCCESS) << hs_last_error();
   hs_runtime_destroy(ok);
+}
+
+// AUTO (the default) keeps a hint only where a CUDA resolve reads one: never
+// on the CPU; ON and OFF are kept as given, and followers report their
+// leader's.
+TEST(Runtime, ResidencyHintChoice) {
+  Fixture f;
+  hs_runtime_options_t o = f.options();
+  EXPECT_EQ(o.residency_hint, HS_RESIDENCY_HINT_AUTO);
+  EXPECT_FALSE(hs::Runtime::default_residency_hint(o));
+  for (const int32_t choice : {HS_RESIDENCY_HINT_OFF, HS_RESIDENCY_HINT_ON, HS_RESIDENCY_HINT_AUTO}) {
+    o.residency_hint = choice;
+    hs::Runtime leader(o);
+    hs_runtime_options_t joining = f.options();
+    hs::Runtime follower = hs::Runtime::follower(leader, joining);
+    const int32_t kept = choice == HS_RESIDENCY_HINT_ON ? 1 : 0;
+    EXPECT_EQ(leader.info().residency_hint, kept) << "choice " << choice;
+    EXPECT_EQ(follower.info().residency_hint, kept) << "choice " << choice;
+  }
+
+  int32_t keeps = -1;
+  expect_error(hs_runtime_default_residency_hint(&f.config, 4, HS_DEVICE_CPU, 0, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"keeps"});
+  expect_error(hs_runtime_default_residency_hint(&f.config, 0, HS_DEVICE_CPU, 0, &keeps), HS_ERROR_INVALID_ARGUMENT,
+               {"max_num_reqs", "got 0"});
+  expect_error(hs_runtime_default_residency_hint(nullptr, 4, HS_DEVICE_CPU, 0, &keeps), HS_ERROR_INVALID_ARGUMENT,
+               {"config"});
+  expect_error(hs_runtime_default_residency_hint(&f.config, 4, 7, 0, &keeps), HS_ERROR_INVALID_ARGUMENT,
+               {"device_type", "got 7"});
+  hs_config_t wrong = f.config;
+  wrong.top_k = 0;
+  expect_error(hs_runtime_default_residency_hint(&wrong, 4, HS_DEVICE_CPU, 0, &keeps), HS_ERROR_INVALID_ARGUMENT,
+               {"top_k"});
+  EXPECT_EQ(keeps, -1) << "a refused call writes nothing";
+  ASSERT_EQ(hs_runtime_default_residency_hint(&f.config, 4, HS_DEVICE_CPU, 0, &keeps), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(keeps, 0);
 }
 
 // hs_paged_cache_view computes the view bind_hot_cache binds: the same data

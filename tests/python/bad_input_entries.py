@@ -643,7 +643,7 @@ def runtime_entries() -> List[Entry]:
                                             "broken_array": (BROKEN_ARRAY, (TypeError,))}),
                O("leader", optional=True), D("device"),
                I("copy_stream", "neg 2**64", optional=True),
-               I("topk_ready", "neg 2**64", optional=True), B("residency_hint")], []),
+               I("topk_ready", "neg 2**64", optional=True), B("residency_hint", optional=True)], []),
         Entry("Runtime.swap_in", RuntimeState, swap_in_fixture, swap_in_call, runtime_observe, SWAP_IN_ARGS,
               [("attention_indices_out", "topk_indices"), ("valid_counts_out", "req_id_per_token"),
                ("attention_indices_out", "valid_counts_out")]),
@@ -820,6 +820,20 @@ def pool_entries() -> List[Entry]:
         Entry("_C.default_max_swap_rows", dict, lambda s, seed: dict(max_num_reqs=4, num_speculative_tokens=1),
               lambda s, kw: _C.default_max_swap_rows(**kw), lambda s, kw, r: [r],
               [I("max_num_reqs", "neg zero 2**31"), I("num_speculative_tokens", "neg 2**31")], []),
+        Entry("Runtime.default_residency_hint", dict,
+              lambda s, seed: dict(config=hisparse.Config(top_k=4, device_buffer_size=8, row_bytes=32),
+                                   max_num_reqs=4, device=None),
+              lambda s, kw: hisparse.Runtime.default_residency_hint(**kw), lambda s, kw, r: [r],
+              [O("config"), I("max_num_reqs", "neg zero 2**31"), D("device")], []),
+        Entry("_C.runtime_default_residency_hint", dict,
+              lambda s, seed: dict(top_k=4, device_buffer_size=8, max_union_rows=4, num_speculative_tokens=0,
+                                   row_bytes=32, block_size=4, hot_block_size=4, eager_host_mirror=False,
+                                   max_num_reqs=4, device_type=_C.DEVICE_CPU, device_index=0),
+              lambda s, kw: _C.runtime_default_residency_hint(**kw), lambda s, kw, r: [r],
+              [I("top_k", "neg zero 2**31"), I("device_buffer_size", "zero 2**31"), I("max_union_rows", "neg 2**31"),
+               I("num_speculative_tokens", "neg 2**31"), I("row_bytes", "zero 2**31"), I("block_size", "zero 2**31"),
+               I("hot_block_size", "zero 2**31"), B("eager_host_mirror"), I("max_num_reqs", "neg zero 2**31"),
+               I("device_type", "neg 2**31", **{"seven": (7, (ValueError,))}), I("device_index", "2**31")], []),
         Entry("_C.resolver_shared_memory_bytes", dict, lambda s, seed: dict(device_buffer_size=64, max_union_rows=8),
               lambda s, kw: _C.resolver_shared_memory_bytes(**kw), lambda s, kw, r: [r],
               [I("device_buffer_size", "neg zero 2**31"), I("max_union_rows", "neg zero 2**31")], []),
@@ -1099,7 +1113,7 @@ def c_runtime_fixture(state: Any, seed: int) -> Dict[str, Any]:
     return dict(top_k=K, device_buffer_size=H, max_union_rows=H, num_speculative_tokens=0, row_bytes=W,
                 block_size=HOT_BLOCK, hot_block_size=HOT_BLOCK, eager_host_mirror=False, device_type=_C.DEVICE_CPU,
                 device_index=0, max_num_reqs=S_ROWS, max_swap_rows=0, kv_dtype=0, leader=None, copy_stream=0,
-                topk_ready_event=0, residency_hint=False)
+                topk_ready_event=0, residency_hint=_C.RESIDENCY_HINT_OFF)
 
 
 def more_entries() -> List[Entry]:
@@ -1116,7 +1130,8 @@ def more_entries() -> List[Entry]:
                I("device_type", "neg 2**31"), I("device_index", "2**31"), I("max_num_reqs", "neg zero 2**31"),
                I("max_swap_rows", "neg 2**31"),
                I("kv_dtype", "2**31", **{"past": (99, (TypeError,)), "negative": (-1, (TypeError,))}),
-               O("leader", optional=True), S("copy_stream"), S("topk_ready_event"), B("residency_hint")], []),
+               O("leader", optional=True), S("copy_stream"), S("topk_ready_event"),
+               I("residency_hint", "neg 2**31", past=(3, (ValueError,)))], []),
         Entry("_C.Runtime.reset_hot_state", RuntimeState, lambda s, seed: dict(stream=None),
               lambda s, kw: s.leader._rt.reset_hot_state(kw["stream"]), lambda s, kw, r: s.observe(), [S()], []),
         Entry("_C.Runtime.rebuild_residency_hint", RuntimeState, lambda s, seed: dict(stream=None),

@@ -23,7 +23,7 @@ def random_bytes(shape, gen):
 class GroupSetup:
     def __init__(self, device, *, num_layers=2, top_k=8, hot_size=32, max_union_rows=None, row_bytes=64,
                  block_size=8, hot_block_size=4, max_num_reqs=4, max_swap_rows=None, host_rows=256,
-                 resident_blocks_per_req=0, eager_host_mirror=False, residency_hint=False, seed=0):
+                 resident_blocks_per_req=0, eager_host_mirror=False, residency_hint=None, seed=0):
         self.device = device
         self.gen = torch.Generator().manual_seed(seed)
         self.config = hisparse.Config(

@@ -17,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import hisparse  # noqa: E402
 from hisparse.bench import commands, plots  # noqa: E402
 from hisparse.bench.baseline_step import BaselineStep  # noqa: E402
 from hisparse.bench.plane import DataPlane  # noqa: E402
@@ -197,6 +198,41 @@ def test_bench_runs_on_every_device_with_the_same_counters(device, tmp_path, cap
         # Exposure is a difference against the compute-only step: it may be at or below zero, never absent.
         assert {"step_prefetch", "step_prefetch_fused"} <= set(other["timing"])
         assert other["per_layer"]["exposed_us_per_layer_prefetch_fused"] is not None
+
+
+@pytest.mark.parametrize("flags, choice", [([], None), (["--residency-hint"], True),
+                                           (["--residency-hint", "off"], False), (["--residency-hint", "auto"], None)])
+def test_the_runtimes_keep_the_residency_hint_the_flag_asks_for(device, flags, choice, monkeypatch, tmp_path, capsys):
+    """--residency-hint auto (the default) leaves the choice to hisparse.Runtime; on (also the bare flag) and off
+    force it on the leaders, never on a follower, and the JSON says what the runtimes kept."""
+    import hisparse.bench.plane as plane_module
+
+    asked = []
+
+    class Recording(hisparse.Runtime):
+        def __init__(self, *args, **kwargs):
+            asked.append((kwargs.get("leader") is None, kwargs.get("residency_hint", "absent")))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(plane_module.hisparse, "Runtime", Recording)
+    out = tmp_path / "run.json"
+    run_main(["bench", "--preset", "tiny", "--device", device.type, "--steps", "4", "--warmup-steps", "1",
+              "--baseline-steps", "0", "--replays", "1", "--gather-fractions", "1.0", "--quiet", "--no-progress",
+              "--out", out, *flags], capsys)
+    assert {hint for leads, hint in asked if leads} == {choice}
+    assert {hint for leads, hint in asked if not leads} == {None}
+    with open(out) as handle:
+        kept = json.load(handle)["config"]["residency_hint_kept"]
+    expected = choice if choice is not None else device.type == "cuda"
+    assert kept is expected
+
+
+def test_a_residency_hint_choice_other_than_auto_on_off_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--preset", "tiny", "--device", "cpu", "--no-progress", "--residency-hint", "yes"])
+    assert exit_info.value.code == 2 and "--residency-hint" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--residency-hint: expected 'auto', 'on' or 'off', got 'yes'"):
+        make_settings("tiny", {"residency_hint": "yes"})
 
 
 # ------------------------------------------------------------------------- fused leader gathers

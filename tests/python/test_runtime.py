@@ -70,6 +70,46 @@ def test_only_a_leader_takes_a_residency_hint(device):
     assert setup.leader.info()["group_size"] == 1
 
 
+def test_the_default_residency_hint_is_kept_where_resolves_read_it(device):
+    """residency_hint=None keeps a hint only where every launch of the group has early-read helpers: CUDA, no
+    speculative rows, max_num_reqs below half the SMs, and resolver arrays in shared memory."""
+    setup = GroupSetup(device, num_layers=1)
+    config, reqs = setup.config, setup.max_num_reqs
+    expected = device.type == "cuda"
+    assert hisparse.Runtime.default_residency_hint(config, max_num_reqs=reqs, device=device) is expected
+    leader = hisparse.Runtime(config, max_num_reqs=reqs, device=device)
+    follower = hisparse.Runtime(config, max_num_reqs=reqs, leader=leader)
+    assert leader.residency_hint is expected and follower.residency_hint is expected
+    for forced in (False, True):
+        runtime = hisparse.Runtime(config, max_num_reqs=reqs, device=device, residency_hint=forced)
+        assert runtime.residency_hint is forced
+    if device.type != "cuda":
+        return
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    default = hisparse.Runtime.default_residency_hint
+    assert default(config, max_num_reqs=(sms - 1) // 2, device=device)
+    assert not default(config, max_num_reqs=(sms + 1) // 2, device=device)
+    speculative = hisparse.Config(top_k=config.top_k, device_buffer_size=config.device_buffer_size,
+                                  row_bytes=config.row_bytes, num_speculative_tokens=1)
+    assert not default(speculative, max_num_reqs=reqs, device=device)
+    assert not hisparse.Runtime(speculative, max_num_reqs=reqs, device=device).residency_hint
+    # A shape whose arrays need the global workspace has no early-read helpers.
+    big = hisparse.Config(top_k=2048, device_buffer_size=32767, row_bytes=64)
+    assert ops.resolver_workspace_bytes(1, 32767, big.max_union_rows, device) > 0
+    assert not default(big, max_num_reqs=reqs, device=device)
+
+
+def test_default_residency_hint_errors_name_the_argument():
+    config = hisparse.Config(top_k=8, device_buffer_size=16, row_bytes=64)
+    with pytest.raises(TypeError, match="config: expected a hisparse.Config"):
+        hisparse.Runtime.default_residency_hint(None, max_num_reqs=4)
+    with pytest.raises(ValueError, match="max_num_reqs"):
+        hisparse.Runtime.default_residency_hint(config, max_num_reqs=0)
+    with pytest.raises(ValueError, match="device: expected 'cpu'"):
+        hisparse.Runtime.default_residency_hint(config, max_num_reqs=4, device="tpu")
+    assert hisparse.Runtime.default_residency_hint(config, max_num_reqs=4) is False
+
+
 def test_bind_errors_name_the_argument(device):
     setup = GroupSetup(device, num_layers=2)
     leader, follower = setup.runtimes

@@ -205,6 +205,14 @@ class Runtime {
     options.leader = leader.get();
     return Runtime(options);
   }
+  // Whether a leader created with HS_RESIDENCY_HINT_AUTO (the default) keeps
+  // a residency hint for these options (hs_runtime_default_residency_hint).
+  static bool default_residency_hint(const hs_runtime_options_t& options) {
+    int32_t keeps = 0;
+    check(hs_runtime_default_residency_hint(options.config, options.max_num_reqs, options.device_type,
+                                            options.device_index, &keeps));
+    return keeps != 0;
+  }
   ~Runtime() { hs_runtime_destroy(handle_); }
   Runtime(Runtime&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   Runtime& operator=(Runtime&& other) noexcept {

@@ -98,6 +98,25 @@ typedef struct hs_runtime* hs_runtime_t;
 
 /* ------------------------------------------------------------------ creation */
 
+/* Whether a group keeps a residency hint. AUTO, the default, keeps one where
+ * its resolves can read from it: a CUDA group without speculative tokens
+ * (config->num_speculative_tokens == 0) whose max_num_reqs is below half the
+ * device's SMs and whose resolver arrays fit one block's shared memory, so
+ * that every launch has helper blocks that read predicted misses early;
+ * elsewhere nothing reads the hint and keeping it only costs time. */
+typedef enum hs_residency_hint_choice {
+  HS_RESIDENCY_HINT_OFF = 0,
+  HS_RESIDENCY_HINT_ON = 1,
+  HS_RESIDENCY_HINT_AUTO = 2
+} hs_residency_hint_choice_t;
+
+/* What HS_RESIDENCY_HINT_AUTO decides for a leader of `config` and
+ * `max_num_reqs` request state rows on the device (device_type, device_index
+ * as in hs_runtime_options_t): *keeps = 1 keeps a hint, 0 none. Blocks
+ * only to read the device's properties. */
+HS_API hs_status_t hs_runtime_default_residency_hint(const hs_config_t* config, int32_t max_num_reqs,
+                                                     int32_t device_type, int32_t device_index, int32_t* keeps);
+
 typedef struct hs_runtime_options {
   size_t struct_size;
   uint32_t struct_version;
@@ -108,10 +127,10 @@ typedef struct hs_runtime_options {
   int32_t max_swap_rows;     /* R: token rows of the shared top-k state per forward; 0 = the leader's on a follower,
                                 else max_num_reqs x (1 + config->num_speculative_tokens) (hs_default_max_swap_rows) */
   int32_t kv_dtype;          /* hs_dtype_t of the KV rows; row width = config->row_bytes / its size */
-  int32_t residency_hint;    /* leader only (0 for followers): 1 = keep a residency hint for the group's CUDA
-                                resolves, from which the fused gather predicts the misses it reads early
-                                instead of from the state (docs/residency.md, "Residency hint"); 0 (default) =
-                                none */
+  int32_t residency_hint;    /* hs_residency_hint_choice_t: whether the group keeps a residency hint for its
+                                CUDA resolves, from which the fused gather predicts the misses it reads early
+                                instead of from the state (docs/residency.md, "Residency hint"). A leader's
+                                choice: a follower gives HS_RESIDENCY_HINT_AUTO (default) or _OFF */
   hs_runtime_t leader;       /* NULL: become a group leader; else join this runtime's group */
   /* leader only (NULL for followers) */
   hs_stream_t copy_stream;   /* borrowed copy stream; NULL = the group creates and owns one */
@@ -120,7 +139,8 @@ typedef struct hs_runtime_options {
 #define HS_RUNTIME_OPTIONS_VERSION 1
 
 /* Defaults: CPU backend, uint8 rows, the default max_swap_rows, leader with
- * its own copy stream, no residency hint. Set config and max_num_reqs. */
+ * its own copy stream, residency hint where it pays (HS_RESIDENCY_HINT_AUTO).
+ * Set config and max_num_reqs. */
 static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
   memset(options, 0, sizeof(*options));
   options->struct_size = sizeof(*options);
@@ -128,6 +148,7 @@ static inline void hs_runtime_options_init(hs_runtime_options_t* options) {
   options->device_type = HS_DEVICE_CPU;
   options->device_index = -1;
   options->kv_dtype = HS_DTYPE_UINT8;
+  options->residency_hint = HS_RESIDENCY_HINT_AUTO;
 }
 
 /* Create a runtime. Without a leader it creates the index group (sized by
@@ -189,8 +210,10 @@ typedef struct hs_runtime_info {
   uint64_t group_row_bytes;       /* row_bytes summed over the group's live runtimes */
   int32_t is_writer;              /* 1 when this runtime writes its host cache (see hs_runtime_set_host_sharing) */
   int32_t host_role;              /* hs_host_role_t as set (HS_HOST_ROLE_AUTO unless set) */
+  int32_t residency_hint;         /* 1 when the group keeps a residency hint (the leader's choice, with
+                                     HS_RESIDENCY_HINT_AUTO decided at its creation); version 2 */
 } hs_runtime_info_t;
-#define HS_RUNTIME_INFO_VERSION 1
+#define HS_RUNTIME_INFO_VERSION 2
 
 /* Non-blocking. Set info->struct_size (sizeof(hs_runtime_info_t)). */
 HS_API hs_status_t hs_runtime_get_info(hs_runtime_t runtime, hs_runtime_info_t* info);

@@ -103,8 +103,9 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
     measure.add_argument("--baseline-steps", type=int, help="steps of the plain PyTorch baseline (0: skip it)")
     measure.add_argument("--gather-fractions", type=_float_list,
                          help="rows per request of the bandwidth sweep, as fractions of k, e.g. 0.01,0.1,1")
-    measure.add_argument("--residency-hint", action="store_true", default=None,
-                         help="the runtimes keep a residency hint (hisparse.Runtime(residency_hint=True))")
+    measure.add_argument("--residency-hint", nargs="?", const="on", choices=("auto", "on", "off"),
+                         help="whether the runtimes keep a residency hint: auto (default: the library's choice, "
+                         "hisparse.Runtime(residency_hint=None)), on (also the bare flag) or off")
     return parser
 
 

@@ -17,6 +17,8 @@ from typing import Any, Callable, List, Optional
 import hisparse
 from hisparse import ops
 
+from .presets import RESIDENCY_HINT_CHOICES
+
 __all__ = ["DataPlane"]
 
 
@@ -81,6 +83,7 @@ class DataPlane:
         self.slabs: List[Any] = []
         self.layer_group: List[int] = []
         self.block_bytes = s.hot_block_size * s.row_bytes
+        hint = RESIDENCY_HINT_CHOICES[s.residency_hint]
         layer = 0
         for group, size in enumerate(self.group_layers):
             slab = torch.zeros(self.num_hot_blocks * size * self.block_bytes, dtype=torch.uint8, device=device)
@@ -89,7 +92,7 @@ class DataPlane:
             for i in range(size):
                 runtime = hisparse.Runtime(self.config, max_num_reqs=batch, device=device,
                                            max_swap_rows=self.token_rows, leader=leader,
-                                           residency_hint=s.residency_hint and leader is None)
+                                           residency_hint=hint if leader is None else None)
                 runtime.request_state_indices = self.state_rows
                 runtime.bind_source_cache(self.host_caches[layer])
                 runtime.bind_hot_cache(slab, byte_offset=i * self.block_bytes, block_stride=size * self.block_bytes,

@@ -60,8 +60,9 @@ class Settings:
     baseline_steps: int = 4
     hot_sizes: List[int] = field(default_factory=list)
     gather_fractions: List[float] = field(default_factory=lambda: [0.01, 0.05, 0.1, 0.25, 0.5, 1.0])
-    # The runtimes keep a residency hint (hisparse.Runtime's residency_hint).
-    residency_hint: bool = False
+    # Whether the runtimes keep a residency hint: "auto" (the library's choice,
+    # hisparse.Runtime(residency_hint=None)), "on" or "off".
+    residency_hint: str = "auto"
 
     @property
     def rows_per_request(self) -> int:
@@ -114,6 +115,9 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         row_bytes=656, group_size=4, **_MODEL_WORKLOAD,
     ),
 }
+
+#: --residency-hint's values, as hisparse.Runtime's residency_hint.
+RESIDENCY_HINT_CHOICES = {"auto": None, "on": True, "off": False}
 
 #: Settings fields the command line may override (flag name = field name with dashes).
 OVERRIDABLE = (
@@ -180,6 +184,8 @@ def validate(s: Settings, *, trace_replay: bool = False) -> None:
         raise ValueError(f"--region: expected a working-set size of at least 1 x top-k, got {s.region}")
     if s.top_k > s.context:
         raise ValueError(f"--top-k: expected at most --context ({s.context}) positions, got {s.top_k}")
+    if s.residency_hint not in RESIDENCY_HINT_CHOICES:
+        raise ValueError(f"--residency-hint: expected 'auto', 'on' or 'off', got {s.residency_hint!r}")
     if not trace_replay and s.trace_mode not in ("locality", "scores"):
         raise ValueError(f"--trace-mode: expected 'locality' or 'scores', got {s.trace_mode!r}")
     if s.hot_size < s.top_k:

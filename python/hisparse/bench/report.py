@@ -163,7 +163,7 @@ def format_plan(r: Dict[str, Any]) -> str:
     lines.append(f"  this machine: {fmt_bytes(host['available_host_memory_bytes_here'])} available, "
                  f"{'fits' if host['fits_this_machine'] else 'does NOT fit'}")
     if "residency_hint_bytes" in host:
-        lines.append(f"  residency hint (opt-in): {fmt_bytes(host['residency_hint_bytes'])} of GPU memory "
+        lines.append(f"  residency hint (where kept): {fmt_bytes(host['residency_hint_bytes'])} of GPU memory "
                      f"({fmt_bytes(host['residency_hint_bytes_per_index_group'])} per index group)")
     if "budget" in host:
         budget = host["budget"]

@@ -193,6 +193,7 @@ def _run(settings: Any, trace: Trace, device: Any, plane: DataPlane, env: Dict[s
         max_union_rows=plane.max_union_rows, host_rows_per_layer=plane.host_rows,
         host_pool_bytes=plane.pool.nbytes, hot_slab_bytes=sum(int(s.numel()) for s in plane.slabs),
         timed_steps=len(timed), stand_in_compute_cycles=cycles,
+        residency_hint_kept=plane.leaders[0].residency_hint,
     )
     # Replayed traces fix these; the settings echo what actually ran.
     config.update(batch=trace.batch, context=trace.context, top_k=trace.top_k, spec_tokens=trace.spec_tokens,
