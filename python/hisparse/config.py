@@ -63,8 +63,9 @@ class Config:
             raise ValueError(f"row_bytes: {self.row_bytes} disagrees with row_width x dtype size = {from_width}")
         return self.row_bytes
 
-    def _validate(self, device: int) -> None:
-        _C.validate_config(
+    def _c_fields(self) -> tuple:
+        """The fields in the order the _C functions that take a whole config (hs_config_t) list them."""
+        return (
             self.top_k,
             self.device_buffer_size,
             self.max_union_rows,
@@ -73,8 +74,10 @@ class Config:
             self.block_size,
             self.hot_block_size,
             self.eager_host_mirror,
-            device,
         )
+
+    def _validate(self, device: int) -> None:
+        _C.validate_config(*self._c_fields(), device)
 
     @property
     def resolver_shared_memory_bytes(self) -> int:

@@ -214,14 +214,7 @@ class Runtime:
         self._config = config
         try:
             self._rt = _C.Runtime(
-                config.top_k,
-                config.device_buffer_size,
-                config.max_union_rows,
-                config.num_speculative_tokens,
-                config.row_bytes,
-                config.block_size,
-                config.hot_block_size,
-                config.eager_host_mirror,
+                *config._c_fields(),
                 device_type,
                 device_index,
                 max_num_reqs,
@@ -593,19 +586,7 @@ class Runtime:
         _args.require_int("max_num_reqs", max_num_reqs, 1, bits=32)
         device_type, device_index = _args.device(device)
         try:
-            return _C.runtime_default_residency_hint(
-                config.top_k,
-                config.device_buffer_size,
-                config.max_union_rows,
-                config.num_speculative_tokens,
-                config.row_bytes,
-                config.block_size,
-                config.hot_block_size,
-                config.eager_host_mirror,
-                max_num_reqs,
-                device_type,
-                device_index,
-            )
+            return _C.runtime_default_residency_hint(*config._c_fields(), max_num_reqs, device_type, device_index)
         except (TypeError, ValueError, RuntimeError) as error:
             raise _args.renamed(error, _CREATE_NAMES) from None
 
