@@ -89,7 +89,8 @@ uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, 
 }
 
 // The hint is read only by the fused gather's early-read helper blocks, and
-// the resolve launcher (cpp/cuda/resolve_residency.cu) gives them to a launch
+// the resolve launcher (cpp/cuda/resolve_residency.cu, handoff_helper_blocks
+// and reads_early; change them together) gives them to a launch
 // whose requests have one token row each, whose batch is below half the SMs
 // (one helper block per SM the batch leaves idle, at least one per request)
 // and whose arrays fit shared memory. A group meets all three on every

@@ -956,6 +956,10 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
                                                                             stream, helper_blocks);
 }
 
+// cpp/core/config.cpp's residency_hint_pays restates when a launch gets
+// early-read helpers (here and in reads_early) to decide the runtime's
+// default residency hint: change the two together.
+//
 // The automatic schedule with a handoff array: one helper block per SM that
 // the batch's blocks leave idle, while those blocks are fewer than half the
 // SMs. From half on (and for a batch that fills every SM) the launch has
