@@ -61,8 +61,9 @@ RuntimeOptions resolve_options(const RuntimeOptions& options, const RuntimeOptio
   return o;
 }
 
-// The leader's residency hint choice, decided for its device: the CPU
-// backend neither reads nor keeps one.
+// The leader's residency hint choice, decided for its device: AUTO keeps
+// none on the CPU backend, which never reads one (ON is reported as asked,
+// but the CPU backend allocates nothing for it either).
 bool keeps_residency_hint(const RuntimeOptions& o, const Backend& backend) {
   switch (o.residency_hint) {
     case HS_RESIDENCY_HINT_ON: return true;

@@ -211,7 +211,8 @@ typedef struct hs_runtime_info {
   int32_t is_writer;              /* 1 when this runtime writes its host cache (see hs_runtime_set_host_sharing) */
   int32_t host_role;              /* hs_host_role_t as set (HS_HOST_ROLE_AUTO unless set) */
   int32_t residency_hint;         /* 1 when the group keeps a residency hint (the leader's choice, with
-                                     HS_RESIDENCY_HINT_AUTO decided at its creation); version 2 */
+                                     HS_RESIDENCY_HINT_AUTO decided at its creation; on the CPU backend
+                                     only ON reports 1, and nothing is allocated); version 2 */
 } hs_runtime_info_t;
 #define HS_RUNTIME_INFO_VERSION 2
 
