@@ -31,13 +31,17 @@ def synchronize(device: Any) -> None:
 class Timer:
     """Median seconds of a piece of device work, by the device's best clock."""
 
-    def __init__(self, device: Any, *, use_graphs: bool = True) -> None:
+    def __init__(self, device: Any, *, use_graphs: bool = True, stream: Any = None) -> None:
+        """``stream``: the CUDA stream graphs are captured on (None: a new one)."""
         import torch  # noqa: PLC0415
 
         self.torch = torch
         self.device = device
         self.use_graphs = use_graphs and device.type == "cuda"
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        if device.type != "cuda":
+            self._stream = None
+        else:
+            self._stream = stream if stream is not None else torch.cuda.Stream(device)
 
     def time(
         self, work: Callable[[], None], *, repeats: int, restore: Optional[Callable[[], None]] = None

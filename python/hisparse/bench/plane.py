@@ -25,7 +25,13 @@ __all__ = ["DataPlane"]
 class DataPlane:
     """Runtimes, host pool, hot slabs and tables for one benchmark run."""
 
-    def __init__(self, settings: Any, trace: Any, device: Any, *, fill_layers: Optional[List[int]] = None) -> None:
+    def __init__(self, settings: Any, trace: Any, device: Any, *, fill_layers: Optional[List[int]] = None,
+                 host_regions: Optional[int] = None, copy_stream: Any = None) -> None:
+        """``host_regions``: the pool holds that many layer caches and layer
+        ``l`` reads cache ``l % host_regions`` (None: one per layer), so that
+        a run can tell what the host footprint costs apart from the layer
+        count; ``copy_stream``: one copy stream for every group leader (None:
+        each leader creates its own)."""
         import torch  # noqa: PLC0415
 
         self.torch = torch
@@ -48,17 +54,22 @@ class DataPlane:
         self.blocks_per_request = -(-trace.context // s.block_size)
         self.host_rows = (1 + batch * self.blocks_per_request) * s.block_size
         self.layer_bytes = self.host_rows * s.row_bytes
+        regions = s.layers if host_regions is None else host_regions
+        if not 1 <= regions <= s.layers:
+            raise ValueError(f"host_regions: expected 1 to {s.layers} (the layers), got {regions}")
+        self.host_regions = regions
         self.pool = hisparse.HostPool(
-            s.layers * self.layer_bytes,
+            regions * self.layer_bytes,
             register="always" if device.type == "cuda" else "never",
             device=(device.index if device.index is not None else torch.cuda.current_device())
             if device.type == "cuda" else None,
         )
         flat = self.pool.view("uint8")
-        self.host_caches = [
-            flat[layer * self.layer_bytes:(layer + 1) * self.layer_bytes].view(self.host_rows, s.row_bytes)
-            for layer in range(s.layers)
+        region_caches = [
+            flat[region * self.layer_bytes:(region + 1) * self.layer_bytes].view(self.host_rows, s.row_bytes)
+            for region in range(regions)
         ]
+        self.host_caches = [region_caches[layer % regions] for layer in range(s.layers)]
         generator = torch.Generator().manual_seed(s.seed + 1)
         for layer in fill_layers or []:
             # Distinct bytes where the data check looks; elsewhere the pool's zeroed pages.
@@ -92,7 +103,8 @@ class DataPlane:
             for i in range(size):
                 runtime = hisparse.Runtime(self.config, max_num_reqs=batch, device=device,
                                            max_swap_rows=self.token_rows, leader=leader,
-                                           residency_hint=hint if leader is None else None)
+                                           residency_hint=hint if leader is None else None,
+                                           copy_stream=copy_stream if leader is None else None)
                 runtime.request_state_indices = self.state_rows
                 runtime.bind_source_cache(self.host_caches[layer])
                 runtime.bind_hot_cache(slab, byte_offset=i * self.block_bytes, block_stride=size * self.block_bytes,
