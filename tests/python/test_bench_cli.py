@@ -21,7 +21,7 @@ import hisparse  # noqa: E402
 from hisparse.bench import commands, plots  # noqa: E402
 from hisparse.bench.baseline_step import BaselineStep  # noqa: E402
 from hisparse.bench.plane import DataPlane  # noqa: E402
-from hisparse.bench.planner import host_plan, recommend  # noqa: E402
+from hisparse.bench.planner import host_plan, recommend, residency_hint_kept_by_default  # noqa: E402
 from hisparse.bench.presets import make_settings  # noqa: E402
 from hisparse.bench.progress import Progress  # noqa: E402
 from hisparse.bench.trace import (  # noqa: E402
@@ -356,6 +356,9 @@ def test_plan_cli_recommendation_follows_its_curve(tmp_path):
     assert host["page_size_bytes"] == 16 * 64 * 4  # block_size x row_bytes x layers of the tiny preset
     assert host["budget"]["max_requests"] == (host["budget"]["layout"]["host_num_blocks"] - 1) // host[
         "blocks_per_request"]
+    # A CPU run cannot know the GPU's SM count, which decides whether the runtimes keep a hint.
+    assert host["residency_hint_kept_by_default"] is None and host["residency_hint_device"] == "cpu"
+    assert "residency hint (where kept; the GPU's SM count decides the default)" in proc.stdout
 
 
 @pytest.mark.slow
@@ -392,6 +395,18 @@ def test_host_plan_counts_the_residency_hint_per_index_group():
     assert plan["residency_hint_bytes"] == 16 * plan["residency_hint_bytes_per_index_group"]
     assert host_plan(max_model_len=8192, max_requests=2, layers=61, row_bytes=656,
                      block_size=64)["index_groups"] == 61
+
+
+@pytest.mark.cuda
+def test_plan_asks_the_device_whether_the_runtimes_keep_a_hint():
+    settings = make_settings("dsv32-fp8", {})
+    device = torch.device("cuda", torch.cuda.current_device())
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    assert residency_hint_kept_by_default(settings, 4096, 2, device) is True
+    assert residency_hint_kept_by_default(settings, 4096, sms, device) is False  # past half the SMs
+    speculative = make_settings("dsv32-fp8", {"spec_tokens": 1})
+    assert residency_hint_kept_by_default(speculative, 4096, 2, device) is False
+    assert residency_hint_kept_by_default(settings, 4096, 2, torch.device("cpu")) is None
 
 
 def test_host_plan_refuses_a_budget_too_small_for_one_request():

@@ -294,7 +294,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 def run_plan_command(args: argparse.Namespace) -> int:
     from .measure import environment  # noqa: PLC0415
-    from .planner import hit_rate_curve, host_plan, recommend  # noqa: PLC0415
+    from .planner import hit_rate_curve, host_plan, recommend, residency_hint_kept_by_default  # noqa: PLC0415
     from .progress import Progress  # noqa: PLC0415
     from .provenance import provenance  # noqa: PLC0415
     from .report import format_plan  # noqa: PLC0415
@@ -320,6 +320,9 @@ def run_plan_command(args: argparse.Namespace) -> int:
         layers=settings.layers, row_bytes=settings.row_bytes, block_size=settings.block_size,
         host_budget_bytes=budget, index_groups=settings.index_groups,
     )
+    host["residency_hint_device"] = str(device)
+    host["residency_hint_kept_by_default"] = residency_hint_kept_by_default(
+        settings, recommendation["hot_size"] or settings.hot_size, host["max_requests_per_node"], device)
     config = settings.as_dict()
     config.update(rows_per_request=trace.rows_per_request, index_groups=settings.index_groups,
                   memcpy_gbps=args.memcpy_gbps)

@@ -168,8 +168,10 @@ def host_plan(
     host_budget_bytes: Optional[int] = None, index_groups: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Host pool size per request and per node, checked by plan_host_layout, and
-    the GPU memory of the opt-in residency hint (a bit per host row of a
-    layer, one hint per index group; ``index_groups`` defaults to ``layers``)."""
+    the GPU memory of the residency hint where a runtime keeps one (a bit per
+    host row of a layer, one hint per index group; ``index_groups`` defaults
+    to ``layers``; whether the default keeps one is
+    :func:`residency_hint_kept_by_default`'s question)."""
     for name, value in (("max_model_len", max_model_len), ("max_requests", max_requests)):
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected a positive value, got {value}")
@@ -210,3 +212,20 @@ def host_plan(
                 "max_requests": (budget.host_num_blocks - 1) // blocks_per_request,
             }
     return plan
+
+
+def residency_hint_kept_by_default(settings: Any, hot_size: int, max_requests: int, device: Any) -> Optional[bool]:
+    """Whether the runtimes of this plan (``hot_size`` slots, ``max_requests``
+    requests) keep a residency hint by default on ``device``: the library's own
+    answer (:meth:`hisparse.Runtime.default_residency_hint`) on a CUDA device,
+    None elsewhere (the choice depends on the GPU's SM count, which a CPU run
+    cannot know)."""
+    if device.type != "cuda":
+        return None
+    rows = settings.rows_per_request
+    config = hisparse.Config(
+        top_k=settings.top_k, device_buffer_size=hot_size, max_union_rows=min(settings.top_k * rows, hot_size),
+        row_bytes=settings.row_bytes, block_size=settings.block_size, hot_block_size=settings.hot_block_size,
+        num_speculative_tokens=rows - 1,
+    )
+    return hisparse.Runtime.default_residency_hint(config, max_num_reqs=max_requests, device=device)

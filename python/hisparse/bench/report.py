@@ -163,7 +163,11 @@ def format_plan(r: Dict[str, Any]) -> str:
     lines.append(f"  this machine: {fmt_bytes(host['available_host_memory_bytes_here'])} available, "
                  f"{'fits' if host['fits_this_machine'] else 'does NOT fit'}")
     if "residency_hint_bytes" in host:
-        lines.append(f"  residency hint (where kept): {fmt_bytes(host['residency_hint_bytes'])} of GPU memory "
+        kept = host.get("residency_hint_kept_by_default")
+        where = {True: f"kept by default on {host.get('residency_hint_device')}",
+                 False: f"not kept by default on {host.get('residency_hint_device')}",
+                 None: "where kept; the GPU's SM count decides the default"}[kept]
+        lines.append(f"  residency hint ({where}): {fmt_bytes(host['residency_hint_bytes'])} of GPU memory "
                      f"({fmt_bytes(host['residency_hint_bytes_per_index_group'])} per index group)")
     if "budget" in host:
         budget = host["budget"]
