@@ -1,23 +1,17 @@
 """bench/bench_layer_scaling.py and the DataPlane option it varies on every backend (host regions)."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from bench_scripts import load_bench_script  # noqa: E402
 
 from hisparse.bench.plane import DataPlane  # noqa: E402
 from hisparse.bench.presets import make_settings  # noqa: E402
 from hisparse.bench.trace import generate_trace  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def load():
-    spec = importlib.util.spec_from_file_location("bench_layer_scaling", ROOT / "bench" / "bench_layer_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("bench_layer_scaling")
 
 
 def tiny_plane(**options):

@@ -1,15 +1,9 @@
 """bench/resolver_phase_counts.py names the resolver kernel's phases and instantiations as the kernel does."""
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_scripts import ROOT, load_bench_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("resolver_phase_counts", ROOT / "bench" / "resolver_phase_counts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("resolver_phase_counts")
 
 
 def test_every_phase_of_the_kernel_body_is_found():

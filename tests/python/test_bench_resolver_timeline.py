@@ -1,22 +1,14 @@
 """bench/resolver_timeline.py stamps every phase of the resolver kernel and the early-read helpers' steps."""
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_scripts import ROOT, load_bench_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("resolver_timeline", ROOT / "bench" / "resolver_timeline.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("resolver_timeline")
 
 
 def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
