@@ -63,10 +63,23 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         args.layers = [int(x) for x in args.layers.split(",") if x]
     except ValueError:
         parser.error(f"--layers: expected a comma list of integers, got {args.layers!r}")
-    for name in ("steps_per_graph", "replays"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')}: expected at least 1, got {getattr(args, name)}")
+    if not args.layers or min(args.layers) < 1:
+        parser.error(f"--layers: expected positive layer counts, got {args.layers}")
+    for name in ("host_regions", "steps_per_graph", "replays"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected at least 1, got {value}")
     return args
+
+
+def kernel_name(event_name: str) -> str:
+    """The kernel's own name: no namespaces, template arguments or parameter list."""
+    name = event_name.replace("void ", "").replace("(anonymous namespace)::", "")
+    return name.split("(")[0].split("<")[0].split("::")[-1]
+
+
+def summary(values: List[float]) -> Dict[str, Any]:
+    return {"count": len(values), "median_us": statistics.median(values), "sum_us": sum(values)}
 
 
 def kernel_timeline(replay: Callable[[], None]) -> Dict[str, Any]:
@@ -77,7 +90,7 @@ def kernel_timeline(replay: Callable[[], None]) -> Dict[str, Any]:
         replay()
         torch.cuda.synchronize()
     kernels = sorted(
-        (e.time_range.start, e.time_range.end, e.name.replace("void ", "").split("<")[0].split("::")[-1])
+        (e.time_range.start, e.time_range.end, kernel_name(e.name))
         for e in prof.events() if e.device_type.name == "CUDA")
     durations: Dict[str, List[float]] = {}
     gaps: Dict[str, List[float]] = {}
@@ -86,8 +99,6 @@ def kernel_timeline(replay: Callable[[], None]) -> Dict[str, Any]:
         if index:
             before = kernels[index - 1]
             gaps.setdefault(f"{before[2]} -> {name}", []).append(start - before[1])
-    summary = lambda values: {"count": len(values), "median_us": statistics.median(values),  # noqa: E731
-                              "sum_us": sum(values)}
     return {
         "span_us": kernels[-1][1] - kernels[0][0] if kernels else 0.0,
         "kernels": {name: summary(values) for name, values in durations.items()},

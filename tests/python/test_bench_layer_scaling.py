@@ -57,6 +57,8 @@ def test_default_plane_gives_every_layer_its_own_host_cache():
     (["--steps-per-graph", "0"], "--steps-per-graph: expected at least 1, got 0"),
     (["--replays", "0"], "--replays: expected at least 1, got 0"),
     (["--copy-stream", "mine"], "invalid choice"),
+    (["--layers", "0,16"], "--layers: expected positive layer counts, got [0, 16]"),
+    (["--host-regions", "0"], "--host-regions: expected at least 1, got 0"),
 ])
 def test_bad_arguments_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -69,3 +71,13 @@ def test_without_cuda_it_says_so(monkeypatch, capsys):
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: False)
     assert module.main(["--layers", "1"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("event, name", [
+    ("void hisparse::cuda::(anonymous namespace)::resolve_residency_kernel<A, B, 1, (HintUpkeep)1>(P, C, L)",
+     "resolve_residency_kernel"),
+    ("hisparse::cuda::(anonymous namespace)::gather_row_persistent_kernel(hisparse::GatherCompactParams, int)",
+     "gather_row_persistent_kernel"),
+])
+def test_profiled_kernels_are_named_by_their_own_name(event, name):
+    assert load().kernel_name(event) == name

@@ -38,10 +38,7 @@ class Timer:
         self.torch = torch
         self.device = device
         self.use_graphs = use_graphs and device.type == "cuda"
-        if device.type != "cuda":
-            self._stream = None
-        else:
-            self._stream = stream if stream is not None else torch.cuda.Stream(device)
+        self._stream = (stream or torch.cuda.Stream(device)) if device.type == "cuda" else None
 
     def time(
         self, work: Callable[[], None], *, repeats: int, restore: Optional[Callable[[], None]] = None
