@@ -1,29 +1,35 @@
 """Per-block timelines of resolver launches: when each block passes each phase.
 
     python3 bench/resolver_timeline.py BATCH MISS_RATE [--schedule auto] [--launches 4]
-        [--residency-hint auto|on|off] [--tree DIR] [--build-dir DIR] [--out FILE] [-- BENCH_OPTIONS]
+        [--residency-hint auto|on|off] [--sweep-regions N] [--tree DIR] [--build-dir DIR]
+        [--out FILE] [-- BENCH_OPTIONS]
 
 Builds a stamped copy of a source tree (default: this checkout) into a
 temporary directory: thread 0 of every block of resolve_residency_kernel
 writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
-them), and the early-read helpers (resolver_early_reads.cuh) after the
+them), after each step of the single-row phases (resolver_single_row.cuh:
+the union, the walk, the assignment, the publication, the outputs, the
+finish), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (loads issued, table cleared, held rows marked,
 top-k rows noted), their claim, the publication, the destinations of
 their buffered rows noted, the reads, the flat copy of those rows, the
 copy of the entries not noted and the whole block's finish; each helper
 also records how many rows it predicted, set against when its reads are
 in, and how many list entries it noted before they were. The stamps go to
-the `stats` tensor past its five counters (entry 5 + block * 32 + point),
+the `stats` tensor past its five counters (entry 5 + block * 48 + point),
 so the stamped build needs no other interface. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
 BENCH_OPTIONS are its shape options), --launches steady steps launched
 eagerly one at a time, and prints per point the time after the launch's
 first stamp (microseconds; median and range over the owner blocks and over
-the helper blocks, over all launches). A copy of the tree, not the tree,
-is stamped: the timed kernels are those of the tree plus one store per
-phase and block. CUDA only; the build takes a minute or two (--build-dir
-keeps it for the next point).
+the helper blocks, over all launches). With --sweep-regions N, the host
+footprint of a model's N layers: before each stamped launch the last
+step's rows are gathered from each of N - 1 other host caches of the
+scenario's size, as the other layers' steps would read theirs. A copy of
+the tree, not the tree, is stamped: the timed kernels are those of the tree
+plus one store per phase and block. CUDA only; the build takes a minute or
+two (--build-dir keeps it for the next point).
 """
 from __future__ import annotations
 
@@ -46,10 +52,13 @@ import resolver_phase_counts as phase_counts  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = Path("cpp/cuda/resolve_residency.cu")
 EARLY_READS = Path("cpp/cuda/resolver_early_reads.cuh")
-POINTS_PER_BLOCK = 32
+SINGLE_ROW = Path("cpp/cuda/resolver_single_row.cuh")
+CONTEXT = Path("cpp/cuda/resolver_context.cuh")
+POINTS_PER_BLOCK = 48
 STAT_COUNTERS = 5
 
-# The stamp, defined where resolve_residency.cu and the early reads both see it.
+# The stamp, defined in resolver_context.cuh, which the kernel, the
+# single-row phases and the early reads all include.
 STAMP_FUNCTIONS = f"""
 // resolver_timeline.py: a point's value, into stats past its counters (this block's slot).
 __device__ __forceinline__ void timeline_store(const ResolveResidencyParams& p, int point, int64_t value) {{
@@ -104,6 +113,23 @@ HELPER_POINTS = [
     ("helper: block finished", r"^\s*if \(threadIdx\.x == 0\) finish_parts\(record, 1u << part,", "block"),
 ]
 
+# The single-row phases (one token row per request; they return from the
+# kernel body before its general phases, so the kernel's stamps stop at
+# phase A for such requests): (name, the line after which, how), stamped as
+# HELPER_POINTS are.
+SINGLE_ROW_POINTS = [
+    ("single row: B2 union", r"^\s*build_row_union\(p, c, ws, request, entries\);", "thread 0"),
+    ("single row: B3-B4 walk", r"^\s*const RowWalk walk = walk_positions<kUpkeep>\(p, c, ws, request, entries\);",
+     "thread 0"),
+    ("single row: B5 assigned", r"^\s*const int32_t assigned_total = assign_row_members<kUpkeep>\(", "thread 0"),
+    ("single row: list published", r"^\s*gather\.note_assigned_total\(c, p, request, assigned_total\);",
+     "thread 0"),
+    ("single row: B6 outputs", r"^\s*write_row_outputs\(p, c, ws, request, entries, walk, assigned_total\);",
+     "thread 0"),
+    ("single row: G finished", r"^\s*gather\.finish_single_row\(c, ws\);", "thread 0"),
+    ("single row: H done", r"^\s*gather\.help_as_owner\(p, c, ws\);", "thread 0"),
+]
+
 # Counts a helper records (name, the line after which, its expression): its
 # predicted rows, to set against when its reads are in.
 VALUE_POINTS = [
@@ -118,7 +144,7 @@ VALUE_POINTS = [
 class Stamped:
     sources: dict  # relative path -> stamped text
     points: list  # point index -> name
-    owner_points: int  # points 0 .. owner_points - 1 are the kernel body's
+    owner_points: int  # points 0 .. owner_points - 1 are the kernel body's and the single-row phases'
     values: tuple = ()  # points that hold a count (VALUE_POINTS), not a time
 
 
@@ -139,7 +165,7 @@ def kernel_phase_lines(text: str) -> list[tuple[int, str]]:
 
 
 def helper_stamp(how: str, point: int) -> str:
-    """The statement that stamps helper point `point` as HELPER_POINTS' `how` says."""
+    """The statement that stamps point `point` as HELPER_POINTS' (or SINGLE_ROW_POINTS') `how` says."""
     if how == "thread 0":
         return f"timeline_stamp(p, {point});"
     if how == "one lane":
@@ -152,7 +178,8 @@ def helper_stamp(how: str, point: int) -> str:
 
 
 def stamp_sources(tree: Path) -> Stamped:
-    """The stamped texts of the kernel and the early reads of `tree`."""
+    """The stamped texts of `tree`'s kernel, single-row phases and early
+    reads, and of the header that defines the stamps."""
     kernel = (tree / KERNEL).read_text()
     lines = kernel.splitlines()
     phase_lines = kernel_phase_lines(kernel)
@@ -173,41 +200,45 @@ def stamp_sources(tree: Path) -> Stamped:
             indent += "  "
         inserts.setdefault(index, []).append(f"{indent}timeline_stamp(p, {len(points)});")
         points.append(name)
-    owner_points = len(points)
     stamped_kernel = []
     for index, line in enumerate(lines):
         stamped_kernel.append(line)
         stamped_kernel.extend(inserts.get(index, []))
 
-    early = (tree / EARLY_READS).read_text()
-    anchor = "namespace early_reads {"
-    if anchor not in early:
-        raise SystemExit(f"{tree / EARLY_READS}: '{anchor}' not found")
-    early = early.replace(anchor, STAMP_FUNCTIONS + "\n" + anchor, 1)
-    early_lines = early.splitlines()
+    context = (tree / CONTEXT).read_text()
+    anchor = "namespace cuda {"
+    if anchor not in context:
+        raise SystemExit(f"{tree / CONTEXT}: '{anchor}' not found")
+    context = context.replace(anchor, anchor + "\n" + STAMP_FUNCTIONS, 1)
+    files = {relative: (tree / relative).read_text().splitlines() for relative in (SINGLE_ROW, EARLY_READS)}
 
-    def place(name, pattern, statement):
-        """Inserts statement(point) after the one line matching `pattern`;
-        a point whose line is not found once is left out with a warning."""
-        matches = [i for i, line in enumerate(early_lines) if re.search(pattern, line)]
+    def place(relative, name, pattern, statement):
+        """Inserts statement(point) after the one line of `relative` matching
+        `pattern`; a point whose line is not found once is left out with a
+        warning."""
+        lines_of = files[relative]
+        matches = [i for i, line in enumerate(lines_of) if re.search(pattern, line)]
         if len(matches) != 1:
-            print(f"resolver_timeline: helper point '{name}' left out ({len(matches)} matching lines)",
-                  file=sys.stderr)
+            print(f"resolver_timeline: point '{name}' left out ({len(matches)} matching lines)", file=sys.stderr)
             return False
         if len(points) >= POINTS_PER_BLOCK:
             raise SystemExit(f"more than {POINTS_PER_BLOCK} points")
-        indent = re.match(r"\s*", early_lines[matches[0]]).group(0)
-        early_lines.insert(matches[0] + 1, indent + statement(len(points)))
+        indent = re.match(r"\s*", lines_of[matches[0]]).group(0)
+        lines_of.insert(matches[0] + 1, indent + statement(len(points)))
         points.append(name)
         return True
 
+    for name, pattern, how in SINGLE_ROW_POINTS:
+        place(SINGLE_ROW, name, pattern, lambda point: helper_stamp(how, point))
+    owner_points = len(points)
     for name, pattern, how in HELPER_POINTS:
-        place(name, pattern, lambda point: helper_stamp(how, point))
+        place(EARLY_READS, name, pattern, lambda point: helper_stamp(how, point))
     values = []
     for name, pattern, expression in VALUE_POINTS:
-        if place(name, pattern, lambda point: f"timeline_value(p, {point}, {expression});"):
+        if place(EARLY_READS, name, pattern, lambda point: f"timeline_value(p, {point}, {expression});"):
             values.append(len(points) - 1)
-    sources = {str(KERNEL): "\n".join(stamped_kernel) + "\n", str(EARLY_READS): "\n".join(early_lines) + "\n"}
+    sources = {str(KERNEL): "\n".join(stamped_kernel) + "\n", str(CONTEXT): context}
+    sources.update({str(relative): "\n".join(text) + "\n" for relative, text in files.items()})
     return Stamped(sources, points, owner_points, tuple(values))
 
 
@@ -311,14 +342,23 @@ def measure(args, bench_options) -> dict:
     import bench_resolver as br
     import torch
 
+    import hisparse
+
     hint = ["--residency-hint", args.residency_hint] if args.residency_hint else []
     options = br.parse_args([*bench_options, *hint])
     pool, host, hot = br.make_caches(options, args.batch, "cuda")  # pool backs host
     scenario = br.Scenario(options, args.batch, args.miss_rate, host, hot)
+    sweep_pool, regions = None, []
+    if args.sweep_regions > 1:
+        sweep_pool = hisparse.HostPool((args.sweep_regions - 1) * host.numel(), register="always")
+        regions = [sweep_pool.view("uint8", tuple(host.shape), offset=r * host.numel())
+                   for r in range(args.sweep_regions - 1)]
     blocks = torch.cuda.get_device_properties(0).multi_processor_count + args.batch + 1
     stats = torch.zeros(STAT_COUNTERS + blocks * POINTS_PER_BLOCK, dtype=torch.int64, device="cuda")
     launches = []
     for step in range(2 + args.launches):
+        if step >= 2:
+            sweep(regions, scenario, options.block_size)
         # Nothing runs when the launch starts: its entry stamps (before its
         # grid dependency wait) cannot race with the zeroing.
         stats.zero_()
@@ -327,8 +367,22 @@ def measure(args, bench_options) -> dict:
         torch.cuda.synchronize()
         if step >= 2:
             launches.append(stats[STAT_COUNTERS:].view(blocks, POINTS_PER_BLOCK).cpu().tolist())
-    del pool
+    del regions, sweep_pool, pool
     return {"launches": launches, "swap_rows_last_launch": int(scenario.swap_counts.sum())}
+
+
+def sweep(regions, scenario, block_size: int) -> None:
+    """What the other layers of a model do between two launches of one
+    layer's resolver, as far as host memory goes: each region, a host cache
+    of the scenario's size, has the last step's swap list gathered from it
+    (the same rows, into the scenario's hot cache, whose bytes the resolver
+    never reads). The host pages the launch then reads were last read
+    len(regions) layers ago."""
+    import hisparse
+
+    swap_lists = (scenario.out["swap_host"], scenario.out["swap_device"], scenario.swap_counts)
+    for region in regions:
+        hisparse.ops.gather_compact(region, scenario.hot_cache, *swap_lists, hot_block_size=block_size)
 
 
 def parse(argv):
@@ -339,6 +393,10 @@ def parse(argv):
     parser.add_argument("--schedule", default="auto", help='bench_resolver.py\'s schedule ("auto", "fused", '
                         '"auto-tail"; "none": the resolve alone)')
     parser.add_argument("--launches", type=int, default=4, help="steady launches to stamp")
+    parser.add_argument("--sweep-regions", type=int, default=1,
+                        help="host caches of the scenario's size that a model's layers would read: before each "
+                             "stamped launch the other N - 1 have the last step's rows gathered from them "
+                             "(1: none)")
     parser.add_argument("--residency-hint", choices=("auto", "on", "off"),
                         help="bench_resolver.py's --residency-hint (default: that tree's default)")
     parser.add_argument("--tree", default=str(ROOT), help="the source tree to stamp (default: this checkout)")
@@ -347,6 +405,10 @@ def parse(argv):
                         "one an earlier run built here from the same stamped sources")
     parser.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(point)
+    if args.sweep_regions < 1:
+        parser.error(f"--sweep-regions: expected at least 1, got {args.sweep_regions}")
+    if args.launches < 1:
+        parser.error(f"--launches: expected at least 1, got {args.launches}")
     args.schedule = None if args.schedule == "none" else args.schedule
     return args, bench_options
 
@@ -369,8 +431,9 @@ def main(argv):
         result = json.loads(run.stdout.strip().splitlines()[-1])
     report = summarise(result["launches"], args.batch, stamped)
     print(f"batch {args.batch}, miss rate {args.miss_rate}, schedule {args.schedule or 'resolve alone'}, "
-          f"hint {'on' if args.residency_hint else 'off'}: {result['swap_rows_last_launch']} swap rows in the last "
-          f"launch; last stamp {report['last_stamp_us']:.1f} us after the first")
+          f"hint {args.residency_hint or 'default'}, {args.sweep_regions} host region(s): "
+          f"{result['swap_rows_last_launch']} swap rows in the last launch; last stamp "
+          f"{report['last_stamp_us']:.1f} us after the first")
     for role in ("owners", "helpers"):
         for row in report[role]:
             if "median_us" in row:

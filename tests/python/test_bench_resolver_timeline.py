@@ -22,18 +22,25 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     assert values == [name for name, _, _ in timeline.VALUE_POINTS]
     assert [name for name in names if name.startswith("helper:") and name not in values] == [
         name for name, _, _ in timeline.HELPER_POINTS]
+    assert [name for name in names if name.startswith("single row:")] == [
+        name for name, _, _ in timeline.SINGLE_ROW_POINTS]
     assert len(names) <= timeline.POINTS_PER_BLOCK
     text = "".join(stamped.sources.values())
     stamps = re.findall(r"timeline_(?:stamp|stamp_now|stamp_after|value)\(p, (\d+)[,)]", text)
     assert sorted(int(point) for point in stamps) == list(range(len(names))), "each point is stamped exactly once"
     assert re.findall(r"timeline_value\(p, (\d+),", text) == [str(point) for point in stamped.values]
-    # The kernel's own points come first, then the helpers'.
+    # The kernel's own points come first, then the single-row phases', then the helpers'.
     assert all(not name.startswith("helper:") for name in names[: stamped.owner_points])
+    assert all(name.startswith("helper:") for name in names[stamped.owner_points:])
+    assert names[stamped.owner_points - 1] == timeline.SINGLE_ROW_POINTS[-1][0]
+    # The stamps are defined once, where every stamped file sees them.
+    assert text.count("void timeline_stamp(") == 1
+    assert "void timeline_stamp(" in stamped.sources[str(timeline.CONTEXT)]
 
 
 def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
     timeline = load()
-    for relative in (timeline.KERNEL, timeline.EARLY_READS):
+    for relative in (timeline.KERNEL, timeline.EARLY_READS, timeline.SINGLE_ROW, timeline.CONTEXT):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / relative, tmp_path / relative)
     kernel = tmp_path / timeline.KERNEL
@@ -139,3 +146,36 @@ def test_each_kind_of_helper_stamp_is_written_as_its_kind_says():
     assert timeline.helper_stamp("block", 6) == "__syncthreads(); timeline_stamp(p, 6);"
     with pytest.raises(ValueError, match="unknown stamp kind"):
         timeline.helper_stamp("sometimes", 7)
+
+
+def test_sweep_regions_and_launches_are_checked(capsys):
+    timeline = load()
+    for flag in ("--sweep-regions", "--launches"):
+        with pytest.raises(SystemExit):
+            timeline.parse(["32", "0.025", flag, "0"])
+        assert f"{flag}: expected at least 1, got 0" in capsys.readouterr().err
+    args, bench_options = timeline.parse(["32", "0.025", "--sweep-regions", "61", "--", "--context", "16384"])
+    assert args.sweep_regions == 61 and bench_options == ["--context", "16384"]
+
+
+def test_a_sweep_reads_the_last_swap_list_from_every_other_region():
+    torch = pytest.importorskip("torch")
+    timeline = load()
+    rows, width, hot_rows = 16, 32, 8
+    regions = [torch.full((rows, width), 10 + r, dtype=torch.uint8) for r in range(3)]
+    for region in regions:
+        region[:, 0] = torch.arange(rows, dtype=torch.uint8)
+
+    class Scenario:  # the parts of bench_resolver.Scenario a sweep uses
+        hot_cache = torch.zeros((hot_rows, width), dtype=torch.uint8)
+        out = {"swap_host": torch.tensor([[5, 9, -1], [2, 0, 0]], dtype=torch.int32),
+               "swap_device": torch.tensor([[1, 6, 3], [4, 0, 0]], dtype=torch.int32)}
+        swap_counts = torch.tensor([3, 1], dtype=torch.int32)
+
+    timeline.sweep(regions, Scenario, block_size=4)
+    hot = Scenario.hot_cache
+    # Every listed row arrives from the last region; the negative slot and the rows past the counts copy nothing.
+    assert hot[1, 0] == 5 and hot[6, 0] == 9 and hot[4, 0] == 2
+    assert (hot[[1, 6, 4], 1:] == 12).all()
+    assert (hot[[0, 2, 3, 5, 7]] == 0).all()
+    timeline.sweep([], Scenario, block_size=4)  # no other region: nothing to read
