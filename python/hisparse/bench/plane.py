@@ -19,7 +19,18 @@ from hisparse import ops
 
 from .presets import RESIDENCY_HINT_CHOICES
 
-__all__ = ["DataPlane"]
+__all__ = ["DataPlane", "runtime_config"]
+
+
+def runtime_config(settings: Any, top_k: int, rows_per_request: int, hot_size: int) -> Any:
+    """The :class:`hisparse.Config` of a run's runtimes: ``settings``' rows
+    and blocks, ``top_k`` and ``rows_per_request`` as the trace has them,
+    ``hot_size`` hot slots (a union never larger than the buffer)."""
+    return hisparse.Config(
+        top_k=top_k, device_buffer_size=hot_size, max_union_rows=min(top_k * rows_per_request, hot_size),
+        row_bytes=settings.row_bytes, block_size=settings.block_size, hot_block_size=settings.hot_block_size,
+        num_speculative_tokens=rows_per_request - 1,
+    )
 
 
 class DataPlane:
@@ -42,11 +53,8 @@ class DataPlane:
         k, q, batch = trace.top_k, trace.rows_per_request, trace.batch
         self.top_k, self.batch, self.token_rows = k, batch, trace.token_rows
         self.block_size, self.hot_block_size, self.row_bytes = s.block_size, s.hot_block_size, s.row_bytes
-        self.max_union_rows = min(k * q, s.hot_size)
-        self.config = hisparse.Config(
-            top_k=k, device_buffer_size=s.hot_size, max_union_rows=self.max_union_rows, row_bytes=s.row_bytes,
-            block_size=s.block_size, hot_block_size=s.hot_block_size, num_speculative_tokens=q - 1,
-        )
+        self.config = runtime_config(s, k, q, s.hot_size)
+        self.max_union_rows = self.config.max_union_rows
         if device.type == "cuda":
             self.config.check_device(device)
 

@@ -23,6 +23,8 @@ from typing import Any, Dict, List, Optional
 import hisparse
 from hisparse.layout import available_host_memory
 
+from .plane import runtime_config
+
 __all__ = ["hit_rate_curve", "recommend", "host_plan", "STEADY_NOTE"]
 
 STEADY_NOTE = "steady state: the steps after the warm-up steps"
@@ -222,10 +224,5 @@ def residency_hint_kept_by_default(settings: Any, hot_size: int, max_requests: i
     cannot know)."""
     if device.type != "cuda":
         return None
-    rows = settings.rows_per_request
-    config = hisparse.Config(
-        top_k=settings.top_k, device_buffer_size=hot_size, max_union_rows=min(settings.top_k * rows, hot_size),
-        row_bytes=settings.row_bytes, block_size=settings.block_size, hot_block_size=settings.hot_block_size,
-        num_speculative_tokens=rows - 1,
-    )
+    config = runtime_config(settings, settings.top_k, settings.rows_per_request, hot_size)
     return hisparse.Runtime.default_residency_hint(config, max_num_reqs=max_requests, device=device)
