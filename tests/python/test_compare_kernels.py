@@ -2,6 +2,8 @@
 hand-built ELF files and, end to end, with a stand-in nvcc that writes them."""
 
 import importlib.util
+import os
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -163,3 +165,30 @@ def test_a_compile_error_is_reported_with_status_2(fake_nvcc, tmp_path, capsys):
 def test_a_rename_rule_without_its_arrow_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         ck.main([str(tmp_path), str(tmp_path), "--rename-new", "no-arrow"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(os.environ.get("NVCC", "nvcc")) is None, reason="needs nvcc")
+def test_real_cubins_of_a_small_kernel(tmp_path, capsys):
+    kernel = """
+#include <cstdint>
+namespace {{
+template <int kScale>
+__global__ void scale(int32_t* out, const int32_t* in, int n) {{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * kScale {extra};
+}}
+}}
+void launch(int32_t* out, const int32_t* in, int n) {{
+  scale<2><<<1, 32>>>(out, in, n);
+  scale<3><<<1, 32>>>(out, in, n);
+}}
+"""
+    old = write_tree(tmp_path / "old", {"k.cu": kernel.format(extra="")})
+    same = write_tree(tmp_path / "same", {"k.cu": "// a comment moves no instruction\n" + kernel.format(extra="")})
+    new = write_tree(tmp_path / "new", {"k.cu": kernel.format(extra="+ 1")})
+    assert ck.main([str(old), str(same)]) == 0
+    assert "2 kernels identical, 0 changed, over 1 sources" in capsys.readouterr().out
+    assert ck.main([str(old), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "0 kernels identical, 2 changed" in out and "scaleILi2EEEvPiPKii" in out
