@@ -1,7 +1,8 @@
 """scripts/compare_kernels.py: kernels matched by name and compared byte for byte, on
 hand-built ELF files and, end to end, with a stand-in nvcc that writes them."""
 
-import importlib.util
+from __future__ import annotations
+
 import os
 import shutil
 import struct
@@ -9,18 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench_script
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("compare_kernels", ROOT / "scripts" / "compare_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ck = load_script()
+ck = load_bench_script("compare_kernels", folder="scripts")
 
 
 def make_elf(sections: dict[str, bytes], nobits: dict[str, int] | None = None) -> bytes:
