@@ -7,7 +7,7 @@ random permutation of its context, sliding by m = miss_rate * k each step, so
 every step has exactly m fresh positions (misses, local to the request's own
 host blocks) and k - m positions the hot buffer already holds (hits).
 
-Six timings per point: the resolver alone; the resolver then the plain
+Six timings per point (--paths picks some of them): the resolver alone; the resolver then the plain
 warp-per-row gather; the resolver then the default gather; the resolver
 with the fused gather (it copies its own swap list's rows, one launch:
 gather_schedule="fused"); and the fused gather's automatic schedule
@@ -86,6 +86,17 @@ from hisparse.baseline import resolve_residency_torch
 from hisparse.bench import measure, provenance
 
 
+# Each timing: (the resolve's fused-gather schedule or None, the separate gather's variant or None).
+PATHS = {
+    "resolve": (None, None),
+    "resolve+gather_warp_per_row": (None, "warp_per_row"),
+    "resolve+gather_default": (None, "auto"),
+    "resolve_fused_gather": ("fused", None),
+    "resolve_auto_gather": ("auto", None),
+    "resolve_auto_tail_gather": ("auto-tail", None),
+}
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", default="1,16,64,100,256")
@@ -113,6 +124,9 @@ def parse_args(argv=None):
                         help="pass the resolves a residency hint kept with the state: auto (default) where a "
                         "runtime of the point's shape keeps one by default (hisparse.Runtime.default_residency_hint), "
                         "on or off everywhere")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="comma-separated timings to take (default: all): " + ", ".join(PATHS)
+                        + "; figures derived from a path left out are left out too")
     parser.add_argument("--peer", default=None,
                         help="a peer's recorded grid (bench/peers/*.json): per point, its time and the target")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -262,18 +276,10 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     if token_rows != 1 or hot is not None:
         results.update(token_rows=token_rows, hot_size=s.hot, max_union_rows=s.max_union_rows,
                        workspace_bytes=0 if s.workspace is None else s.workspace.numel())
-    # name: (the resolve's fused-gather schedule or None, the separate gather's variant or None)
-    paths = {
-        "resolve": (None, None),
-        "resolve+gather_warp_per_row": (None, "warp_per_row"),
-        "resolve+gather_default": (None, "auto"),
-        "resolve_fused_gather": ("fused", None),
-        "resolve_auto_gather": ("auto", None),
-        "resolve_auto_tail_gather": ("auto-tail", None),
-    }
     # CUDA: the steps are captured once and the graph replayed; CPU: run eagerly.
     timer = measure.Timer(device)
-    for name, (schedule, variant) in paths.items():
+    for name in args.paths.split(","):
+        schedule, variant = PATHS[name]
 
         def steps(schedule=schedule, variant=variant):
             for step in range(2, 2 + args.steps):
@@ -308,25 +314,32 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
     # --baseline-steps 0 skips the baseline (large speculative shapes take it long).
     results["baseline_torch_us"] = statistics.median(times) if times else float("nan")
     results.setdefault("baseline_agrees", None)
-    results["speedup_vs_torch"] = results["baseline_torch_us"] / results["resolve_us"]
+    if "resolve_us" in results:
+        results["speedup_vs_torch"] = results["baseline_torch_us"] / results["resolve_us"]
     missed_bytes = results["misses_per_step"] * args.row_bytes
     results["missed_bytes"] = missed_bytes
     results["ideal_transfer_us"] = missed_bytes / (memcpy_gbps * 1e9) * 1e6
     ideal = max(results["ideal_transfer_us"], 1e-9)
-    results["gather_default_over_ideal"] = results["resolve+gather_default_us"] / ideal
-    results["fused_over_ideal"] = results["resolve_fused_gather_us"] / ideal
-    results["gather_default_gbps"] = missed_bytes / (
-        max(results["resolve+gather_default_us"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
+    timed = {name: results.get(f"{path}_us") for name, path in (
+        ("gather_default", "resolve+gather_default"), ("fused", "resolve_fused_gather"),
+        ("auto", "resolve_auto_gather"), ("auto_tail", "resolve_auto_tail_gather"))}
+    if timed["gather_default"] is not None:
+        results["gather_default_over_ideal"] = timed["gather_default"] / ideal
+        if "resolve_us" in results:
+            results["gather_default_gbps"] = missed_bytes / (
+                max(timed["gather_default"] - results["resolve_us"], 1e-9) * 1e-6) / 1e9
+    if timed["fused"] is not None:
+        results["fused_over_ideal"] = timed["fused"] / ideal
     # The line bound, from the rows the step really missed.
     line_bytes = 128 * row_lines(args.row_bytes)
     results["line_bytes_per_row"] = line_bytes
     results["ideal_line_bound_us"] = results["swap_rows_observed"] * line_bytes / (memcpy_gbps * 1e9) * 1e6
-    best = min(results["resolve+gather_default_us"], results["resolve_fused_gather_us"])
+    if timed["gather_default"] is not None and timed["fused"] is not None:
+        timed["best"] = min(timed["gather_default"], timed["fused"])
     bounds = [(name[:-3], results[name]) for name in results if name.startswith(("gather_alone", "resolve_beside"))]
-    for name, us in bounds + [("gather_default", results["resolve+gather_default_us"]),
-                     ("fused", results["resolve_fused_gather_us"]), ("auto", results["resolve_auto_gather_us"]),
-                     ("auto_tail", results["resolve_auto_tail_gather_us"]), ("best", best)]:
-        results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
+    for name, us in bounds + list(timed.items()):
+        if us is not None:
+            results[f"{name}_over_line_bound"] = us / max(results["ideal_line_bound_us"], 1e-9)
     return results
 
 
@@ -388,7 +401,7 @@ def compare_with_peer(results, peer):
     the link), and at most the point's own limit. Points the peer did not
     run are left as they are."""
     key = (results["batch"], results["miss_rate"])
-    if key not in peer["by_point"]:
+    if key not in peer["by_point"] or "resolve_auto_gather_us" not in results:
         return
     peer_us = peer["by_point"][key]
     rule = peer["target"]
@@ -401,14 +414,20 @@ def compare_with_peer(results, peer):
 
 def report(r):
     shape = f"q={r['token_rows']} H={r['hot_size']:<5} " if "token_rows" in r else ""
+
+    def us(name):
+        return f"{r[name]:8.2f}us" if name in r else f"{'-':>8s}  "
+
     print(
         f"{shape}B={r['batch']:<4} miss={r['miss_rate']:<6} misses={r['swap_rows_observed']:<6} "
-        f"resolve={r['resolve_us']:8.2f}us  +gather(plain)={r['resolve+gather_warp_per_row_us']:8.2f}us  "
-        f"+gather(default)={r['resolve+gather_default_us']:8.2f}us  fused={r['resolve_fused_gather_us']:8.2f}us  "
-        f"auto={r['resolve_auto_gather_us']:8.2f}us  auto(tail)={r['resolve_auto_tail_gather_us']:8.2f}us  "
+        f"resolve={us('resolve_us')}  +gather(plain)={us('resolve+gather_warp_per_row_us')}  "
+        f"+gather(default)={us('resolve+gather_default_us')}  fused={us('resolve_fused_gather_us')}  "
+        f"auto={us('resolve_auto_gather_us')}  auto(tail)={us('resolve_auto_tail_gather_us')}  "
         f"ideal={r['ideal_transfer_us']:7.2f}us  line={r['ideal_line_bound_us']:7.2f}us "
-        f"(best x{r['best_over_line_bound']:.2f})  torch={r['baseline_torch_us']:9.1f}us  "
-        f"x{r['speedup_vs_torch']:.0f}  agree={r['baseline_agrees']}"
+        + (f"(best x{r['best_over_line_bound']:.2f})  " if "best_over_line_bound" in r else "")
+        + f"torch={r['baseline_torch_us']:9.1f}us  "
+        + (f"x{r['speedup_vs_torch']:.0f}  " if "speedup_vs_torch" in r else "")
+        + f"agree={r['baseline_agrees']}"
         + (f"  beside(plain)={r['resolve_beside_gather_warp_per_row_us']:.2f}us "
            f"beside(default)={r['resolve_beside_gather_default_us']:.2f}us "
            f"alone(plain)={r['gather_alone_warp_per_row_us']:.2f}us "
@@ -424,6 +443,9 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench_resolver needs a CUDA device (or --device cpu for a smoke test)")
+    unknown = set(args.paths.split(",")) - set(PATHS)
+    if unknown:
+        raise SystemExit(f"--paths: expected some of {', '.join(PATHS)}, got {', '.join(sorted(unknown))}")
     sections = set(args.sections.split(","))
     if not sections <= {"grid", "speculative"}:
         raise SystemExit(f"--sections: expected grid and/or speculative, got {args.sections}")

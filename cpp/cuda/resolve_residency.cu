@@ -904,6 +904,7 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
                                  aligned8(params.out_hot_rows) && aligned8(params.out_resolved) &&
                                  aligned8(params.out_miss_mask);
   constants.single_row_phases = single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
+  constants.tail_rows_per_helper = 0;
   return constants;
 }
 
@@ -958,19 +959,38 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 
 // cpp/core/config.cpp's residency_hint_pays restates when a launch gets
 // early-read helpers (here and in reads_early) to decide the runtime's
-// default residency hint: change the two together.
+// default residency hint: change the two together. (Tail reads, past half
+// the SMs, predict from the state rows: a hint there costs its upkeep.)
 //
+// Whether a launch from half the SMs on reads tails (resolver_tail_reads.cuh):
+// requests of one token row each (a prediction reads the request's one
+// top-k row), k of at most two entries per thread (one scan numbers them),
+// and an SM left idle by the batch's blocks. Elsewhere past half every
+// request keeps its whole list (HandoffGather::note_assigned_total): the
+// requests' own copies keep the link busy, and helpers would only wait for
+// records that never publish.
+bool reads_tails(const ResolveResidencyParams& params, const ResolverDevice& d) {
+  const int64_t batch = params.num_batch_rows;
+  return batch > 0 && 2 * batch >= d.multiprocessors && own_blocks(params) < d.multiprocessors &&
+         params.num_tokens == batch && params.top_k <= kResolverUnionChunk;
+}
+
 // The automatic schedule with a handoff array: one helper block per SM that
 // the batch's blocks leave idle, while those blocks are fewer than half the
-// SMs. From half on (and for a batch that fills every SM) the launch has
-// none, and every request keeps its whole list
-// (HandoffGather::note_assigned_total): the requests' own copies keep the
-// link busy there, and helpers would only wait for records that never
-// publish.
+// SMs (or, from half on, where the launch reads tails: idle_blocks).
+unsigned idle_blocks(const ResolveResidencyParams& params, const ResolverDevice& d) {
+  return static_cast<unsigned>(std::max<int64_t>(d.multiprocessors - own_blocks(params), 0));
+}
 unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const ResolverDevice& d) {
   const int64_t batch = params.num_batch_rows;
   if (batch <= 0 || 2 * batch >= d.multiprocessors) return 0;
-  return static_cast<unsigned>(d.multiprocessors - own_blocks(params));
+  return idle_blocks(params, d);
+}
+
+// Each tail-read helper's share of tail_reads::kLaunchRows (at most one top-k row).
+int16_t tail_rows_per_helper(const ResolveResidencyParams& params, unsigned helpers) {
+  return static_cast<int16_t>(std::max<int64_t>(
+      std::min<int64_t>(tail_reads::kLaunchRows / std::max(helpers, 1u), params.top_k), 1));
 }
 
 // Whether the handoff's helper blocks read early (resolver_early_reads.cuh):
@@ -1001,6 +1021,14 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
                     cudaStream_t stream) {
   const unsigned helpers = handoff_helper_blocks(params, d);
   if constexpr (std::is_same<Placement, SharedPlacement>::value) {
+    if (reads_tails(params, d)) {
+      const unsigned tail_helpers = idle_blocks(params, d);
+      ResolverConstants tails = constants;
+      tails.tail_rows_per_helper = tail_rows_per_helper(params, tail_helpers);
+      launch<HandoffGather<FusedGather, false, false, true>, Placement, 1>(params, tails, layout, device, d.hopper,
+                                                                           stream, tail_helpers);
+      return;
+    }
     if (reads_early(params, helpers)) {
       if (notes_destinations(params, helpers)) {
         launch<HandoffGather<FusedGather, true, true>, Placement, 1>(params, constants, layout, device, d.hopper,

@@ -48,6 +48,11 @@ struct ResolverConstants {
   // instantiation that has them (SharedPlacement, one block per SM, a gather
   // policy with kSingleRow).
   bool single_row_phases;
+  // Tail reads (resolver_tail_reads.cuh): the swap entries at the end of a
+  // helped request's list that its helper copies (0 in other launches). In
+  // the bytes after the flags, so that the other launches' parameters keep
+  // their offsets.
+  int16_t tail_rows_per_helper;
   // The fused gather's miss stage (rows = 0: none).
   ResolverMissStage miss_stage;
   // Staged rows arrive by one bulk (TMA) copy each, counted in by an

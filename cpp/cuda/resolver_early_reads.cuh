@@ -166,6 +166,17 @@ struct HelperMemory {
     return -1;
   }
 
+  // The key's table slot, or -1 when the table does not hold it.
+  __device__ __forceinline__ int32_t find_slot(int32_t key) const {
+    uint32_t slot = home(key);
+    for (uint32_t probe = 0; probe < capacity; ++probe, slot = (slot + 1) & (capacity - 1)) {
+      const int32_t k = keys[slot];
+      if (k == key) return static_cast<int32_t>(slot);
+      if (k == -1) break;
+    }
+    return -1;
+  }
+
   // The key's value, or kNotPredicted when the table does not hold it.
   __device__ __forceinline__ int16_t find(int32_t key) const {
     uint32_t slot = home(key);
@@ -446,7 +457,7 @@ __device__ __forceinline__ void copy_partition_entries(const ResolveResidencyPar
 __device__ __forceinline__ void copy_unclaimed_partitions(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                           int32_t first_row, int32_t count, int32_t parts,
                                                           uint32_t mine) {
-  handoff::copy_entries_by_warp(p, c, first_row, count, [=](int32_t host_row) {
+  handoff::copy_entries_by_warp(p, c, first_row, 0, count, [=](int32_t host_row) {
     return host_row >= 0 && ((mine >> part_of(host_row, parts)) & 1u) != 0;
   });
 }

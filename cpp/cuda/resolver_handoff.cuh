@@ -12,7 +12,8 @@
 // The records are described in resolver_handoff_record.cuh; launches of
 // one-row requests with a helper block per request or more read early
 // (resolver_early_reads.cuh), so the kept heads serve requests of several
-// token rows.
+// token rows; launches of one-row requests from half the SMs on have
+// helpers for the first requests' list tails (resolver_tail_reads.cuh).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "cuda/resolver_early_reads.cuh"
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_handoff_record.cuh"
+#include "cuda/resolver_tail_reads.cuh"
 #include "cuda/row_copy.cuh"
 
 namespace hisparse {
@@ -80,7 +82,7 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 // `kept` entries at its head, which the other blocks never claim.
 __device__ __forceinline__ void copy_kept_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                const ResolverRequest& request, int32_t kept) {
-  copy_entries_by_warp(p, c, request.t0, kept, [](int32_t) { return true; });
+  copy_entries_by_warp(p, c, request.t0, 0, kept, [](int32_t) { return true; });
 }
 
 // The block visits `visits` batch rows' records from batch row `first` on,
@@ -194,8 +196,12 @@ __device__ __forceinline__ void help_published(const ResolveResidencyParams& p, 
 // of the launch instead of leaving them to a second kernel. kEarlyReads:
 // the blocks past the batch are early-read helpers (resolver_early_reads.cuh);
 // kNoteDestinations: they note their rows' destinations while they read.
-template <class Fused, bool kEarlyReads = false, bool kNoteDestinations = false>
+// kTailReads: they read the first requests' list tails
+// (resolver_tail_reads.cuh), and every other request keeps its whole list.
+template <class Fused, bool kEarlyReads = false, bool kNoteDestinations = false, bool kTailReads = false>
 class HandoffGather : public AutoGather<Fused> {
+  static_assert(!(kEarlyReads && kTailReads), "a launch's helpers read early or read tails");
+
  public:
   // The single-row phases with early-read helpers only. Without helpers
   // (from half the SM count on) a step that misses little ends when the
@@ -213,10 +219,11 @@ class HandoffGather : public AutoGather<Fused> {
     record_ = p.handoff + static_cast<int64_t>(request.s) * HS_RESOLVER_HANDOFF_WORDS;
     if (threadIdx.x == 0) {
       handoff::Word(record_[handoff::kCursor]).store(0, ::cuda::memory_order_relaxed);
-      // With early reads a helper that sees the record open claims a
-      // partition: after the reset (a release; the others need no order).
+      // With early or tail reads a helper that sees the record open claims
+      // a partition: after the reset (a release; the others need no order).
       handoff::Word(record_[handoff::kState])
-          .store(handoff::kResolving, kEarlyReads ? ::cuda::memory_order_release : ::cuda::memory_order_relaxed);
+          .store(handoff::kResolving,
+                 kEarlyReads || kTailReads ? ::cuda::memory_order_release : ::cuda::memory_order_relaxed);
     }
   }
 
@@ -266,12 +273,20 @@ class HandoffGather : public AutoGather<Fused> {
     // claimed a partition have left, so the owner keeps its whole list.
     const bool early = kEarlyReads && !closed_early_;
     if (!this->local() && !early) {
-      // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
-      const uint32_t blocks = gridDim.x;
-      const uint32_t batch = static_cast<uint32_t>(p.num_batch_rows);
-      const int32_t share = static_cast<int32_t>((static_cast<uint32_t>(assigned_total) * batch + blocks - 1) / blocks);
-      const bool helpers = blocks > batch + 1u && !kEarlyReads;
-      kept_ = share >= assigned_total || !helpers ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
+      if constexpr (kTailReads) {
+        // A helped request keeps the head, the others their whole lists (as
+        // does one closed after C1, whose helper has left).
+        const bool helped = blockIdx.x + 1u + static_cast<uint32_t>(p.num_batch_rows) < gridDim.x;
+        kept_ = helped && !closed_early_ ? tail_reads::tail_begin(c, assigned_total) : -assigned_total;
+      } else {
+        // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
+        const uint32_t blocks = gridDim.x;
+        const uint32_t batch = static_cast<uint32_t>(p.num_batch_rows);
+        const int32_t share =
+            static_cast<int32_t>((static_cast<uint32_t>(assigned_total) * batch + blocks - 1) / blocks);
+        const bool helpers = blocks > batch + 1u && !kEarlyReads;
+        kept_ = share >= assigned_total || !helpers ? -assigned_total : share >= handoff::kMaxClaimRows ? share : 0;
+      }
     }
     if (threadIdx.x != 0) return;
     if (!published()) {
@@ -280,7 +295,8 @@ class HandoffGather : public AutoGather<Fused> {
     }
     record_[handoff::kFirstRow] = request.t0;
     record_[handoff::kCount] = assigned_total;
-    if (!early) handoff::Word(record_[handoff::kCursor]).store(kept_, ::cuda::memory_order_relaxed);
+    // With tail reads the cursor holds the tail's claim.
+    if (!early && !kTailReads) handoff::Word(record_[handoff::kCursor]).store(kept_, ::cuda::memory_order_relaxed);
     // The other threads' swap entries are ordered before this by B6; the
     // fence makes them visible device-wide with the state.
     __threadfence();
@@ -313,11 +329,16 @@ class HandoffGather : public AutoGather<Fused> {
   // one. A request that copied all of its rows closed its record unpublished,
   // and in a launch without helper blocks every request keeps its whole
   // list, so only a published record is worth the round trip. With early
-  // reads, the partitions no helper claimed (and the record's close).
+  // reads, the partitions no helper claimed (and the record's close); with
+  // tail reads, the tail if its helper did not claim it.
   __device__ __forceinline__ void help_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 const ResolverWorkspace& ws) const {
     if constexpr (kEarlyReads) {
       if (published()) early_reads::finish_as_owner(p, c, record_, ws.scratch + kScratchRequestReduce);
+      return;
+    }
+    if constexpr (kTailReads) {
+      if (published()) tail_reads::finish_as_owner(p, c, record_, ws.scratch + kScratchRequestReduce);
       return;
     }
     if (!published()) return;
@@ -336,6 +357,12 @@ class HandoffGather : public AutoGather<Fused> {
       if (blockIdx.x > static_cast<unsigned>(B)) {
         early_reads::help_as_helper<kNoteDestinations>(p, c, ws.base, c.miss_stage.total_bytes,
                                                        static_cast<int32_t>(blockIdx.x) - B - 1);
+      }
+      return;
+    }
+    if constexpr (kTailReads) {
+      if (blockIdx.x > static_cast<unsigned>(B)) {
+        tail_reads::help_as_helper(p, c, ws.base, c.miss_stage.total_bytes, static_cast<int32_t>(blockIdx.x) - B - 1);
       }
       return;
     }

@@ -92,18 +92,18 @@ __device__ __forceinline__ void load_swap_entry(const GatherCompactParams& g, co
   hot_row = __ldcg(g.swap_device_rows + t * g.swap_device_row_stride + column);
 }
 
-// The block copies the swap entries [0, count) of the list that starts at
-// token row `first_row` whose host row `wanted(host_row)` accepts. Entry j
-// goes to warp j % 32, so that a few rows per warp keep every warp reading
-// at once.
+// The block copies the swap entries [begin, count) of the list that starts
+// at token row `first_row` whose host row `wanted(host_row)` accepts. Entry
+// begin + j goes to warp j % 32, so that a few rows per warp keep every warp
+// reading at once.
 template <class Wanted>
 __device__ __forceinline__ void copy_entries_by_warp(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                     int32_t first_row, int32_t count, Wanted wanted) {
+                                                     int32_t first_row, int32_t begin, int32_t count, Wanted wanted) {
   const GatherCompactParams& g = p.gather;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   constexpr int32_t kEntriesPerPass = kResolverWarps * kWarpSize;
-  for (int32_t base = 0; base < count; base += kEntriesPerPass) {
+  for (int32_t base = begin; base < count; base += kEntriesPerPass) {
     const int32_t j = base + warp + kResolverWarps * lane;
     int32_t host_row = -1, hot_row = -1;
     if (j < count) load_swap_entry(g, c, first_row, j, host_row, hot_row);

@@ -494,8 +494,20 @@ def one_helper_batch() -> int:
     for most requests, but one for each (61 requests on 132 SMs: 70
     helpers): the one helper of most requests predicts and reads all of
     their misses early."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-    return max((sms - 1) // 2 - 4, 1)
+    return max((device_sms() - 1) // 2 - 4, 1)
+
+
+def device_sms() -> int:
+    """The CUDA device's SM count (132 without one: the batches below are then CPU runs alone)."""
+    return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+
+
+def tail_read_batch() -> int:
+    """A batch past half the SMs whose CUDA handoff launch still leaves SMs
+    idle (86 requests on 132 SMs: 45 helper blocks): the first requests'
+    helpers read the tails of their lists (docs/residency.md, "Fused
+    gather"), 17 rows each."""
+    return device_sms() // 2 + 20
 
 
 # Batches of test_fused_gather_many_requests_full_buffers, as (requests,
@@ -504,9 +516,12 @@ def one_helper_batch() -> int:
 # a padding row after 16 requests makes the launch one of more token rows
 # than requests, whose helpers do not read early, and the requests with long
 # lists keep a head of them for their phase E (100 and 128 misses over 16
-# of 132 blocks are 13 and 16 rows).
+# of 132 blocks are 13 and 16 rows). tail_read_batch() has tail-read helpers
+# for about half of its requests, and a batch two short of the SM count one
+# for its first request, whose tail is its whole list (at most 768 rows).
 MANY_REQUEST_BATCHES = {"early_reads": lambda: (16, 0), "one_helper_each": lambda: (one_helper_batch(), 0),
-                        "kept_heads": lambda: (16, 1)}
+                        "kept_heads": lambda: (16, 1), "tail_reads": lambda: (tail_read_batch(), 0),
+                        "one_tail_helper": lambda: (device_sms() - 2, 0)}
 
 
 @pytest.mark.sanitize
@@ -559,6 +574,22 @@ def test_fused_gather_helpers_that_note_destinations(device):
     state and every hot byte equal the CPU backend's."""
     B, K, H = 16, 2048, 4096
     misses = [[K // 5 + b for b in range(B)], [K // 5 - b for b in range(B)]]
+    check_full_buffer_steps(device, misses, K=K, H=H, max_union_rows=K, schedule="handoff")
+
+
+@pytest.mark.sanitize
+def test_fused_gather_tail_reads_at_decode_shape(device):
+    """Three quarters of the SMs in requests (99 on 132 SMs: 32 helper
+    blocks) selecting 2,048 positions of full 4,096-row buffers, 2.5-6% of
+    them new, rows of 656 bytes: under the handoff on CUDA the first
+    requests' helpers predict their misses in top-k order and read the last
+    24 of them while the owners resolve, then copy their lists' tails while
+    the owners copy the heads (docs/residency.md, "Fused gather"). Two
+    steps; every miss is assigned, every valid entry's hot row holds its
+    host row afterwards, and on CUDA all outputs, the state and every hot
+    byte equal the CPU backend's."""
+    B, K, H = device_sms() * 3 // 4, 2048, 4096
+    misses = [[50 + (b * 7) % 73 for b in range(B)], [120 - (b * 5) % 71 for b in range(B)]]
     check_full_buffer_steps(device, misses, K=K, H=H, max_union_rows=K, schedule="handoff")
 
 

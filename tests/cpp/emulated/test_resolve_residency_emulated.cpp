@@ -102,4 +102,8 @@ TEST(ResolveResidencyEmulated, HandoffWithEarlyReadHelpersMatchesTheReference) {
   check_against_reference(Kind::kEarlyReads, 4, 12);
 }
 
+TEST(ResolveResidencyEmulated, HandoffWithTailReadHelpersMatchesTheReference) {
+  check_against_reference(Kind::kTailReads, 5, 16);
+}
+
 }  // namespace
