@@ -9,11 +9,14 @@
 //           own rows publishes nothing, and one whose misses fit its stage
 //           closes the record after C1 already); with early reads, always
 //           published after phase D and closed by whichever block finishes
-//           the record's last partition;
+//           the record's last partition; with tail reads, a helped request
+//           publishes after phase D and whichever block copies the tail
+//           closes it;
 //   cursor  swap entries claimed so far, reset by the owner when it opens
 //           and set past the entries it keeps when it publishes; with early
 //           reads, the partitions claimed (low 16 bits) and finished (high
-//           16 bits) instead, reset when the owner opens;
+//           16 bits) instead, reset when the owner opens (with tail reads,
+//           one partition: the list's tail);
 //   first   the request's first token row;
 //   count   its assigned misses (swap entries), in token-row order
 //           (first and count are written only when the record is
