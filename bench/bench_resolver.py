@@ -85,7 +85,6 @@ import hisparse
 from hisparse.baseline import resolve_residency_torch
 from hisparse.bench import measure, provenance
 
-
 # Each timing: (the resolve's fused-gather schedule or None, the separate gather's variant or None).
 PATHS = {
     "resolve": (None, None),

@@ -989,8 +989,8 @@ unsigned handoff_helper_blocks(const ResolveResidencyParams& params, const Resol
 
 // Each tail-read helper's share of tail_reads::kLaunchRows (at most one top-k row).
 int16_t tail_rows_per_helper(const ResolveResidencyParams& params, unsigned helpers) {
-  return static_cast<int16_t>(std::max<int64_t>(
-      std::min<int64_t>(tail_reads::kLaunchRows / std::max(helpers, 1u), params.top_k), 1));
+  return static_cast<int16_t>(
+      std::max<int64_t>(std::min<int64_t>(tail_reads::kLaunchRows / std::max(helpers, 1u), params.top_k), 1));
 }
 
 // Whether the handoff's helper blocks read early (resolver_early_reads.cuh):

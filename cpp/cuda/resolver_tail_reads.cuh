@@ -67,8 +67,8 @@ __device__ __forceinline__ int32_t tail_begin(const ResolverConstants& c, int32_
 // kResolverThreads. Ends at a block barrier, with the buffered rows counted
 // in words[kPredicted]. `scan`: 32 words of shared memory.
 __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                             const early_reads::HelperMemory& m, int32_t* scan, int32_t b,
-                                             int32_t s, int32_t cap) {
+                                             const early_reads::HelperMemory& m, int32_t* scan, int32_t b, int32_t s,
+                                             int32_t cap) {
   using early_reads::HelperMemory;
   constexpr int kHeldLoads = early_reads::kHeldLoads;
   const int tid = threadIdx.x;
@@ -183,9 +183,9 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
 __device__ __forceinline__ void finish_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 int32_t* record, int32_t* scratch) {
   if (threadIdx.x == 0) {
-    const uint32_t before = static_cast<uint32_t>(handoff::Word(record[early_reads::kPartsWord])
-                                                      .fetch_or(static_cast<int32_t>(kTailPart),
-                                                                ::cuda::memory_order_relaxed));
+    const uint32_t before =
+        static_cast<uint32_t>(handoff::Word(record[early_reads::kPartsWord])
+                                  .fetch_or(static_cast<int32_t>(kTailPart), ::cuda::memory_order_relaxed));
     scratch[0] = static_cast<int32_t>(kTailPart & ~before);
   }
   __syncthreads();
