@@ -219,11 +219,15 @@ class HandoffGather : public AutoGather<Fused> {
     record_ = p.handoff + static_cast<int64_t>(request.s) * HS_RESOLVER_HANDOFF_WORDS;
     if (threadIdx.x == 0) {
       handoff::Word(record_[handoff::kCursor]).store(0, ::cuda::memory_order_relaxed);
-      // With early or tail reads a helper that sees the record open claims
-      // a partition: after the reset (a release; the others need no order).
-      handoff::Word(record_[handoff::kState])
-          .store(handoff::kResolving,
-                 kEarlyReads || kTailReads ? ::cuda::memory_order_release : ::cuda::memory_order_relaxed);
+      // With early reads, and for a request with a tail-read helper, a
+      // helper that sees the record open claims a partition: after the
+      // reset (a release; the others need no order).
+      handoff::Word state(record_[handoff::kState]);
+      if (kEarlyReads || (kTailReads && tail_helped(p))) {
+        state.store(handoff::kResolving, ::cuda::memory_order_release);
+      } else {
+        state.store(handoff::kResolving, ::cuda::memory_order_relaxed);
+      }
     }
   }
 
@@ -276,8 +280,7 @@ class HandoffGather : public AutoGather<Fused> {
       if constexpr (kTailReads) {
         // A helped request keeps the head, the others their whole lists (as
         // does one closed after C1, whose helper has left).
-        const bool helped = blockIdx.x + 1u + static_cast<uint32_t>(p.num_batch_rows) < gridDim.x;
-        kept_ = helped && !closed_early_ ? tail_reads::tail_begin(c, assigned_total) : -assigned_total;
+        kept_ = tail_helped(p) && !closed_early_ ? tail_reads::tail_begin(c, assigned_total) : -assigned_total;
       } else {
         // 32-bit: assigned_total <= max_union_rows <= H <= 32767, and B < gridDim.x <= the SM count.
         const uint32_t blocks = gridDim.x;
@@ -383,6 +386,11 @@ class HandoffGather : public AutoGather<Fused> {
     if (threadIdx.x == 0 && closed_early_) {
       handoff::Word(record_[handoff::kState]).store(handoff::kIdle, ::cuda::memory_order_relaxed);
     }
+  }
+
+  // With tail reads: whether the block's request has a helper (helper h helps batch row h).
+  __device__ __forceinline__ static bool tail_helped(const ResolveResidencyParams& p) {
+    return blockIdx.x + 1u + static_cast<uint32_t>(p.num_batch_rows) < gridDim.x;
   }
 
   // Whether rows past the kept head are left to the other blocks (block-uniform, after phase D).

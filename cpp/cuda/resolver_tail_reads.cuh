@@ -65,7 +65,9 @@ __device__ __forceinline__ int32_t tail_begin(const ResolverConstants& c, int32_
 // buffered (values = their buffer index; kUnbuffered for the earlier ones;
 // kHeld for held rows). The launcher runs tail reads only for k <= 2 x
 // kResolverThreads. Ends at a block barrier, with the buffered rows counted
-// in words[kPredicted]. `scan`: 32 words of shared memory.
+// in words[kPredicted] (none where at most c.auto_local_rows misses are
+// predicted: such a request stages and copies its misses itself). `scan`:
+// 32 words of shared memory.
 __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, const ResolverConstants& c,
                                              const early_reads::HelperMemory& m, int32_t* scan, int32_t b, int32_t s,
                                              int32_t cap) {
@@ -139,7 +141,8 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
     if (buffer_index >= 0) m.predicted[buffer_index] = m.keys[slot[x]];
     ++index;
   }
-  if (tid == 0) m.words[HelperMemory::kPredicted] = min(total, cap);
+  // A request whose misses fit its stage copies them itself: no reads for it.
+  if (tid == 0) m.words[HelperMemory::kPredicted] = total > c.auto_local_rows ? min(total, cap) : 0;
   __syncthreads();  // the prediction is complete
 }
 
