@@ -163,7 +163,8 @@ class Runtime:
     request's predicted misses from host memory while the request still
     resolves, then predict them from its bits instead of from the state row.
     That took 0.88-0.97x the step's time at 1-64 requests missing 5-20%, but
-    only launches with helper blocks read it, and elsewhere its upkeep costs
+    only launches with a helper block per request read it (from half the
+    SMs on only the first requests have one), and elsewhere its upkeep costs
     1-3% (docs/residency.md, "Residency hint"; figures in
     docs/performance.md). The default, ``None``, keeps one where every
     launch of the group has such helpers: a CUDA group without speculative

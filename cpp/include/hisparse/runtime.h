@@ -103,7 +103,8 @@ typedef struct hs_runtime* hs_runtime_t;
  * (config->num_speculative_tokens == 0) whose max_num_reqs is below half the
  * device's SMs and whose resolver arrays fit one block's shared memory, so
  * that every launch has helper blocks that read predicted misses early;
- * elsewhere nothing reads the hint and keeping it only costs time. */
+ * elsewhere nothing reads the hint, or (from half the SMs on) only the
+ * helpers of a launch's first requests, and every request pays its upkeep. */
 typedef enum hs_residency_hint_choice {
   HS_RESIDENCY_HINT_OFF = 0,
   HS_RESIDENCY_HINT_ON = 1,
