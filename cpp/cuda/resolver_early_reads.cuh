@@ -189,6 +189,30 @@ struct HelperMemory {
   }
 };
 
+// What a helper's prediction reads for batch row b on state row s: the
+// request's table rows and top-k row, and the residency hint where the
+// launch has one, else the state row (`held_slots` of its entries; 0 with
+// a hint).
+struct PredictionInputs {
+  const int32_t* source;
+  const int32_t* resident;
+  const int32_t* topk;
+  const uint32_t* hint;
+  const int32_t* held_row;
+  int32_t held_slots;
+};
+
+__device__ __forceinline__ PredictionInputs prediction_inputs(const ResolveResidencyParams& p, int32_t b, int32_t s) {
+  PredictionInputs in;
+  in.source = p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
+  in.resident = p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
+  in.topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
+  in.hint = p.residency_hint;
+  in.held_row = in.hint == nullptr ? p.device_global_indices + static_cast<int64_t>(s) * p.hot_size : nullptr;
+  in.held_slots = in.held_row != nullptr ? p.hot_size : 0;
+  return in;
+}
+
 // Prediction loads issued per thread before the helper's table is clear:
 // a top-k row of up to 2048 entries and a state row of up to 4096 slots
 // take one round of loads.
@@ -257,26 +281,18 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
   }
   const int32_t K = p.top_k;
   const bool row_in_range = b < p.num_tokens;
-  const int32_t* const source =
-      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
-  const int32_t* const resident =
-      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
-  const int32_t* const topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
-  const uint32_t* const hint = p.residency_hint;
-  const int32_t* const held_row =
-      hint == nullptr ? p.device_global_indices + static_cast<int64_t>(s) * p.hot_size : nullptr;
-  const int32_t H = held_row != nullptr ? p.hot_size : 0;
+  const PredictionInputs in = prediction_inputs(p, b, s);
   int32_t position[kTopkLoads];
   int32_t held[kHeldLoads];
 #pragma unroll
   for (int x = 0; x < kTopkLoads; ++x) {
     const int32_t e = tid + x * kResolverThreads;
-    position[x] = row_in_range && e < K ? topk[e] : -1;
+    position[x] = row_in_range && e < K ? in.topk[e] : -1;
   }
 #pragma unroll
   for (int x = 0; x < kHeldLoads; ++x) {
     const int32_t j = tid + x * kResolverThreads;
-    held[x] = j < H ? __ldcg(held_row + j) : -1;
+    held[x] = j < in.held_slots ? __ldcg(in.held_row + j) : -1;
   }
   const bool row_of_b = row_in_range && p.req_id_per_token[b] == b;
   for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
@@ -287,20 +303,20 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
   int32_t key[kTopkLoads];
 #pragma unroll
   for (int x = 0; x < kTopkLoads; ++x) {
-    key[x] = row_of_b && position[x] >= 0 ? partition_key(p, c, source, resident, position[x], part, parts) : -1;
+    key[x] = row_of_b && position[x] >= 0 ? partition_key(p, c, in.source, in.resident, position[x], part, parts) : -1;
   }
-  if (held_row != nullptr) {
+  if (in.held_row != nullptr) {
 #pragma unroll
     for (int x = 0; x < kHeldLoads; ++x) mark_held(m, held[x], part, parts);
-    for (int32_t j = tid + kHeldLoads * kResolverThreads; j < H; j += kResolverThreads) {
-      mark_held(m, __ldcg(held_row + j), part, parts);
+    for (int32_t j = tid + kHeldLoads * kResolverThreads; j < in.held_slots; j += kResolverThreads) {
+      mark_held(m, __ldcg(in.held_row + j), part, parts);
     }
     __syncthreads();  // every held row is marked
   }
 #pragma unroll
-  for (int x = 0; x < kTopkLoads; ++x) note_predicted(m, hint, key[x]);
+  for (int x = 0; x < kTopkLoads; ++x) note_predicted(m, in.hint, key[x]);
   for (int32_t e = tid + kTopkLoads * kResolverThreads; row_of_b && e < K; e += kResolverThreads) {
-    note_predicted(m, hint, partition_key(p, c, source, resident, topk[e], part, parts));
+    note_predicted(m, in.hint, partition_key(p, c, in.source, in.resident, in.topk[e], part, parts));
   }
   __syncthreads();  // the prediction is complete
 }

@@ -76,27 +76,19 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
   const int tid = threadIdx.x;
   const int32_t K = p.top_k;
   const bool row_of_b = b < p.num_tokens && p.req_id_per_token[b] == b;
-  const int32_t* const source =
-      p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
-  const int32_t* const resident =
-      p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
-  const int32_t* const topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
-  const uint32_t* const hint = p.residency_hint;
-  const int32_t* const held_row =
-      hint == nullptr ? p.device_global_indices + static_cast<int64_t>(s) * p.hot_size : nullptr;
-  const int32_t H = held_row != nullptr ? p.hot_size : 0;
+  const early_reads::PredictionInputs in = early_reads::prediction_inputs(p, b, s);
   // Every load of the prediction's first round is issued before anything waits.
   int32_t position[2];
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
     const int32_t e = 2 * tid + x;
-    position[x] = row_of_b && e < K ? topk[e] : -1;
+    position[x] = row_of_b && e < K ? in.topk[e] : -1;
   }
   int32_t held[kHeldLoads];
 #pragma unroll
   for (int x = 0; x < kHeldLoads; ++x) {
     const int32_t j = tid + x * kResolverThreads;
-    held[x] = j < H ? __ldcg(held_row + j) : -1;
+    held[x] = j < in.held_slots ? __ldcg(in.held_row + j) : -1;
   }
   for (uint32_t i = tid; i < m.capacity; i += kResolverThreads) m.keys[i] = -1;
   __syncthreads();  // the table is empty
@@ -104,8 +96,9 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
 #pragma unroll
   for (int x = 0; x < 2; ++x) {
     slot[x] = -1;
-    int32_t key = position[x] >= 0 ? early_reads::partition_key(p, c, source, resident, position[x], 0, 1) : -1;
-    if (key >= 0 && hint != nullptr && ((__ldcg(hint + (key >> 5)) >> (key & 31)) & 1u)) key = -1;  // probably held
+    int32_t key = position[x] >= 0 ? early_reads::partition_key(p, c, in.source, in.resident, position[x], 0, 1) : -1;
+    if (key >= 0 && in.hint != nullptr && ((__ldcg(in.hint + (key >> 5)) >> (key & 31)) & 1u))
+      key = -1;  // probably held
     bool inserted = false;
     if (key >= 0) {
       const int32_t at = m.insert(key, inserted);
@@ -116,7 +109,7 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
     }
   }
   __syncthreads();  // every predicted candidate is in the table
-  if (held_row != nullptr) {
+  if (in.held_row != nullptr) {
     const auto mark = [&](int32_t key) {
       if (key < 0) return;
       const int32_t at = m.find_slot(key);
@@ -124,7 +117,8 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
     };
 #pragma unroll
     for (int x = 0; x < kHeldLoads; ++x) mark(held[x]);
-    for (int32_t j = tid + kHeldLoads * kResolverThreads; j < H; j += kResolverThreads) mark(__ldcg(held_row + j));
+    for (int32_t j = tid + kHeldLoads * kResolverThreads; j < in.held_slots; j += kResolverThreads)
+      mark(__ldcg(in.held_row + j));
     __syncthreads();  // every held row is marked
   }
   bool predicted[2];
