@@ -106,4 +106,106 @@ TEST(ResolveResidencyEmulated, HandoffWithTailReadHelpersMatchesTheReference) {
   check_against_reference(Kind::kTailReads, 5, 16);
 }
 
+// One request (state row 0) whose state row holds H = 4096 distinct host
+// rows (the even ones) and whose top-k row selects K = 2048 distinct host
+// rows in a shuffled order, `misses` of them odd (held by no slot).
+Scenario tail_read_scenario(std::mt19937& rng, int32_t misses) {
+  Scenario s;
+  s.B = 1, s.T = 1, s.K = 2048, s.H = 4096, s.S = 1, s.hbs = 16, s.stride = 16;
+  s.host_rows = 60000, s.max_union = s.K, s.fused = 3, s.row_bytes = 64;
+  s.req = {0}, s.state_idx = {0}, s.num_valid = 1;
+  s.dgi.resize(s.H);
+  std::vector<int16_t> order(s.H);
+  for (int32_t j = 0; j < s.H; ++j) {
+    s.dgi[j] = 2 * j;
+    order[j] = static_cast<int16_t>(j);
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  s.lru = order;
+  const int32_t width = s.H / s.hbs + 1;
+  for (int32_t w = 0; w < width; ++w) s.hot_table.push_back(w + 1);
+  std::vector<int32_t> held(s.H), fresh(20000);
+  for (int32_t j = 0; j < s.H; ++j) held[j] = 2 * j;
+  for (int32_t r = 0; r < 20000; ++r) fresh[r] = 2 * r + 1;
+  std::shuffle(held.begin(), held.end(), rng);
+  std::shuffle(fresh.begin(), fresh.end(), rng);
+  s.topk.assign(held.begin(), held.begin() + (s.K - misses));
+  s.topk.insert(s.topk.end(), fresh.begin(), fresh.begin() + misses);
+  std::shuffle(s.topk.begin(), s.topk.end(), rng);
+  s.host_cache.resize(static_cast<size_t>(s.host_rows) * s.row_bytes);
+  for (size_t i = 0; i < s.host_cache.size(); i += 4) {
+    const uint32_t v = static_cast<uint32_t>(i * 2654435761u);
+    std::memcpy(&s.host_cache[i], &v, 4);
+  }
+  return s;
+}
+
+// A tail-read helper block run alone on the list its request published
+// (the CPU reference's swap list of the step), predicting from the state
+// row before the step: with more misses than the owner's stage holds it
+// copies exactly the list's last tail_rows_per_helper entries (from its
+// buffer, or from host memory where `wrong_prediction` made it predict
+// otherwise), having buffered them in the list's order, and closes the
+// record; with few it leaves the list to the owner. (In a whole launch the
+// emulation runs the owners first, which claim their tails themselves.)
+TEST(ResolveResidencyEmulated, TailReadHelperCopiesTheTailOfThePublishedList) {
+  namespace cuda = hisparse::cuda;
+  emu::g_shared = cuda::smem;
+  constexpr int32_t kTail = 40;
+  std::mt19937 rng(6);
+  for (const int32_t misses : {5, 150, 600}) {
+    for (const bool wrong_prediction : {false, true}) {
+      const std::string where =
+          std::to_string(misses) + " misses, wrong prediction " + std::to_string(wrong_prediction);
+      Scenario s = tail_read_scenario(rng, misses);
+      Outputs reference, helper;
+      hisparse::resolve_residency_reference(hisparse::emulated::bind(s, reference));
+      const hisparse::ResolveResidencyParams p = hisparse::emulated::bind(s, helper);
+      helper.swap_host = reference.swap_host;
+      helper.swap_device = reference.swap_device;
+      helper.swap_counts = reference.swap_counts;
+      const int32_t n = reference.swap_counts[0];
+      ASSERT_EQ(n, misses) << where;
+      if (wrong_prediction) {
+        // Slots that seem to hold three of the misses, and three held rows that seem missing.
+        for (int32_t i = 0; i < 3; ++i) helper.dgi[i] = reference.swap_host[n - 1 - 7 * i];
+        for (int32_t i = 3; i < 6; ++i) helper.dgi[i] = -1;
+      }
+      helper.handoff = {cuda::handoff::kPublished, 0, 0, n};
+      const hisparse::ResolverLaunchLayout chosen = hisparse::resolver_launch_layout(
+          s.H, s.max_union, s.row_bytes, cuda::kMissStageRows, static_cast<uint64_t>(emu::g_device.block_shared_optin));
+      cuda::ResolverConstants c = cuda::make_resolver_constants(p, chosen, false);
+      c.tail_rows_per_helper = kTail;
+      const uint32_t bytes = c.miss_stage.total_bytes;
+      emu::run_grid(dim3(1), dim3(hisparse::kResolverThreads),
+                    [&] { cuda::tail_reads::help_as_helper(p, c, cuda::smem, bytes, 0); });
+
+      const bool copies = n > c.auto_local_rows;
+      const int32_t first = copies ? std::max(n - kTail, 0) : n;
+      for (int32_t e = 0; e < n; ++e) {
+        const int64_t hot_row = reference.swap_device[e];
+        const uint8_t* got = helper.hot_cache.data() + hot_row * s.row_bytes;
+        const std::vector<uint8_t> want =
+            e >= first ? std::vector<uint8_t>(s.host_cache.begin() + int64_t{reference.swap_host[e]} * s.row_bytes,
+                                              s.host_cache.begin() + int64_t{reference.swap_host[e] + 1} * s.row_bytes)
+                       : std::vector<uint8_t>(s.row_bytes, 0);
+        ASSERT_EQ(want, std::vector<uint8_t>(got, got + s.row_bytes)) << "swap entry " << e << ", " << where;
+      }
+      const std::vector<int32_t> record = copies ? std::vector<int32_t>{cuda::handoff::kIdle, 1 | (1 << 16), 0, n}
+                                                 : std::vector<int32_t>{cuda::handoff::kPublished, 0, 0, n};
+      EXPECT_EQ(record, helper.handoff) << where;
+      if (!copies || wrong_prediction) continue;
+      // The buffer's rows are the list's last ones, in the list's order.
+      const cuda::early_reads::HelperMemory m(cuda::smem + 4 * hisparse::kResolverWarps,
+                                              bytes - 4 * hisparse::kResolverWarps, s.K, 0, 1, c.stage_row_bytes,
+                                              false);
+      ASSERT_EQ(m.words[cuda::early_reads::HelperMemory::kPredicted], std::min(kTail, n)) << where;
+      for (int32_t i = 0; i < std::min(kTail, n); ++i) {
+        EXPECT_EQ(m.predicted[i], reference.swap_host[n - std::min(kTail, n) + i])
+            << "buffered row " << i << ", " << where;
+      }
+    }
+  }
+}
+
 }  // namespace
