@@ -44,9 +44,14 @@ namespace tail_reads {
 // Rows the helpers of one launch read early, together; each helper's share
 // is ResolverConstants::tail_rows_per_helper. About the link's first ten
 // microseconds of a step, the span before the owners' own copies start:
-// twice as many gained nothing at 100 requests and 5% misses, and reads
-// without a cap held the owners' phases back.
+// twice as many gained nothing at 100 requests and 5% misses for helpers
+// that did not split the list, and reads without a cap held the owners'
+// phases back.
 constexpr int32_t kLaunchRows = 768;
+
+// A helper's shared memory starts with the prediction scan's words;
+// early_reads' HelperMemory follows.
+constexpr uint32_t kScanBytes = 4 * kResolverWarps;
 
 // The one part of a helped record (early_reads' partition bits, with one
 // partition: the tail).
@@ -151,9 +156,7 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  // The scan's words first, then early_reads' helper memory (a table for the
-  // top-k row alone: held rows are only looked up).
-  constexpr uint32_t kScanBytes = 4 * kResolverWarps;
+  // A table for the top-k row alone: held rows are only looked up.
   int32_t* const scan = reinterpret_cast<int32_t*>(smem);
   const HelperMemory m(smem + kScanBytes, bytes - kScanBytes, p.top_k, 0, 1, c.stage_row_bytes, false);
   if (m.capacity == 0) return;

@@ -178,3 +178,25 @@ def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
     assert first["peer_us"] == 1e9 and first["meets_target"] is True
     assert "peer_us" not in second
     assert result["peer"]["points_compared"] == 1 and result["peer"]["points_met"] == 1
+
+
+def test_paths_times_only_the_named_timings_and_reports_what_follows_from_them(tmp_path):
+    bench = load_bench()
+    small = ["--device", "cpu", "--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
+             "--replays", "1", "--baseline-steps", "0", "--batches", "2", "--miss-rates", "0.05"]
+    peer = tmp_path / "peer.json"
+    peer.write_text(json.dumps({
+        "name": "a peer", "source": "this test", "memcpy_h2d_gbps": 1.0,
+        "shape": {"top_k": 64, "hot_size": 128, "row_bytes": 656},
+        "target": {"faster_by": 1.1, "line_bound_factor": 1.05, "rule": "r"},
+        "points": [{"batch": 2, "miss_rate": 0.05, "us": 1e9}],
+    }))
+    (point,) = bench.main(small + ["--paths", "resolve_auto_gather", "--peer", str(peer)])["points"]
+    timings = {name for name in point if name.endswith("_us") and name.startswith("resolve")}
+    assert timings == {"resolve_auto_gather_us"}
+    assert point["auto_over_line_bound"] == point["resolve_auto_gather_us"] / point["ideal_line_bound_us"]
+    assert point["meets_target"] is True and point["peer_over_auto"] == 1e9 / point["resolve_auto_gather_us"]
+    for derived in ("speedup_vs_torch", "gather_default_over_ideal", "fused_over_ideal", "best_over_line_bound"):
+        assert derived not in point
+    with pytest.raises(SystemExit, match="--paths: expected some of"):
+        bench.main(small + ["--paths", "resolve,resolve_sideways"])

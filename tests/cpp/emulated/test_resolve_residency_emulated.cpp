@@ -196,8 +196,8 @@ TEST(ResolveResidencyEmulated, TailReadHelperCopiesTheTailOfThePublishedList) {
       EXPECT_EQ(record, helper.handoff) << where;
       if (!copies || wrong_prediction) continue;
       // The buffer's rows are the list's last ones, in the list's order.
-      const cuda::early_reads::HelperMemory m(cuda::smem + 4 * hisparse::kResolverWarps,
-                                              bytes - 4 * hisparse::kResolverWarps, s.K, 0, 1, c.stage_row_bytes,
+      const cuda::early_reads::HelperMemory m(cuda::smem + cuda::tail_reads::kScanBytes,
+                                              bytes - cuda::tail_reads::kScanBytes, s.K, 0, 1, c.stage_row_bytes,
                                               false);
       ASSERT_EQ(m.words[cuda::early_reads::HelperMemory::kPredicted], std::min(kTail, n)) << where;
       for (int32_t i = 0; i < std::min(kTail, n); ++i) {
