@@ -76,4 +76,17 @@ HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_
   });
 }
 
+HS_API hs_status_t hs_warm_host_pages(const hs_tensor_t* host_cache, const hs_tensor_t* block_table,
+                                      const hs_tensor_t* seq_lens, int64_t block_size, int64_t page_bytes,
+                                      const hs_tensor_t* out, hs_stream_t stream) {
+  return api_guard([&] {
+    Device device;
+    const WarmHostPagesParams params =
+        warm_host_pages_params(host_cache, block_table, seq_lens, block_size, page_bytes, out, &device);
+    // With an output to write, an empty table still writes its zeros.
+    if (params.out == nullptr && (params.num_requests == 0 || params.table_width == 0)) return;
+    backend_for(device, "block_table").warm_host_pages(params, stream);
+  });
+}
+
 }  // extern "C"

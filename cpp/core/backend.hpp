@@ -112,6 +112,9 @@ class Backend {
   virtual void swap_blocks_batch(const SwapBlocksParams& /*params*/, hs_stream_t /*stream*/) {
     fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement swap_blocks_batch");
   }
+  virtual void warm_host_pages(const WarmHostPagesParams& /*params*/, hs_stream_t /*stream*/) {
+    fail(HS_ERROR_UNSUPPORTED, "the ", name(), " backend does not implement warm_host_pages");
+  }
   // Prefill-staging kernels (staging_params.hpp). Not pure, for the same
   // reason; the CPU and CUDA backends override all of them.
   // Scratch bytes staging_remap needs over `count` entries on `device`.

@@ -597,4 +597,62 @@ SwapBlocksParams swap_blocks_params(const hs_tensor_t* src_t, const hs_tensor_t*
   return p;
 }
 
+WarmHostPagesParams warm_host_pages_params(const hs_tensor_t* host_cache, const hs_tensor_t* block_table,
+                                           const hs_tensor_t* seq_lens, int64_t block_size, int64_t page_bytes,
+                                           const hs_tensor_t* out, Device* device_out) {
+  const TensorArg host(host_cache, "host_cache");
+  const TensorArg table(block_table, "block_table");
+  const TensorArg lengths(seq_lens, "seq_lens", /*optional=*/true);
+  const TensorArg totals(out, "out", /*optional=*/true);
+  const Device device = table.device();
+  *device_out = device;
+  table.dtype_is(HS_DTYPE_INT32).ndim_is(2).row_major_2d();
+  const Rows rows = rows_of(host);
+  check_source_device(host, device, "block_table");
+  if (block_size < 1 || block_size > kInt32Max) {
+    invalid_argument("block_size: expected a positive number of rows per host block, at most ", kInt32Max, ", got ",
+                     block_size);
+  }
+  constexpr int64_t kMaxPageBytes = int64_t{1} << 30;
+  if (page_bytes < 16 || page_bytes > kMaxPageBytes || (page_bytes & (page_bytes - 1)) != 0) {
+    invalid_argument("page_bytes: expected a power of two from 16 to ", kMaxPageBytes, ", got ", page_bytes);
+  }
+  AliasCheck aliases;
+  aliases.reads(host).reads(table);
+  WarmHostPagesParams p;
+  if (lengths.present()) {
+    int_vector(lengths, device, "block_table").size_at_least(0, table.size(0), "one length per row of block_table");
+    aliases.reads(lengths);
+    p.seq_lens = lengths.data<int32_t>();
+  }
+  if (totals.present()) {
+    totals.dtype_is(HS_DTYPE_INT64)
+        .ndim_is(1)
+        .unit_stride(0)
+        .size_is(0, 2, "[words read, their XOR]")
+        .on(device, "block_table");
+    aliases.writes(totals);
+    p.out = totals.data<int64_t>();
+  }
+  aliases.check();
+  p.device = device.index;
+  p.host = rows.base;
+  p.extent = rows.extent;
+  // One block covers every row when it holds them all (so no product of
+  // block_size and a pitch can overflow).
+  p.block_bytes = block_size >= rows.count ? rows.extent : block_size * rows.pitch;
+  p.host_blocks = rows.count == 0 ? 0 : (rows.count + block_size - 1) / block_size;
+  p.block_table = table.table_data();
+  p.block_table_row_stride = table.numel() > 0 ? table.stride(0) : 0;
+  p.num_requests = checked_int32(table.size(0), "block_table rows");
+  p.table_width = checked_int32(table.size(1), "block_table columns");
+  p.block_size = block_size;
+  p.page_bytes = page_bytes;
+  if (rows.extent > 0) {
+    backend_for(device, "block_table")
+        .check_accessible(rows.base, static_cast<size_t>(rows.extent), device.index, host.name());
+  }
+  return p;
+}
+
 }  // namespace hisparse

@@ -78,4 +78,10 @@ InvalidateSlotsParams invalidate_written_slots_params(const hs_invalidate_writte
 SwapBlocksParams swap_blocks_params(const hs_tensor_t* src, const hs_tensor_t* dst, const hs_tensor_t* sizes,
                                     Device* device);
 
+// Every argument of hs_warm_host_pages; *device is the executing device (the
+// block table's).
+WarmHostPagesParams warm_host_pages_params(const hs_tensor_t* host_cache, const hs_tensor_t* block_table,
+                                           const hs_tensor_t* seq_lens, int64_t block_size, int64_t page_bytes,
+                                           const hs_tensor_t* out, Device* device);
+
 }  // namespace hisparse

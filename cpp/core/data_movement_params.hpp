@@ -115,4 +115,64 @@ struct SwapBlocksParams {
   int64_t count = 0;
 };
 
+// hs_warm_host_pages: block h of `host` spans [h * block_bytes,
+// min((h + 1) * block_bytes, extent)) from `host`.
+struct WarmHostPagesParams {
+  int device = 0;
+  const uint8_t* host = nullptr;
+  int64_t extent = 0;       // bytes from host to the end of its last row
+  int64_t host_blocks = 0;  // blocks that start before the end of the last row
+  int64_t block_bytes = 0;  // block_size x the row pitch
+  const int32_t* block_table = nullptr;
+  int64_t block_table_row_stride = 0;
+  int32_t num_requests = 0;  // B
+  int32_t table_width = 0;   // M
+  const int32_t* seq_lens = nullptr;  // null: every entry of a row is used
+  int64_t block_size = 0;
+  int64_t page_bytes = 0;  // a power of two
+  int64_t* out = nullptr;  // [words read, their XOR], or null
+};
+
+// The bytes entry i of request b of a page warm-up reads a word of: from
+// `first` (an offset from params.host), then at every page boundary before
+// `end`; nothing when first >= end. Shared by the CPU reference and the
+// CUDA kernel, so both read the same words.
+struct WarmedRange {
+  int64_t first = 0;
+  int64_t end = 0;
+};
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t next_page_offset(const WarmHostPagesParams& p, int64_t offset) {
+  const auto address = reinterpret_cast<uintptr_t>(p.host) + static_cast<uintptr_t>(offset);
+  return offset + p.page_bytes - static_cast<int64_t>(address & static_cast<uintptr_t>(p.page_bytes - 1));
+}
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline WarmedRange warmed_range(const WarmHostPagesParams& p, int32_t b, int32_t i) {
+  WarmedRange range;
+  int64_t used = p.table_width;
+  if (p.seq_lens != nullptr) {
+    const int64_t length = p.seq_lens[b];
+    used = length <= 0 ? 0 : (length + p.block_size - 1) / p.block_size;
+  }
+  if (i >= used) return range;
+  const int32_t* row = p.block_table + static_cast<int64_t>(b) * p.block_table_row_stride;
+  const int64_t block = row[i];
+  if (block < 0 || block >= p.host_blocks) return range;
+  const int64_t start = block * p.block_bytes;
+  range.end = p.extent - start < p.block_bytes ? p.extent : start + p.block_bytes;
+  const bool on_boundary = ((reinterpret_cast<uintptr_t>(p.host) + static_cast<uintptr_t>(start)) &
+                            static_cast<uintptr_t>(p.page_bytes - 1)) == 0;
+  // The block just below, used by this request right before: it read the
+  // page this block starts in (or its own start, in that page).
+  const bool follows_block_below = i > 0 && row[i - 1] == block - 1;
+  range.first = on_boundary || !follows_block_below ? start : next_page_offset(p, start);
+  return range;
+}
+
 }  // namespace hisparse

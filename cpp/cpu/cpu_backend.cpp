@@ -99,6 +99,7 @@ class CpuBackend final : public Backend {
   }
   void mirror_rows(const MirrorRowsParams& params, hs_stream_t) override { mirror_rows_reference(params); }
   void swap_blocks_batch(const SwapBlocksParams& params, hs_stream_t) override { swap_blocks_batch_reference(params); }
+  void warm_host_pages(const WarmHostPagesParams& params, hs_stream_t) override { warm_host_pages_reference(params); }
 
   void reset_request(const ResetRequestParams& params, hs_stream_t) override { reset_request_reference(params); }
   void prepare_topk(const PrepareTopkParams& params, hs_stream_t) override { prepare_topk_reference(params); }

@@ -11,5 +11,6 @@ void gather_plan_reference(const GatherPlanParams& params);
 void invalidate_written_slots_reference(const InvalidateSlotsParams& params);
 void mirror_rows_reference(const MirrorRowsParams& params);
 void swap_blocks_batch_reference(const SwapBlocksParams& params);
+void warm_host_pages_reference(const WarmHostPagesParams& params);
 
 }  // namespace hisparse

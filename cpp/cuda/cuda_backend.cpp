@@ -239,6 +239,10 @@ class CudaBackend final : public Backend {
     CudaDeviceGuard guard(params.device);
     cuda::launch_swap_blocks_batch(params, as_cuda(stream));
   }
+  void warm_host_pages(const WarmHostPagesParams& params, hs_stream_t stream) override {
+    CudaDeviceGuard guard(params.device);
+    cuda::launch_warm_host_pages(params, as_cuda(stream));
+  }
   void reset_request(const ResetRequestParams& params, hs_stream_t stream) override {
     CudaDeviceGuard guard(params.device);
     cuda::launch_reset_request(params, as_cuda(stream));

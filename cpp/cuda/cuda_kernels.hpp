@@ -30,6 +30,7 @@ void launch_gather_plan(const GatherPlanParams& params, cudaStream_t stream);
 void launch_invalidate_written_slots(const InvalidateSlotsParams& params, cudaStream_t stream);
 void launch_mirror_rows(const MirrorRowsParams& params, cudaStream_t stream);
 void launch_swap_blocks_batch(const SwapBlocksParams& params, cudaStream_t stream);
+void launch_warm_host_pages(const WarmHostPagesParams& params, cudaStream_t stream);
 // KV cache (reset_request.cu, prepare_topk.cu, write_rows.cu, read_rows.cu, update_residency.cu).
 void launch_reset_request(const ResetRequestParams& params, cudaStream_t stream);
 void launch_prepare_topk(const PrepareTopkParams& params, cudaStream_t stream);

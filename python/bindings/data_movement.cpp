@@ -88,6 +88,15 @@ void swap_blocks_batch(const PyArray& src, const PyArray& dst, const PyArray& si
   check(hs_swap_blocks_batch(s.get(), d.get(), n.get(), stream_arg(stream)));
 }
 
+void warm_host_pages(const PyArray& host_cache, const PyArray& block_table, const PyOptionalArray& seq_lens,
+                     const PyInt& block_size, const PyInt& page_bytes, const PyOptionalArray& out,
+                     const PyInt& stream) {
+  const TensorArg host(host_cache, "host_cache", kRead), table(block_table, "block_table", kRead);
+  const OptionalTensorArg lengths(seq_lens, "seq_lens", kRead), totals(out, "out", kWrite);
+  check(hs_warm_host_pages(host.get(), table.get(), lengths.get(), int_arg(block_size, "block_size"),
+                           int_arg(page_bytes, "page_bytes"), totals.get(), stream_arg(stream)));
+}
+
 }  // namespace
 
 void register_data_movement(nb::module_& m) {
@@ -116,6 +125,9 @@ void register_data_movement(nb::module_& m) {
   m.def("mirror_rows", &mirror_rows, nb::arg("src_rows"), nb::arg("host_cache"), nb::arg("slot_mapping"),
         nb::arg("stream") = 0);
   m.def("swap_blocks_batch", &swap_blocks_batch, nb::arg("src"), nb::arg("dst"), nb::arg("sizes"),
+        nb::arg("stream") = 0);
+  m.def("warm_host_pages", &warm_host_pages, nb::arg("host_cache"), nb::arg("block_table"),
+        nb::arg("seq_lens") = nb::none(), nb::arg("block_size"), nb::arg("page_bytes"), nb::arg("out") = nb::none(),
         nb::arg("stream") = 0);
 }
 

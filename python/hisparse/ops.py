@@ -30,6 +30,8 @@ __all__ = [
     "swap_blocks_batch",
     "table_pointers",
     "update_residency",
+    "WARM_PAGE_BYTES",
+    "warm_host_pages",
     "write_rows",
 ]
 
@@ -39,6 +41,10 @@ GATHER_VARIANTS = tuple(_C.gather_variant_name(v) for v in range(_C.NUM_GATHER_V
 
 # Most hot caches (pieces) one gather_compact_group call fills.
 MAX_GATHER_GROUP_PIECES: int = _C.MAX_GATHER_GROUP_PIECES
+
+# The page size of the GPU's mappings of host memory on Hopper: what
+# warm_host_pages reads one word of by default.
+WARM_PAGE_BYTES: int = 65536
 
 # int32 words per state row of resolve_residency's ``handoff`` array.
 RESOLVER_HANDOFF_WORDS: int = _C.RESOLVER_HANDOFF_WORDS
@@ -406,6 +412,46 @@ def swap_blocks_batch(src: Any, dst: Any, sizes: Any, *, stream: Any = None) -> 
         _args.tensor("dst", dst),
         _args.tensor("sizes", sizes),
         _args.stream(stream, src, dst, sizes),
+    )
+
+
+def warm_host_pages(
+    host_cache: Any,
+    block_table: Any,
+    *,
+    block_size: int,
+    seq_lens: Any = None,
+    page_bytes: int = WARM_PAGE_BYTES,
+    out: Any = None,
+    stream: Any = None,
+) -> None:
+    """Read one word of every ``page_bytes`` page of the requests' host blocks, so their translations are warm.
+
+    Where the host caches of many layers together outgrow what the GPU keeps
+    of its translations of host pages, every row a step reads pays a cold
+    one. Call this for the next layer's host cache while the current layer
+    computes, on a second stream, and that layer's gather or fused resolve
+    finds them warm (docs/performance.md, "Host page warm-up").
+
+    ``host_cache``: the host cache ``[..., W]`` (as in :func:`gather_compact`);
+    block ``h`` is its rows ``h * block_size`` to ``(h + 1) * block_size``.
+    ``block_table``: int32 ``[B, M]`` on the executing device, request
+    ``b``'s host blocks; ``seq_lens``: int32 ``[>= B]`` there, or None (every
+    entry used): request ``b`` uses its first ``ceil(seq_lens[b] /
+    block_size)`` entries. Entries < 0 or past the cache are skipped.
+    ``page_bytes``: a power of two from 16 to 2**30. ``out``: int64 ``[2]``
+    on the executing device, or None: the words read and their XOR (an
+    unsigned 32-bit value), the same on every backend. Nothing else is
+    written; stream-ordered and capturable.
+    """
+    _C.warm_host_pages(
+        _args.tensor("host_cache", host_cache),
+        _args.tensor("block_table", block_table),
+        _args.optional_tensor("seq_lens", seq_lens),
+        _args.require_int("block_size", block_size, bits=64),
+        _args.require_int("page_bytes", page_bytes, bits=64),
+        _args.optional_tensor("out", out),
+        _args.stream(stream, block_table, out),
     )
 
 

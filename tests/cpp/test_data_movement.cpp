@@ -204,4 +204,37 @@ TEST(MirrorAndSwap, RowsAndBlocksReachTheirTargets) {
   expect_error(hs_swap_blocks_batch(s, d, short_sizes, nullptr), HS_ERROR_INVALID_ARGUMENT, {"sizes"});
 }
 
+// Rows of 32 bytes, blocks of 2 rows (64 bytes), in a buffer aligned to 128.
+TEST(WarmHostPages, ReadsEveryPageOfConsecutiveBlocksOnce) {
+  alignas(128) uint32_t words[64];
+  for (uint32_t i = 0; i < 64; ++i) words[i] = 1u << (i % 32) | i << 20;
+  hs::Tensor host(words, HS_DTYPE_UINT8, {8, 32});
+  std::vector<int32_t> table = {0, 1, 3};
+  hs::Tensor table_t(table.data(), HS_DTYPE_INT32, {1, 3});
+  std::vector<int64_t> out(2, -1);
+  hs::Tensor out_t(out.data(), HS_DTYPE_INT64, {2});
+  // 64-byte pages: every block starts one (bytes 0, 64, 192).
+  ASSERT_EQ(hs_warm_host_pages(host, table_t, nullptr, 2, 64, out_t, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], static_cast<int64_t>(words[0] ^ words[16] ^ words[48]));
+  // 128-byte pages: block 1 lies in block 0's page; block 3 follows no block
+  // below it, so its first word is read though it starts mid-page.
+  ASSERT_EQ(hs_warm_host_pages(host, table_t, nullptr, 2, 128, out_t, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(out[0], 2);
+  EXPECT_EQ(out[1], static_cast<int64_t>(words[0] ^ words[48]));
+  // A length of 3 rows uses the first two entries.
+  std::vector<int32_t> lengths = {3};
+  hs::Tensor lengths_t(lengths.data(), HS_DTYPE_INT32, {1});
+  ASSERT_EQ(hs_warm_host_pages(host, table_t, lengths_t, 2, 64, out_t, nullptr), HS_SUCCESS) << hs_last_error();
+  EXPECT_EQ(out[0], 2);
+  expect_error(hs_warm_host_pages(host, table_t, nullptr, 2, 48, out_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"page_bytes", "power of two", "48"});
+  expect_error(hs_warm_host_pages(host, table_t, nullptr, 0, 64, out_t, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"block_size", "got 0"});
+  hs::Tensor short_out(out.data(), HS_DTYPE_INT64, {1});
+  expect_error(hs_warm_host_pages(host, table_t, nullptr, 2, 64, short_out, nullptr), HS_ERROR_INVALID_ARGUMENT,
+               {"out"});
+  EXPECT_EQ(out[0], 2);  // a refused call writes nothing
+}
+
 }  // namespace

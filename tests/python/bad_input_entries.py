@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 from bad_input_support import Arg, B, C, D, Entry, I, L, O, Of, R, S, T, as_numpy, cuda_present
+from warm_pages_model import warm_totals
 
 import hisparse
 from hisparse import _C, ops
@@ -173,6 +174,18 @@ def swap_observe(state: Any, kw: Dict[str, Any], result: Any) -> List[Any]:
 def swap_check(state: Any, kw: Dict[str, Any], result: Any) -> None:
     source, target = state["buffers"]
     assert torch.equal(target[1], source[0]) and torch.equal(target[0], source[1])
+
+
+def warm_fixture(state: Any, seed: int) -> Dict[str, Any]:
+    # Consecutive blocks, a skipped entry and a block past the cache; 16-byte
+    # pages, so that what is read does not depend on where the rows lie.
+    return dict(host_cache=random_rows(seed, 16), block_table=i32([[0, 1, 3], [2, -1, 9]]), block_size=HOT_BLOCK,
+                seq_lens=None, page_bytes=16, out=torch.zeros(2, dtype=torch.int64), stream=None)
+
+
+def warm_check(state: Any, kw: Dict[str, Any], result: Any) -> None:
+    expected = warm_totals(kw["host_cache"], kw["block_table"], kw["block_size"], kw["page_bytes"], kw["seq_lens"])
+    assert tuple(kw["out"].tolist()) == expected
 
 
 def resolve_fixture(state: Any, seed: int) -> Dict[str, Any]:
@@ -390,6 +403,20 @@ def ops_entries() -> List[Entry]:
         Entry("_C.swap_blocks_batch", setup, swap_fixture,
               lambda s, kw: _C.swap_blocks_batch(kw["src"], kw["dst"], kw["sizes"], _c_stream(kw)), swap_observe,
               [T("src", "dtype"), T("dst", "short"), T("sizes", "dtype")] + c_stream, [], swap_check),
+        Entry("ops.warm_host_pages", setup, warm_fixture, lambda s, kw: ops.warm_host_pages(**kw), outputs("out"),
+              [T("host_cache", "rank_down width misaligned released"), T("block_table", "dtype rank_down rank_up"),
+               T("seq_lens", "dtype short", optional=True, like=i32([4, 4])),
+               T("out", "dtype short", role="out", optional=True, like=torch.zeros(2, dtype=torch.int64)),
+               I("block_size", "neg zero 2**31 2**63"),
+               I("page_bytes", "neg zero 2**31 2**63", **{"not_a_power_of_two": (48, (ValueError,)),
+                                                        "below_16": (8, (ValueError,))}), S()],
+              [("out", "block_table"), ("out", "host_cache")], warm_check),
+        Entry("_C.warm_host_pages", setup, warm_fixture,
+              lambda s, kw: _C.warm_host_pages(kw["host_cache"], kw["block_table"], kw["seq_lens"], kw["block_size"],
+                                               kw["page_bytes"], kw["out"], _c_stream(kw)),
+              outputs("out"), [T("block_table", "dtype"), T("out", "dtype", role="out", optional=True,
+                                                             like=torch.zeros(2, dtype=torch.int64))] + c_stream,
+              [("out", "block_table")], warm_check),
         Entry("ops.resolve_residency", setup, resolve_fixture, lambda s, kw: ops.resolve_residency(**kw),
               outputs(*RESOLVE_OUTPUTS), RESOLVE_ARGS, RESOLVE_ALIAS, resolve_check),
         Entry("ops.resolve_residency(fused)", setup, fused_fixture, lambda s, kw: ops.resolve_residency(**kw),

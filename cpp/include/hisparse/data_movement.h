@@ -12,6 +12,9 @@
  *   hs_mirror_rows            device rows -> host slots (keeps the host pool
  *                             authoritative for KV written on the GPU)
  *   hs_swap_blocks_batch      a batch of (src, dst, bytes) copies
+ *   hs_warm_host_pages        one word of every host page of some requests'
+ *                             host blocks read ahead, so that the GPU's
+ *                             translations of those pages are warm
  *
  * Every call validates shapes, dtypes, devices, strides and alignment on
  * the host and fails with a message naming the argument. Device *data*
@@ -250,6 +253,42 @@ HS_API hs_status_t hs_mirror_rows(const hs_tensor_t* src_rows, const hs_tensor_t
  * destinations overlap nothing else of the batch. */
 HS_API hs_status_t hs_swap_blocks_batch(const hs_tensor_t* src, const hs_tensor_t* dst, const hs_tensor_t* sizes,
                                         hs_stream_t stream);
+
+/* ------------------------------------------------------------------ page warm-up */
+
+/* Reads one 32-bit word of every page_bytes page of host memory that the
+ * used host blocks of the requests of block_table span, and nothing else
+ * changes. A step's misses scatter over each request's whole context, and
+ * where the host caches of a model's layers together outgrow what the GPU
+ * keeps of its translations of host pages, each row read pays a cold
+ * translation; run this for the next layer's cache while the current layer
+ * computes, on a second stream, and that layer's reads find the
+ * translations warm (docs/performance.md, "Host page warm-up").
+ *
+ * host_cache: [..., W] as in hs_gather_compact (host memory, registered on
+ *   CUDA; or memory of the executing device); block h covers its bytes from
+ *   row h * block_size up to row (h + 1) * block_size, row padding included,
+ *   clamped to the end of the last row.
+ * block_table: int32 [B, M] on the executing device (host tensors run the
+ *   CPU backend): request b's host blocks in order. seq_lens: int32 [>= B] on
+ *   that device, or null: request b uses its first
+ *   ceil(seq_lens[b] / block_size) entries (at most M, none for a length
+ *   <= 0); null uses all M. Used entries < 0 or naming a block past the cache
+ *   are skipped.
+ * block_size: rows per host block, 1 .. INT32_MAX. page_bytes: a power of
+ *   two from 16 to 2^30 (65536: the page size of the GPU's mappings of host
+ *   memory on Hopper).
+ * The words read, for each used entry: the one at every address within the
+ *   block's bytes that is a multiple of page_bytes, and the block's first one
+ *   when that is not such an address and the request's previous entry is
+ *   not used or not the block just below (so that consecutive blocks of a
+ *   request read each page they span once).
+ * out: int64 [2] on the executing device, or null: out[0] = the number of
+ *   words read, out[1] = their XOR as an unsigned 32-bit value (what the CPU
+ *   backend gives bit for bit). */
+HS_API hs_status_t hs_warm_host_pages(const hs_tensor_t* host_cache, const hs_tensor_t* block_table,
+                                      const hs_tensor_t* seq_lens, int64_t block_size, int64_t page_bytes,
+                                      const hs_tensor_t* out, hs_stream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

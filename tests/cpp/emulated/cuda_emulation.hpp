@@ -352,6 +352,10 @@ template <class T>
 inline T atomicOr(T* p, T v) {
   return read_modify_write(p, [v](T old) { return static_cast<T>(old | v); });
 }
+template <class T>
+inline T atomicXor(T* p, T v) {
+  return read_modify_write(p, [v](T old) { return static_cast<T>(old ^ v); });
+}
 
 // ---- The runtime calls the launchers make.
 template <class T>

@@ -1,5 +1,5 @@
 // The kernel source of the CUDA backend's smaller kernels (mirror_rows,
-// read_rows, gather_plan, swap_blocks_batch, copy_bytes, reset_request,
+// read_rows, gather_plan, swap_blocks_batch, warm_host_pages, copy_bytes, reset_request,
 // prepare_topk, the index group kernels, build_residency_hint and
 // invalidate_written_slots), run by the CPU emulation of the CUDA execution
 // model through their launchers, against the CPU reference on random
@@ -183,6 +183,49 @@ TEST(DataKernelsEmulated, SwapBlocksBatchMatchesTheReference) {
     run(reference, false);
     run(kernel, true);
     expect_same(reference, kernel, "scenario " + std::to_string(n));
+  }
+}
+
+TEST(DataKernelsEmulated, WarmHostPagesMatchesTheReference) {
+  std::mt19937 rng(41);
+  for (int n = 0; n < kScenarios; ++n) {
+    // Rows of 16-1024 bytes at a random 16-byte offset into the buffer;
+    // tables of consecutive runs, skipped entries and blocks past the cache;
+    // pages from 16 bytes to 4 KiB; lengths or none.
+    const int64_t row_bytes = 16 * uniform(rng, 1, 64), rows = uniform(rng, 0, 300);
+    const int64_t block_size = uniform(rng, 1, 20), offset = 16 * uniform(rng, 0, 255);
+    const int64_t blocks = (rows + block_size - 1) / block_size;
+    const std::vector<uint8_t> host = random_bytes(rng, static_cast<size_t>(offset + rows * row_bytes + 16));
+    const int32_t requests = uniform(rng, 0, 6), width = uniform(rng, 0, 40);
+    std::vector<int32_t> table(static_cast<size_t>(requests) * width);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int kind = uniform(rng, 0, 9);
+      table[i] = kind == 0                   ? -1
+                 : kind == 1                 ? static_cast<int32_t>(blocks + uniform(rng, 0, 2))
+                 : kind < 6 && i % width > 0 ? table[i - 1] + 1
+                                             : uniform(rng, 0, static_cast<int>(std::max<int64_t>(blocks - 1, 0)));
+    }
+    std::vector<int32_t> lengths(static_cast<size_t>(requests));
+    for (int32_t& length : lengths) length = uniform(rng, -3, static_cast<int>((width + 1) * block_size));
+    hisparse::WarmHostPagesParams p;
+    p.host = host.data() + offset;
+    p.extent = rows * row_bytes;
+    p.host_blocks = blocks;
+    p.block_bytes = block_size * row_bytes;
+    p.block_table = table.data();
+    p.block_table_row_stride = width;
+    p.num_requests = requests;
+    p.table_width = width;
+    p.seq_lens = n % 2 == 0 ? lengths.data() : nullptr;
+    p.block_size = block_size;
+    p.page_bytes = int64_t{16} << uniform(rng, 0, 8);
+    std::vector<int64_t> reference(2, -1), kernel(2, -1);
+    p.out = reference.data();
+    hisparse::warm_host_pages_reference(p);
+    p.out = kernel.data();
+    hisparse::cuda::launch_warm_host_pages(p, nullptr);
+    expect_same(reference, kernel, "scenario " + std::to_string(n));
+    EXPECT_GE(reference[0], 0);
   }
 }
 
