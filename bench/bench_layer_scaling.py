@@ -2,7 +2,7 @@
 
     python3 bench/bench_layer_scaling.py [--preset dsv32-fp8] [--layers 16,32,61]
         [--host-regions N] [--copy-stream per-group|shared|caller] [--steps-per-graph 4]
-        [--residency-hint auto|on|off] [--replays 7] [--profile] [--out FILE]
+        [--residency-hint auto|on|off] [--warm-host-pages on|off] [--replays 7] [--profile] [--out FILE]
 
 For each layer count it builds the preset's data plane (`hisparse bench`'s
 DataPlane: one host pool, one Runtime per layer, index groups as the preset
@@ -21,9 +21,11 @@ What it separates (each a flag, so that two runs differ in one thing):
 the step reads vary apart; ``--copy-stream`` gives each leader its own copy
 stream (the runtime's default), one shared by every leader, or the stream
 the graph is captured on (no cross-stream edges at all);
-``--steps-per-graph`` sets the graph's size. ``--profile`` adds one profiled
-replay of each swap mode: every kernel's duration and the gaps between
-consecutive kernels, by kernel pair.
+``--steps-per-graph`` sets the graph's size; ``--warm-host-pages off``
+drops the read-ahead of the next layer's host pages beside each layer's
+compute (on by default, as in `hisparse bench`). ``--profile`` adds one
+profiled replay of each swap mode: every kernel's duration and the gaps
+between consecutive kernels, by kernel pair.
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--copy-stream", choices=("per-group", "shared", "caller"), default="per-group")
     parser.add_argument("--steps-per-graph", type=int, default=4)
     parser.add_argument("--residency-hint", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--warm-host-pages", choices=("on", "off"), default="on")
     parser.add_argument("--replays", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="profile one replay of each swap mode")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -108,7 +111,7 @@ def kernel_timeline(replay: Callable[[], None]) -> Dict[str, Any]:
 
 def measure(args: argparse.Namespace, layers: int, device: Any, capture_stream: Any) -> Dict[str, Any]:
     settings = make_settings(args.preset, {"layers": layers, "residency_hint": args.residency_hint,
-                                           "baseline_steps": 0})
+                                           "warm_host_pages": args.warm_host_pages, "baseline_steps": 0})
     trace = generate_trace(settings, device)
     copy_stream = {"per-group": None, "shared": torch.cuda.Stream(device), "caller": capture_stream}[args.copy_stream]
     regions = None if args.host_regions is None else min(args.host_regions, layers)
@@ -179,6 +182,7 @@ def main(argv: List[str]) -> int:
     results: Dict[str, Any] = {
         "benchmark": "bench_layer_scaling", **provenance(__file__), "environment": environment(device),
         "preset": args.preset, "copy_stream": args.copy_stream, "residency_hint": args.residency_hint,
+        "warm_host_pages": args.warm_host_pages,
         "points": [],
     }
     for layers in args.layers:

@@ -235,6 +235,42 @@ def test_a_residency_hint_choice_other_than_auto_on_off_is_refused(capsys):
         make_settings("tiny", {"residency_hint": "yes"})
 
 
+@pytest.mark.parametrize("warm", ["on", "off"])
+def test_steps_warm_the_next_layers_host_pages_beside_each_compute(device, warm, monkeypatch):
+    """With --warm-host-pages on (the default), a step with compute warms layer l + 1's host cache (the first after
+    the last) beside layer l's compute, over the source table; without compute, without a data plane, or with the
+    flag off it warms nothing."""
+    import hisparse.bench.plane as plane_module
+
+    settings = make_settings("tiny", {"warm_host_pages": warm})
+    trace = generate_locality(batch=settings.batch, rows_per_request=1, context=settings.context,
+                              top_k=settings.top_k, steps=3, seed=5)
+    plane = DataPlane(settings, trace, device)
+    warmed, order = [], []
+    inner = plane_module.ops.warm_host_pages
+
+    def spy(host_cache, block_table, **kwargs):
+        warmed.append(next(i for i, c in enumerate(plane.host_caches) if c.data_ptr() == host_cache.data_ptr()))
+        order.append("warm")
+        assert block_table is plane.source_table and kwargs["block_size"] == plane.block_size
+        return inner(host_cache, block_table, **kwargs)
+
+    monkeypatch.setattr(plane_module.ops, "warm_host_pages", spy)
+    try:
+        plane.reset()
+        plane.step(0, compute=lambda: order.append("compute"))
+        layers = settings.layers
+        assert warmed == ([*range(1, layers), 0] if warm == "on" else [])
+        if warm == "on" and device.type == "cpu":
+            assert order == ["warm", "compute"] * layers  # no second stream on the CPU: warm, then compute
+        warmed.clear()
+        plane.step(1)
+        plane.step(2, swap=False, compute=lambda: None)
+        assert warmed == []
+    finally:
+        plane.close()
+
+
 # ------------------------------------------------------------------------- fused leader gathers
 
 

@@ -106,6 +106,9 @@ def add_bench_parser(commands: Any) -> argparse.ArgumentParser:
     measure.add_argument("--residency-hint", nargs="?", const="on", choices=("auto", "on", "off"),
                          help="whether the runtimes keep a residency hint: auto (default: the library's choice, "
                          "hisparse.Runtime(residency_hint=None)), on (also the bare flag) or off")
+    measure.add_argument("--warm-host-pages", choices=("on", "off"),
+                         help="whether a step reads one word of every 64 KiB page of the next layer's host blocks "
+                         "while a layer computes (ops.warm_host_pages on a second stream; default on)")
     return parser
 
 

@@ -128,6 +128,9 @@ class DataPlane:
             name: torch.empty((self.token_rows, k), **i32)
             for name in ("attention", "hot_rows", "resolved", "miss_mask", "swap_host", "swap_device")
         }
+        # The next layer's host pages are warmed beside each layer's compute.
+        self.warm_pages = s.warm_host_pages == "on"
+        self._warm_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._scratch_counts = torch.empty(self.token_rows, **i32)
         self._scratch_swap_counts = torch.empty(self.token_rows, **i32)
         self._snapshot: Optional[List[Any]] = None
@@ -157,7 +160,9 @@ class DataPlane:
         leaders' share); ``prefetch``: the leader stages its followers on the
         group's copy stream; ``fused``: each leader copies its own rows inside
         its resolve launch (``fused_gather``) instead of a separate gather;
-        ``compute``: the stand-in attention per layer.
+        ``compute``: the stand-in attention per layer; with a data plane and
+        ``warm_host_pages`` on, each layer's compute has the next layer's host
+        pages warmed beside it (:meth:`warm_next_layer`).
         """
         for runtime in self.runtimes:
             runtime.begin_forward()
@@ -170,7 +175,28 @@ class DataPlane:
                 elif followers:
                     runtime.swap_in(num_tokens=self.token_rows)
             if compute is not None:
-                compute()
+                if swap and self.warm_pages:
+                    self.warm_next_layer(layer, compute)
+                else:
+                    compute()
+
+    def warm_next_layer(self, layer: int, compute: Callable[[], None]) -> None:
+        """``compute()`` on the current stream, and beside it, on a second one,
+        one word of every 64 KiB page of the host blocks layer ``layer + 1``
+        (the first, after the last) reads: its swap then finds the GPU's
+        translations of those pages warm. The current stream waits for both."""
+        nxt = (layer + 1) % len(self.runtimes)
+        side = self._warm_stream
+        if side is None:
+            ops.warm_host_pages(self.host_caches[nxt], self.source_table, block_size=self.block_size)
+            compute()
+            return
+        current = self.torch.cuda.current_stream(self.device)
+        side.wait_stream(current)
+        with self.torch.cuda.stream(side):
+            ops.warm_host_pages(self.host_caches[nxt], self.source_table, block_size=self.block_size)
+        compute()
+        current.wait_stream(side)
 
     def resolve_only(self, step: int) -> None:
         """Residency resolution alone, per index group, on the groups' own state."""

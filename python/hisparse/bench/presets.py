@@ -63,6 +63,10 @@ class Settings:
     # Whether the runtimes keep a residency hint: "auto" (the library's choice,
     # hisparse.Runtime(residency_hint=None)), "on" or "off".
     residency_hint: str = "auto"
+    # Whether a decode step reads ahead one word of every 64 KiB page of the
+    # next layer's host blocks while a layer computes (ops.warm_host_pages on
+    # a second stream): "on" or "off".
+    warm_host_pages: str = "on"
 
     @property
     def rows_per_request(self) -> int:
@@ -124,7 +128,7 @@ OVERRIDABLE = (
     "batch", "context", "hot_size", "layers", "group_size", "spec_tokens", "steps", "warmup_steps", "top_k",
     "row_bytes", "block_size", "hot_block_size", "trace_mode", "trace_groups", "reuse", "window", "region",
     "clusters", "drift", "query_drift", "query_spread", "seed", "compute_us", "replays", "baseline_steps",
-    "hot_sizes", "gather_fractions", "residency_hint",
+    "hot_sizes", "gather_fractions", "residency_hint", "warm_host_pages",
 )
 
 
@@ -186,6 +190,8 @@ def validate(s: Settings, *, trace_replay: bool = False) -> None:
         raise ValueError(f"--top-k: expected at most --context ({s.context}) positions, got {s.top_k}")
     if s.residency_hint not in RESIDENCY_HINT_CHOICES:
         raise ValueError(f"--residency-hint: expected 'auto', 'on' or 'off', got {s.residency_hint!r}")
+    if s.warm_host_pages not in ("on", "off"):
+        raise ValueError(f"--warm-host-pages: expected 'on' or 'off', got {s.warm_host_pages!r}")
     if not trace_replay and s.trace_mode not in ("locality", "scores"):
         raise ValueError(f"--trace-mode: expected 'locality' or 'scores', got {s.trace_mode!r}")
     if s.hot_size < s.top_k:
