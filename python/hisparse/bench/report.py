@@ -91,7 +91,8 @@ def format_bench(r: Dict[str, Any]) -> str:
         ["data plane", fmt_time_us(per["data_plane_us_per_step"]) + " / step", ""],
     ]
     if c["stand_in_compute_cycles"] is not None:
-        rows.append(["stand-in attention", "", fmt_time_us(per["compute_us_per_layer"])])
+        warmed = " (next layer's host pages warmed beside it)" if c.get("warm_host_pages") == "on" else ""
+        rows.append(["stand-in attention" + warmed, "", fmt_time_us(per["compute_us_per_layer"])])
     rows.append(["exposed, no prefetch", "", fmt_time_us(per["exposed_us_per_layer_no_prefetch"])])
     rows.append(["exposed, prefetch", "", fmt_time_us(per["exposed_us_per_layer_prefetch"])])
     if "exposed_us_per_layer_prefetch_fused" in per:
