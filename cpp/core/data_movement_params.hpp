@@ -122,7 +122,7 @@ struct WarmHostPagesParams {
   const uint8_t* host = nullptr;
   int64_t extent = 0;       // bytes from host to the end of its last row
   int64_t host_blocks = 0;  // blocks that start before the end of the last row
-  int64_t block_bytes = 0;  // block_size x the row pitch
+  int64_t block_bytes = 0;  // block_size x the row pitch (the extent where one block holds every row)
   const int32_t* block_table = nullptr;
   int64_t block_table_row_stride = 0;
   int32_t num_requests = 0;  // B

@@ -162,10 +162,14 @@ def test_the_target_is_the_peer_over_1_1_or_the_line_bound_and_the_points_limit(
     assert "peer_us" not in p and "meets_target" not in p
 
 
-def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
-    bench = load_bench()
-    small = ["--device", "cpu", "--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
-             "--replays", "1", "--baseline-steps", "0", "--batches", "2,3", "--miss-rates", "0.05"]
+def small_run(batches):
+    """A CPU run of the grid's code at a small shape: the given batches at 5% misses."""
+    return ["--device", "cpu", "--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
+            "--replays", "1", "--baseline-steps", "0", "--batches", batches, "--miss-rates", "0.05"]
+
+
+def write_peer(tmp_path):
+    """A peer file with one point (2 requests at 5%) that any run meets."""
     peer = tmp_path / "peer.json"
     peer.write_text(json.dumps({
         "name": "a peer", "source": "this test", "memcpy_h2d_gbps": 1.0,
@@ -173,6 +177,13 @@ def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
         "target": {"faster_by": 1.1, "line_bound_factor": 1.05, "rule": "r"},
         "points": [{"batch": 2, "miss_rate": 0.05, "us": 1e9}],
     }))
+    return peer
+
+
+def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
+    bench = load_bench()
+    small = small_run("2,3")
+    peer = write_peer(tmp_path)
     result = bench.main(small + ["--peer", str(peer)])
     first, second = result["points"]
     assert first["peer_us"] == 1e9 and first["meets_target"] is True
@@ -182,15 +193,8 @@ def test_a_run_with_a_peer_reports_each_compared_point(tmp_path):
 
 def test_paths_times_only_the_named_timings_and_reports_what_follows_from_them(tmp_path):
     bench = load_bench()
-    small = ["--device", "cpu", "--top-k", "64", "--hot-size", "128", "--context", "2048", "--steps", "2",
-             "--replays", "1", "--baseline-steps", "0", "--batches", "2", "--miss-rates", "0.05"]
-    peer = tmp_path / "peer.json"
-    peer.write_text(json.dumps({
-        "name": "a peer", "source": "this test", "memcpy_h2d_gbps": 1.0,
-        "shape": {"top_k": 64, "hot_size": 128, "row_bytes": 656},
-        "target": {"faster_by": 1.1, "line_bound_factor": 1.05, "rule": "r"},
-        "points": [{"batch": 2, "miss_rate": 0.05, "us": 1e9}],
-    }))
+    small = small_run("2")
+    peer = write_peer(tmp_path)
     (point,) = bench.main(small + ["--paths", "resolve_auto_gather", "--peer", str(peer)])["points"]
     timings = {name for name in point if name.endswith("_us") and name.startswith("resolve")}
     assert timings == {"resolve_auto_gather_us"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
+import torch
 
 
 def warmed_offsets(host_cache: Any, block_table: Any, block_size: int, page_bytes: int,
@@ -40,7 +41,7 @@ def warm_totals(host_cache: Any, block_table: Any, block_size: int, page_bytes: 
                 seq_lens: Optional[Any] = None) -> Tuple[int, int]:
     """(words read, their XOR) as ops.warm_host_pages writes them into ``out``."""
     offsets = warmed_offsets(host_cache, block_table, block_size, page_bytes, seq_lens)
-    raw = host_cache.contiguous().view(-1).view(__import__("torch").uint8).numpy()
+    raw = host_cache.contiguous().view(-1).view(torch.uint8).numpy()
     folded = 0
     for offset in offsets:
         folded ^= int(np.frombuffer(raw[offset:offset + 4].tobytes(), dtype=np.uint32)[0])

@@ -185,16 +185,16 @@ class DataPlane:
         one word of every 64 KiB page of the host blocks layer ``layer + 1``
         (the first, after the last) reads: its swap then finds the GPU's
         translations of those pages warm. The current stream waits for both."""
-        nxt = (layer + 1) % len(self.runtimes)
+        host_cache = self.host_caches[(layer + 1) % len(self.runtimes)]
         side = self._warm_stream
-        if side is None:
-            ops.warm_host_pages(self.host_caches[nxt], self.source_table, block_size=self.block_size)
+        if side is None:  # the CPU backend: no second stream, one after the other
+            ops.warm_host_pages(host_cache, self.source_table, block_size=self.block_size)
             compute()
             return
         current = self.torch.cuda.current_stream(self.device)
         side.wait_stream(current)
         with self.torch.cuda.stream(side):
-            ops.warm_host_pages(self.host_caches[nxt], self.source_table, block_size=self.block_size)
+            ops.warm_host_pages(host_cache, self.source_table, block_size=self.block_size)
         compute()
         current.wait_stream(side)
 
