@@ -11,8 +11,8 @@ comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
 them), after each step of the single-row phases (resolver_single_row.cuh:
 the union, the walk, the assignment, the publication, the outputs, the
 finish), and the early-read helpers (resolver_early_reads.cuh) after the
-steps of their prediction (loads issued, table cleared, held rows marked,
-top-k rows noted), their claim, the publication, the destinations of
+steps of their prediction (partition found, state row index in, memory
+carved, loads issued, table cleared, held rows marked, top-k rows noted), their claim, the publication, the destinations of
 their buffered rows noted, the reads, the flat copy of those rows, the
 copy of the entries not noted and the whole block's finish; each helper
 also records how many rows it predicted, set against when its reads are
@@ -95,6 +95,8 @@ __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, 
 # there. Lines that are not found are left out with a warning: the helpers'
 # path may change without the kernel's.
 HELPER_POINTS = [
+    ("helper: partition found", r"^\s*if \(part >= parts\) return;", "thread 0"),
+    ("helper: state row index in", r"^\s*const uint64_t start = handoff::global_time_ns\(\);", "thread 0"),
     ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", "thread 0"),
     ("helper: loads issued", r"^\s*const bool row_of_b = ", "thread 0"),
     ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", "thread 0"),
