@@ -12,9 +12,10 @@ them), after each step of the single-row phases (resolver_single_row.cuh:
 the union, the walk, the assignment, the publication, the outputs, the
 finish), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (partition found, state row index in, memory
-carved, loads issued, table cleared, held rows marked, top-k rows noted), their claim, the publication, the destinations of
-their buffered rows noted, the reads, the flat copy of those rows, the
-copy of the entries not noted and the whole block's finish; each helper
+carved, loads issued, table cleared, held rows marked, top-k rows noted),
+their claim, the publication, the destinations of their buffered rows
+noted, the reads, the flat copy of those rows, the copy of the entries not
+noted and the whole block's finish; each helper
 also records how many rows it predicted, set against when its reads are
 in, and how many list entries it noted before they were. The stamps go to
 the `stats` tensor past its five counters (entry 5 + block * 48 + point),
