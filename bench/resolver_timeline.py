@@ -98,7 +98,7 @@ __device__ __forceinline__ void timeline_value(const ResolveResidencyParams& p, 
 HELPER_POINTS = [
     ("helper: partition found", r"^\s*if \(part >= parts\) return;", "thread 0"),
     ("helper: state row index in", r"^\s*const uint64_t start = handoff::global_time_ns\(\);", "thread 0"),
-    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, bytes,", "thread 0"),
+    ("helper: memory carved", r"^\s*const HelperMemory m\(smem, ", "thread 0"),
     ("helper: loads issued", r"^\s*const bool row_of_b = ", "thread 0"),
     ("helper: table empty", r"^\s*__syncthreads\(\);\s*// the table is empty", "thread 0"),
     ("helper: own held rows marked", r"^\s*for \(int x = 0; x < kHeldLoads; \+\+x\) mark_held", "thread 0"),
