@@ -905,6 +905,9 @@ ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, 
                                  aligned8(params.out_miss_mask);
   constants.single_row_phases = single_row::shape_fits(params.top_k, params.hot_size, params.max_union_rows);
   constants.tail_rows_per_helper = 0;
+  constants.early_batch = FastDivisor::make(1);
+  constants.early_parts = 0;
+  constants.early_more_parts = 0;
   return constants;
 }
 
@@ -1015,6 +1018,25 @@ bool notes_destinations(const ResolveResidencyParams& params, unsigned helpers) 
   return static_cast<int64_t>(helpers) <= static_cast<int64_t>(early_reads::kNoteMaxParts) * params.num_batch_rows;
 }
 
+// `constants` with the shares and shared-memory layouts of `helpers`
+// early-read helper blocks (ResolverConstants' early_* fields); `notes`:
+// they note their rows' destinations.
+ResolverConstants with_early_read_helpers(const ResolverConstants& constants, const ResolveResidencyParams& params,
+                                          unsigned helpers, bool notes) {
+  ResolverConstants early = constants;
+  const int32_t batch = params.num_batch_rows;
+  const int32_t held = params.residency_hint != nullptr ? 0 : params.hot_size;
+  early.early_batch = FastDivisor::make(batch);
+  early.early_parts = static_cast<int32_t>(helpers / static_cast<unsigned>(batch));
+  early.early_more_parts = static_cast<int32_t>(helpers % static_cast<unsigned>(batch));
+  for (int more = 0; more < 2; ++more) {
+    const int32_t parts = std::max(1, std::min(early.early_parts + more, early_reads::kMaxParts));
+    early.early_layouts[more] = HelperLayout::make(constants.miss_stage.total_bytes, params.top_k, held, parts,
+                                                   constants.stage_row_bytes, notes);
+  }
+  return early;
+}
+
 template <class Placement>
 void launch_handoff(const ResolveResidencyParams& params, const ResolverConstants& constants,
                     const typename Placement::Layout& layout, int device, const ResolverDevice& d,
@@ -1030,11 +1052,13 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
       return;
     }
     if (reads_early(params, helpers)) {
-      if (notes_destinations(params, helpers)) {
-        launch<HandoffGather<FusedGather, true, true>, Placement, 1>(params, constants, layout, device, d.hopper,
-                                                                     stream, helpers);
+      const bool notes = notes_destinations(params, helpers);
+      const ResolverConstants early = with_early_read_helpers(constants, params, helpers, notes);
+      if (notes) {
+        launch<HandoffGather<FusedGather, true, true>, Placement, 1>(params, early, layout, device, d.hopper, stream,
+                                                                     helpers);
       } else {
-        launch<HandoffGather<FusedGather, true>, Placement, 1>(params, constants, layout, device, d.hopper, stream,
+        launch<HandoffGather<FusedGather, true>, Placement, 1>(params, early, layout, device, d.hopper, stream,
                                                                helpers);
       }
       return;

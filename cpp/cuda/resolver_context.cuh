@@ -10,6 +10,7 @@
 #include "core/resolve_residency_params.hpp"
 #include "core/resolver_shared_memory.hpp"
 #include "cuda/fast_divisor.cuh"
+#include "cuda/resolver_helper_layout.cuh"
 #include "cuda/union_table.cuh"
 
 namespace hisparse {
@@ -76,6 +77,16 @@ struct ResolverConstants {
   // assigned misses copies them itself; the rows of the others are left to
   // the tail gather launched after the resolve (resolver_tail_gather.cu).
   int32_t auto_local_rows;
+  // Early-read helpers (resolver_early_reads.cuh), set by the launcher of
+  // their launches: helper h helps batch row h % B as partition h / B
+  // (early_batch divides by B); the requests b < early_more_parts have one
+  // partition more than the others' early_parts (at most kMaxParts either
+  // way), and their helpers' shared memory is laid out as early_layouts[1],
+  // the others' as early_layouts[0].
+  FastDivisor early_batch;
+  int32_t early_parts;
+  int32_t early_more_parts;
+  HelperLayout early_layouts[2];
 };
 
 // ---- Encodings of the shared words between phases.

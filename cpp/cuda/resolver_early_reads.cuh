@@ -66,10 +66,10 @@ constexpr int32_t kNoteMaxParts = 8;
 
 // The partitions of batch row b's host rows: its helper blocks (helper h,
 // block B + 1 + h, helps batch row h % B, as partition h / B), at most
-// kMaxParts.
-__device__ __forceinline__ int32_t parts_of(int32_t b, int32_t batch) {
-  const int32_t helpers = static_cast<int32_t>(gridDim.x) - batch - 1;
-  return min(helpers / batch + (b < helpers % batch ? 1 : 0), kMaxParts);
+// kMaxParts. The launcher computes the shares (ResolverConstants::early_parts,
+// early_more_parts; with_early_read_helpers in resolve_residency.cu).
+__device__ __forceinline__ int32_t parts_of(const ResolverConstants& c, int32_t b) {
+  return min(c.early_parts + (b < c.early_more_parts ? 1 : 0), kMaxParts);
 }
 
 // The partition of a host row: a multiplicative hash scaled to [0, parts).
@@ -89,10 +89,10 @@ __device__ __forceinline__ void finish_parts(int32_t* record, uint32_t mine, uin
   }
 }
 
-// A helper block's shared memory: a few words, an open-addressing table of
-// the partition's host rows (a predicted miss's index in the row buffer or
-// kUnbuffered; kHeld for a row the state row holds), the predicted rows'
-// host rows and the row buffer.
+// A helper block's shared memory, laid out by HelperLayout: a few words,
+// an open-addressing table of the partition's host rows (a predicted miss's
+// index in the row buffer or kUnbuffered; kHeld for a row the state row
+// holds), the predicted rows' host rows and the row buffer.
 struct HelperMemory {
   static constexpr int kPredicted = 0;  // predicted misses so far
   static constexpr int kClaimed = 1;    // whether this helper claimed its partition
@@ -101,7 +101,7 @@ struct HelperMemory {
   static constexpr int kLate = 4;         // entries in the noted range whose rows copy_buffered_rows does not copy
   static constexpr int kNoted = 5;        // the coordinator noted the entries before this one
   static constexpr int kReadersDone = 6;  // reading warps with rows whose rows are in
-  static constexpr uint32_t kWords = 16;
+  static constexpr uint32_t kWords = HelperLayout::kWords;
   static constexpr int16_t kNotPredicted = -1;
   static constexpr int16_t kUnbuffered = -2;
   static constexpr int16_t kHeld = -3;  // a host row the state row holds: predicted to hit
@@ -116,36 +116,22 @@ struct HelperMemory {
   int shift;          // 32 - log2(capacity)
   int32_t buffered;   // rows the buffer holds
 
-  // The table takes up to half of `bytes` (twice the partition's share of
-  // the top-k row and of the `held` rows of the state row, rounded up to a
-  // power of two), the row buffer the rest.
+  // The arrays of `layout` in `smem`.
+  __device__ __forceinline__ HelperMemory(unsigned char* smem, const HelperLayout& layout)
+      : words(reinterpret_cast<int32_t*>(smem)),
+        keys(words + kWords),
+        values(reinterpret_cast<int16_t*>(keys + layout.capacity)),
+        predicted(reinterpret_cast<int32_t*>(smem + layout.predicted_at)),
+        destination(layout.destination_at != 0 ? reinterpret_cast<uint8_t**>(smem + layout.destination_at) : nullptr),
+        rows(smem + layout.rows_at),
+        capacity(layout.capacity),
+        shift(layout.shift),
+        buffered(layout.buffered) {}
+
+  // The layout HelperLayout::make gives for these arguments, sized here.
   __device__ __forceinline__ HelperMemory(unsigned char* smem, uint32_t bytes, int32_t top_k, int32_t held,
-                                          int32_t parts, uint32_t row_bytes, bool notes) {
-    const uint32_t wanted =
-        2u * ((static_cast<uint32_t>(top_k) + static_cast<uint32_t>(held)) / static_cast<uint32_t>(parts) + 32u);
-    uint32_t c = 64;
-    while (c < wanted && c < 32768u) c <<= 1;
-    while (c > 64 && kWords * 4 + 6 * c > bytes / 2) c >>= 1;
-    // Too little shared memory for the smallest table: predict nothing.
-    if (kWords * 4 + 6 * c > bytes) c = 0;
-    capacity = c;
-    shift = c > 0 ? 33 - __ffs(static_cast<int>(c)) : 0;
-    words = reinterpret_cast<int32_t*>(smem);
-    keys = words + kWords;
-    values = reinterpret_cast<int16_t*>(keys + c);
-    const uint32_t predicted_at = (kWords * 4 + 6 * c + 15) / 16 * 16;
-    predicted = reinterpret_cast<int32_t*>(smem + predicted_at);
-    // Per buffered row: the row, its host row and, where the helper notes
-    // destinations, the destination; plus the arrays' alignment.
-    const uint32_t per_row = row_bytes + (notes ? 12 : 4);
-    const uint32_t slack = notes ? 32 : 16;
-    const uint32_t left = bytes > predicted_at + slack ? bytes - predicted_at - slack : 0;
-    const uint32_t fit = row_bytes > 0 && c > 0 ? left / per_row : 0;
-    buffered = static_cast<int32_t>(min(fit, min(static_cast<uint32_t>(top_k), 32767u)));
-    const uint32_t after_predicted = (predicted_at + 4 * static_cast<uint32_t>(buffered) + 15) / 16 * 16;
-    destination = notes ? reinterpret_cast<uint8_t**>(smem + after_predicted) : nullptr;
-    rows = smem + (notes ? (after_predicted + 8 * static_cast<uint32_t>(buffered) + 15) / 16 * 16 : after_predicted);
-  }
+                                          int32_t parts, uint32_t row_bytes, bool notes)
+      : HelperMemory(smem, HelperLayout::make(bytes, top_k, held, parts, row_bytes, notes)) {}
 
   __device__ __forceinline__ uint32_t home(int32_t key) const {
     return (static_cast<uint32_t>(key) * 0x85EBCA77u) >> shift;
@@ -551,21 +537,19 @@ __device__ __forceinline__ void claim_and_wait(const ResolveResidencyParams& p, 
 // Helper h of the launch (see the file comment): batch row h % B, partition
 // h / B; kNote: the coordinator notes destinations while the rows arrive.
 // Every thread of the block calls this, with the block's dynamic shared
-// memory (`bytes` of it).
+// memory, laid out as c.early_layouts says.
 template <bool kNote>
 __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               unsigned char* smem, uint32_t bytes, int32_t h) {
-  const int32_t batch = p.num_batch_rows;
-  const int32_t b = h % batch;
-  const int32_t part = h / batch;
-  const int32_t parts = parts_of(b, batch);
+                                               unsigned char* smem, int32_t h) {
+  const int32_t part = c.early_batch.quotient(h);
+  const int32_t b = c.early_batch.remainder(h, part);
+  const int32_t parts = parts_of(c, b);
   if (part >= parts) return;
   const int32_t s = p.request_state_indices[b];
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  const int32_t held = p.residency_hint != nullptr ? 0 : p.hot_size;
-  const HelperMemory m(smem, bytes, p.top_k, held, parts, c.stage_row_bytes, kNote);
+  const HelperMemory m(smem, c.early_layouts[b < c.early_more_parts ? 1 : 0]);
   predict_misses<kNote>(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;
@@ -609,7 +593,7 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
 // shared words.
 __device__ __forceinline__ void finish_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 int32_t* record, int32_t* scratch) {
-  const int32_t parts = parts_of(static_cast<int32_t>(blockIdx.x), p.num_batch_rows);
+  const int32_t parts = parts_of(c, static_cast<int32_t>(blockIdx.x));
   const uint32_t all = (1u << parts) - 1u;
   if (threadIdx.x == 0) {
     const uint32_t before = static_cast<uint32_t>(

@@ -358,8 +358,7 @@ class HandoffGather : public AutoGather<Fused> {
     if constexpr (kEarlyReads) {
       // Only the blocks past the batch help; an inactive request's block has nothing to claim.
       if (blockIdx.x > static_cast<unsigned>(B)) {
-        early_reads::help_as_helper<kNoteDestinations>(p, c, ws.base, c.miss_stage.total_bytes,
-                                                       static_cast<int32_t>(blockIdx.x) - B - 1);
+        early_reads::help_as_helper<kNoteDestinations>(p, c, ws.base, static_cast<int32_t>(blockIdx.x) - B - 1);
       }
       return;
     }

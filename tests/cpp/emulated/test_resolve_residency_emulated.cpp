@@ -88,6 +88,82 @@ void check_against_reference(Kind kind, unsigned seed, int scenarios) {
   }
 }
 
+// A helper's layout stays inside its shared memory, with 16-byte aligned
+// arrays that do not overlap, a table of at least twice its share of keys
+// where memory allows, and the launcher's shares give every helper block of
+// an early-read launch one partition of its request.
+TEST(ResolveResidencyEmulated, HelperLayoutsFitTheirSharedMemoryAndCoverTheHelpers) {
+  namespace cuda = hisparse::cuda;
+  for (const uint32_t bytes : {4096u, 49152u, 112640u, 232448u}) {
+    for (const int32_t top_k : {64, 2048}) {
+      for (const int32_t held : {0, 4096}) {
+        for (int32_t parts = 1; parts <= cuda::early_reads::kMaxParts; ++parts) {
+          for (const uint32_t row_bytes : {0u, 64u, 656u}) {
+            for (const bool notes : {false, true}) {
+              const cuda::HelperLayout l = cuda::HelperLayout::make(bytes, top_k, held, parts, row_bytes, notes);
+              const std::string where = "bytes " + std::to_string(bytes) + " top_k " + std::to_string(top_k) +
+                                        " held " + std::to_string(held) + " parts " + std::to_string(parts) +
+                                        " row_bytes " + std::to_string(row_bytes) + " notes " + std::to_string(notes);
+              if (l.capacity == 0) {
+                EXPECT_EQ(l.buffered, 0) << where;
+                continue;
+              }
+              EXPECT_EQ(l.capacity & (l.capacity - 1), 0u) << where;
+              EXPECT_EQ(uint32_t{1} << (32 - l.shift), l.capacity) << where;
+              // Twice the share's keys (plus slack), rounded up to a power of two, where half the memory holds it.
+              const uint32_t wanted = 2 * (static_cast<uint32_t>((top_k + held) / parts) + 32);
+              uint32_t full = 64;
+              while (full < wanted && full < 32768u) full <<= 1;
+              if (64 + 6 * full <= bytes / 2) {
+                EXPECT_EQ(l.capacity, full) << where;
+              } else {
+                EXPECT_TRUE(l.capacity == 64 || 64 + 6 * l.capacity <= bytes / 2) << where;
+              }
+              EXPECT_LE(cuda::HelperLayout::kWords * 4 + 6 * l.capacity, l.predicted_at) << where;
+              const uint32_t after_predicted = l.predicted_at + 4 * static_cast<uint32_t>(l.buffered);
+              EXPECT_EQ(notes, l.destination_at != 0) << where;
+              if (notes) {
+                EXPECT_LE(after_predicted, l.destination_at) << where;
+                EXPECT_LE(l.destination_at + 8 * static_cast<uint32_t>(l.buffered), l.rows_at) << where;
+              } else {
+                EXPECT_LE(after_predicted, l.rows_at) << where;
+              }
+              EXPECT_LE(l.rows_at + static_cast<uint64_t>(l.buffered) * row_bytes, bytes) << where;
+              for (const uint32_t at : {l.predicted_at, l.destination_at, l.rows_at}) EXPECT_EQ(at % 16, 0u) << where;
+              EXPECT_LE(l.buffered, top_k) << where;
+              if (row_bytes == 0) EXPECT_EQ(l.buffered, 0) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+  // The launcher's shares: every helper of B requests helps one partition of one request.
+  hisparse::ResolveResidencyParams p{};
+  p.top_k = 2048;
+  p.hot_size = 4096;
+  for (const int32_t batch : {1, 7, 32, 65}) {
+    for (const unsigned helpers : {static_cast<unsigned>(batch), 131u - static_cast<unsigned>(batch)}) {
+      p.num_batch_rows = batch;
+      cuda::ResolverConstants c{};
+      c.miss_stage.total_bytes = 112640;
+      c.stage_row_bytes = 656;
+      c = cuda::with_early_read_helpers(c, p, helpers, true);
+      int64_t covered = 0;
+      for (int32_t b = 0; b < batch; ++b) {
+        covered += std::min(c.early_parts + (b < c.early_more_parts ? 1 : 0), cuda::early_reads::kMaxParts);
+      }
+      const int64_t most = std::min<int64_t>(helpers, int64_t{batch} * cuda::early_reads::kMaxParts);
+      EXPECT_EQ(covered, most) << batch << " requests, " << helpers << " helpers";
+      for (unsigned h = 0; h < helpers; ++h) {
+        const int32_t part = c.early_batch.quotient(static_cast<int32_t>(h));
+        EXPECT_EQ(part, static_cast<int32_t>(h) / batch);
+        EXPECT_EQ(c.early_batch.remainder(static_cast<int32_t>(h), part), static_cast<int32_t>(h) % batch);
+      }
+    }
+  }
+}
+
 TEST(ResolveResidencyEmulated, AnyBatchAndScheduleMatchesTheReference) { check_against_reference(Kind::kAny, 1, 24); }
 
 TEST(ResolveResidencyEmulated, PairedLaunchPastTheSmCountMatchesTheReference) {
