@@ -2,7 +2,8 @@
 
     python3 bench/bench_layer_scaling.py [--preset dsv32-fp8] [--layers 16,32,61]
         [--host-regions N] [--copy-stream per-group|shared|caller] [--steps-per-graph 4]
-        [--residency-hint auto|on|off] [--warm-host-pages on|off] [--replays 7] [--profile] [--out FILE]
+        [--residency-hint auto|on|off] [--warm-host-pages on|off] [--row-bytes N] [--replays 7] [--profile]
+        [--out FILE]
 
 For each layer count it builds the preset's data plane (`hisparse bench`'s
 DataPlane: one host pool, one Runtime per layer, index groups as the preset
@@ -23,7 +24,10 @@ stream (the runtime's default), one shared by every leader, or the stream
 the graph is captured on (no cross-stream edges at all);
 ``--steps-per-graph`` sets the graph's size; ``--warm-host-pages off``
 drops the read-ahead of the next layer's host pages beside each layer's
-compute (on by default, as in `hisparse bench`). ``--profile`` adds one
+compute (on by default, as in `hisparse bench`); ``--row-bytes`` changes
+the preset's row size alone, so that a run can tell whether a layer's time
+follows the bytes it moves or the 128-byte lines they span (640-byte rows
+are five whole lines, the preset's 656-byte rows six). ``--profile`` adds one
 profiled replay of each swap mode: every kernel's duration and the gaps
 between consecutive kernels, by kernel pair.
 """
@@ -58,6 +62,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--steps-per-graph", type=int, default=4)
     parser.add_argument("--residency-hint", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--warm-host-pages", choices=("on", "off"), default="on")
+    parser.add_argument("--row-bytes", type=int, default=None, help="bytes per row (default: the preset's)")
     parser.add_argument("--replays", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="profile one replay of each swap mode")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
@@ -72,6 +77,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')}: expected at least 1, got {value}")
+    if args.row_bytes is not None and (args.row_bytes < 16 or args.row_bytes % 16):
+        parser.error("--row-bytes: expected a positive multiple of 16 (rows are 16-byte aligned), "
+                     f"got {args.row_bytes}")
     return args
 
 
@@ -110,8 +118,11 @@ def kernel_timeline(replay: Callable[[], None]) -> Dict[str, Any]:
 
 
 def measure(args: argparse.Namespace, layers: int, device: Any, capture_stream: Any) -> Dict[str, Any]:
-    settings = make_settings(args.preset, {"layers": layers, "residency_hint": args.residency_hint,
-                                           "warm_host_pages": args.warm_host_pages, "baseline_steps": 0})
+    overrides = {"layers": layers, "residency_hint": args.residency_hint,
+                 "warm_host_pages": args.warm_host_pages, "baseline_steps": 0}
+    if args.row_bytes is not None:
+        overrides["row_bytes"] = args.row_bytes
+    settings = make_settings(args.preset, overrides)
     trace = generate_trace(settings, device)
     copy_stream = {"per-group": None, "shared": torch.cuda.Stream(device), "caller": capture_stream}[args.copy_stream]
     regions = None if args.host_regions is None else min(args.host_regions, layers)
@@ -183,6 +194,7 @@ def main(argv: List[str]) -> int:
         "benchmark": "bench_layer_scaling", **provenance(__file__), "environment": environment(device),
         "preset": args.preset, "copy_stream": args.copy_stream, "residency_hint": args.residency_hint,
         "warm_host_pages": args.warm_host_pages,
+        "row_bytes": args.row_bytes if args.row_bytes is not None else PRESETS[args.preset]["row_bytes"],
         "points": [],
     }
     for layers in args.layers:

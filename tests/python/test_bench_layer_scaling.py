@@ -59,11 +59,19 @@ def test_default_plane_gives_every_layer_its_own_host_cache():
     (["--copy-stream", "mine"], "invalid choice"),
     (["--layers", "0,16"], "--layers: expected positive layer counts, got [0, 16]"),
     (["--host-regions", "0"], "--host-regions: expected at least 1, got 0"),
+    (["--row-bytes", "650"], "--row-bytes: expected a positive multiple of 16 (rows are 16-byte aligned), got 650"),
+    (["--row-bytes", "0"], "--row-bytes: expected a positive multiple of 16 (rows are 16-byte aligned), got 0"),
 ])
 def test_bad_arguments_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
         load().parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+def test_row_bytes_default_to_none_meaning_the_presets():
+    module = load()
+    assert module.parse_args([]).row_bytes is None
+    assert module.parse_args(["--row-bytes", "640"]).row_bytes == 640
 
 
 def test_without_cuda_it_says_so(monkeypatch, capsys):
