@@ -77,9 +77,11 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')}: expected at least 1, got {value}")
-    if args.row_bytes is not None and (args.row_bytes < 16 or args.row_bytes % 16):
-        parser.error("--row-bytes: expected a positive multiple of 16 (rows are 16-byte aligned), "
-                     f"got {args.row_bytes}")
+    if args.row_bytes is not None:
+        try:  # the presets' own rule for a row size
+            make_settings(args.preset, {"row_bytes": args.row_bytes})
+        except ValueError as error:
+            parser.error(str(error))
     return args
 
 
