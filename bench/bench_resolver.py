@@ -38,6 +38,15 @@ the gather's blocks take the SMs the resolve leaves idle, then the rest).
 No schedule of those copies that learns its misses from the resolve can
 beat the faster "beside" time.
 
+Each request reads its own --context positions (default 16,384, the
+presets' context) of a pool sized for the largest batch: 2.56 GiB at 256
+requests, the pool the SGLang peer ran on. The pool's size changes the
+large batches' times (256 requests at 5% misses take about 1.17x as long
+with 32,768 positions per request; docs/performance.md, "Physical
+bounds"). The speculative shapes read a pool of --spec-context positions
+per request (default 32,768: their windows of up to 4 x k positions slide
+further).
+
 Every point also reports the line bound: a row read alone costs whole
 128-byte lines (six for 656 bytes: 768 B), so a step cannot take less than
 missed rows x line bytes / memcpy bandwidth; *_over_line_bound are the
@@ -103,7 +112,12 @@ def parse_args(argv=None):
     parser.add_argument("--top-k", type=int, default=2048)
     parser.add_argument("--hot-size", type=int, default=4096)
     parser.add_argument("--row-bytes", type=int, default=656)
-    parser.add_argument("--context", type=int, default=32768, help="positions per request")
+    parser.add_argument("--context", type=int, default=16384,
+                        help="positions per request of the grid (default: 16,384, the presets' context; at 256 "
+                             "requests a 2.56 GiB pool, the SGLang peer run's)")
+    parser.add_argument("--spec-context", type=int, default=32768,
+                        help="positions per request of the speculative shapes (their windows of up to 4 x k "
+                             "positions need more)")
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=24, help="steps per captured graph")
     parser.add_argument("--replays", type=int, default=7)
@@ -382,10 +396,12 @@ def early_start_bound(s, timer, restore):
 
 def load_peer(path, args):
     """The peer file's figures by (batch, miss rate), refused when its shape
-    is not the grid's (a target for another shape would be meaningless)."""
+    (k, H, row bytes and positions per request, which set the host memory a
+    step's rows are spread over) is not the grid's: a target for other inputs
+    would be meaningless."""
     with open(path) as handle:
         peer = json.load(handle)
-    grid = {"top_k": args.top_k, "hot_size": args.hot_size, "row_bytes": args.row_bytes}
+    grid = {"top_k": args.top_k, "hot_size": args.hot_size, "row_bytes": args.row_bytes, "context": args.context}
     if peer["shape"] != grid:
         raise SystemExit(f"--peer {path}: its figures are for {peer['shape']}, the grid is {grid}")
     peer["by_point"] = {(p["batch"], p["miss_rate"]): p["us"] for p in peer["points"]}
@@ -456,30 +472,43 @@ def main(argv=None):
                 for h in (int(x) for x in args.spec_hot_sizes.split(","))
                 for b in (int(x) for x in args.spec_batches.split(","))
                 for m in (float(x) for x in args.spec_miss_rates.split(","))]
-    setup = time.perf_counter()
-    max_batch = max(batches + [b for _, _, b, _ in spec])
-    max_hot = max([args.hot_size] + [h for _, h, _, _ in spec])
-    pool, host_cache, hot_cache = make_caches(args, max_batch, device, max_hot)
-    setup = time.perf_counter() - setup
-    memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
-    memcpy_gbps = memcpy["gbps"]
-
     peer = load_peer(args.peer, args) if args.peer else None
-    rows = []
-    for batch in batches:
-        for miss_rate in miss_rates:
-            rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps))
-            if peer is not None:
-                compare_with_peer(rows[-1], peer)
-            report(rows[-1])
-    spec_rows = []
-    for token_rows, hot, batch, miss_rate in spec:
-        spec_rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows, hot))
-        report(spec_rows[-1])
-    env = measure.environment(device)
+    # Each section reads its own pool, sized by its context: how much host
+    # memory a step's rows are spread over changes the large batches' times
+    # (docs/performance.md, "Physical bounds": host footprint).
+    sections_run = []
+    if batches:
+        sections_run.append(("grid", args, [(1, args.hot_size, b, m) for b in batches for m in miss_rates]))
+    if spec:
+        sections_run.append(("speculative", argparse.Namespace(**{**vars(args), "context": args.spec_context}), spec))
+    env = {}
+    memcpy = None
+    rows, spec_rows = [], []
+    for section, section_args, points in sections_run:
+        setup = time.perf_counter()
+        max_batch = max(b for _, _, b, _ in points)
+        max_hot = max(h for _, h, _, _ in points)
+        pool, host_cache, hot_cache = make_caches(section_args, max_batch, device, max_hot)
+        setup = time.perf_counter() - setup
+        if memcpy is None:
+            memcpy = measure.memcpy_bandwidth(host_cache.view(-1), device, nbytes=256 << 20)
+        for token_rows, hot, batch, miss_rate in points:
+            if section == "grid":
+                rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy["gbps"]))
+                if peer is not None:
+                    compare_with_peer(rows[-1], peer)
+                report(rows[-1])
+            else:
+                spec_rows.append(run_point(section_args, batch, miss_rate, host_cache, hot_cache, memcpy["gbps"],
+                                           token_rows, hot))
+                report(spec_rows[-1])
+        prefix = "" if section == sections_run[0][0] else "speculative_"
+        env.update({f"{prefix}host_pool_setup_seconds": setup, f"{prefix}host_pool": pool.info()})
+        del host_cache, hot_cache, pool
+    memcpy_gbps = memcpy["gbps"]
     # How the ceiling was measured (host-to-host on the CPU) sits here, so the top-level keys stay those of
     # the published results.
-    env.update({"host_pool_setup_seconds": setup, "host_pool": pool.info(), "memcpy": memcpy})
+    env = {**measure.environment(device), **env, "memcpy": memcpy}
     result = {
         "benchmark": "resolver",
         **provenance.provenance(__file__),
@@ -497,7 +526,6 @@ def main(argv=None):
                           "memcpy_h2d_gbps": peer["memcpy_h2d_gbps"], "target_rule": peer["target"]["rule"],
                           "points_compared": len(compared), "points_met": met}
         print(f"target met at {met} of {len(compared)} points against {peer['name']}", flush=True)
-    del host_cache
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(result, handle, indent=2)

@@ -136,6 +136,14 @@ def test_a_peer_for_another_shape_is_refused():
         bench.load_peer(PEER, bench.parse_args(["--top-k", "64"]))
 
 
+def test_a_peer_for_another_host_footprint_is_refused():
+    # The peer ran on a 2.56 GiB pool: 16,384 positions per request at 256 requests, the default.
+    bench = load_bench()
+    assert bench.parse_args([]).context == 16384
+    with pytest.raises(SystemExit, match="its figures are for .*'context': 16384.* the grid is .*'context': 32768"):
+        bench.load_peer(PEER, bench.parse_args(["--context", "32768"]))
+
+
 def test_the_target_is_the_peer_over_1_1_or_the_line_bound_and_the_points_limit():
     bench = load_bench()
     peer = bench.load_peer(PEER, bench.parse_args([]))
@@ -173,7 +181,7 @@ def write_peer(tmp_path):
     peer = tmp_path / "peer.json"
     peer.write_text(json.dumps({
         "name": "a peer", "source": "this test", "memcpy_h2d_gbps": 1.0,
-        "shape": {"top_k": 64, "hot_size": 128, "row_bytes": 656},
+        "shape": {"top_k": 64, "hot_size": 128, "row_bytes": 656, "context": 2048},
         "target": {"faster_by": 1.1, "line_bound_factor": 1.05, "rule": "r"},
         "points": [{"batch": 2, "miss_rate": 0.05, "us": 1e9}],
     }))
@@ -204,3 +212,16 @@ def test_paths_times_only_the_named_timings_and_reports_what_follows_from_them(t
         assert derived not in point
     with pytest.raises(SystemExit, match="--paths: expected some of"):
         bench.main(small + ["--paths", "resolve,resolve_sideways"])
+
+
+def test_each_section_reads_a_pool_of_its_own_context():
+    bench = load_bench()
+    result = bench.main(small_run("2") + ["--sections", "grid,speculative", "--spec-context", "4096",
+                                          "--spec-batches", "3", "--spec-token-rows", "2", "--spec-hot-sizes", "256",
+                                          "--spec-miss-rates", "0.05"])
+    env = result["environment"]
+    rows = lambda batch, context: (1 + batch * context // 64) * 64 * 656  # noqa: E731
+    assert env["host_pool"]["size_bytes"] == rows(2, 2048)
+    assert env["speculative_host_pool"]["size_bytes"] == rows(3, 4096)
+    (point,) = result["speculative_points"]
+    assert point["token_rows"] == 2 and point["swap_rows_observed"] == point["misses_per_step"]
