@@ -223,5 +223,7 @@ def test_each_section_reads_a_pool_of_its_own_context():
     rows = lambda batch, context: (1 + batch * context // 64) * 64 * 656  # noqa: E731
     assert env["host_pool"]["size_bytes"] == rows(2, 2048)
     assert env["speculative_host_pool"]["size_bytes"] == rows(3, 4096)
+    # The ceiling comes from a buffer of its own, larger than either pool here.
+    assert env["memcpy"]["bytes"] == 16 << 20 > rows(3, 4096)
     (point,) = result["speculative_points"]
     assert point["token_rows"] == 2 and point["swap_rows_observed"] == point["misses_per_step"]
