@@ -279,6 +279,25 @@ def link_ceiling(device):
     return measure.memcpy_bandwidth(pool.view("uint8"), device, nbytes=nbytes)
 
 
+def run_section(args, points, device, memcpy_gbps, peer=None):
+    """Points (token rows, hot slots or None for --hot-size, batch, miss
+    rate) on a pool of args.context positions per request: their results,
+    the pool's setup seconds and its info. With `peer`, each point is
+    compared with it."""
+    setup = time.perf_counter()
+    max_batch = max(batch for _, _, batch, _ in points)
+    max_hot = max(args.hot_size if hot is None else hot for _, hot, _, _ in points)
+    pool, host_cache, hot_cache = make_caches(args, max_batch, device, max_hot)
+    setup = time.perf_counter() - setup
+    rows = []
+    for token_rows, hot, batch, miss_rate in points:
+        rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows, hot))
+        if peer is not None:
+            compare_with_peer(rows[-1], peer)
+        report(rows[-1])
+    return rows, setup, pool.info()
+
+
 def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows=1, hot=None):
     device = torch.device(args.device)
     s = Scenario(args, batch, miss_rate, host_cache, hot_cache, token_rows, hot)
@@ -482,36 +501,21 @@ def main(argv=None):
                 for b in (int(x) for x in args.spec_batches.split(","))
                 for m in (float(x) for x in args.spec_miss_rates.split(","))]
     peer = load_peer(args.peer, args) if args.peer else None
-    # Each section reads its own pool, sized by its context: how much host
-    # memory a step's rows are spread over changes the large batches' times
-    # (docs/performance.md, "Physical bounds": host footprint).
-    sections_run = []
-    if batches:
-        sections_run.append(("grid", args, [(1, args.hot_size, b, m) for b in batches for m in miss_rates]))
-    if spec:
-        sections_run.append(("speculative", argparse.Namespace(**{**vars(args), "context": args.spec_context}), spec))
-    env = {}
     memcpy = link_ceiling(device)
+    # Each section reads a pool of its own context: how much host memory a
+    # step's rows are spread over changes the large batches' times
+    # (docs/performance.md, "Physical bounds": host footprint). The first
+    # section's pool keeps the published key.
+    env = {}
     rows, spec_rows = [], []
-    for section, section_args, points in sections_run:
-        setup = time.perf_counter()
-        max_batch = max(b for _, _, b, _ in points)
-        max_hot = max(h for _, h, _, _ in points)
-        pool, host_cache, hot_cache = make_caches(section_args, max_batch, device, max_hot)
-        setup = time.perf_counter() - setup
-        for token_rows, hot, batch, miss_rate in points:
-            if section == "grid":
-                rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy["gbps"]))
-                if peer is not None:
-                    compare_with_peer(rows[-1], peer)
-                report(rows[-1])
-            else:
-                spec_rows.append(run_point(section_args, batch, miss_rate, host_cache, hot_cache, memcpy["gbps"],
-                                           token_rows, hot))
-                report(spec_rows[-1])
-        prefix = "" if section == sections_run[0][0] else "speculative_"
-        env.update({f"{prefix}host_pool_setup_seconds": setup, f"{prefix}host_pool": pool.info()})
-        del host_cache, hot_cache, pool
+    if batches:
+        grid = [(1, None, b, m) for b in batches for m in miss_rates]
+        rows, env["host_pool_setup_seconds"], env["host_pool"] = run_section(args, grid, device, memcpy["gbps"], peer)
+    if spec:
+        spec_args = argparse.Namespace(**{**vars(args), "context": args.spec_context})
+        key = "speculative_" if batches else ""
+        spec_rows, env[f"{key}host_pool_setup_seconds"], env[f"{key}host_pool"] = run_section(
+            spec_args, spec, device, memcpy["gbps"])
     memcpy_gbps = memcpy["gbps"]
     # How the ceiling was measured (host-to-host on the CPU) sits here, so the top-level keys stay those of
     # the published results.
