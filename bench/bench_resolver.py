@@ -163,6 +163,25 @@ def keeps_residency_hint(args, batch, token_rows, hot, max_union_rows):
     return hisparse.Runtime.default_residency_hint(config, max_num_reqs=batch, device=args.device)
 
 
+def misses_per_request(args, miss_rate):
+    """The fresh positions each step brings a request: miss_rate x k, at least one."""
+    return max(1, round(miss_rate * args.top_k))
+
+
+def require_context(flag, context, args, points):
+    """A section's positions per request (`flag`: --context or
+    --spec-context): a positive multiple of --block-size (whole host blocks
+    per request) with room for every point's windows over its steps (the
+    two warm-up steps included)."""
+    if context <= 0 or context % args.block_size:
+        raise SystemExit(f"{flag}: expected a positive multiple of --block-size ({args.block_size}), got {context}")
+    for token_rows, _, _, miss_rate in points:
+        needed = token_rows * args.top_k + (args.steps + 2) * misses_per_request(args, miss_rate)
+        if needed > context:
+            raise SystemExit(f"{flag} {context} too small: {args.steps + 2} steps of {token_rows} token rows at "
+                             f"miss rate {miss_rate} take {needed} positions")
+
+
 class Scenario:
     """Static tensors for one (batch, miss rate) point, with `token_rows`
     rows per request on hot buffers of `hot` slots."""
@@ -173,7 +192,7 @@ class Scenario:
         hot = args.hot_size if hot is None else hot
         self.args, self.batch, self.token_rows, self.hot = args, batch, token_rows, hot
         self.max_union_rows = min(hot, token_rows * k)
-        self.misses_per_request = max(1, round(miss_rate * k))
+        self.misses_per_request = misses_per_request(args, miss_rate)
         blocks_per_request = args.context // bs
         self.host_rows = host_cache.shape[0]
         # Request b owns host blocks 1 + b * blocks_per_request + i (block 0 is null).
@@ -191,10 +210,10 @@ class Scenario:
         self.dgi = torch.full((batch, hot), -1, dtype=torch.int32, device=device)
         self.lru = torch.arange(hot, dtype=torch.int16, device=device).repeat(batch, 1).contiguous()
         total_steps = args.steps + 2
-        needed = token_rows * k + total_steps * self.misses_per_request
-        if needed > args.context:
-            raise SystemExit(f"--context {args.context} too small for {total_steps} steps of {token_rows} token "
-                             f"rows at miss rate {miss_rate}")
+        # main() checks each section's context under its own flag first; the
+        # other tools that build a Scenario (resolver_timeline.py,
+        # profile_resolver_point.py) take --context.
+        require_context("--context", args.context, args, [(token_rows, hot, batch, miss_rate)])
         order = torch.argsort(torch.rand(batch, args.context, device=device), dim=1).to(torch.int32)
         m = self.misses_per_request
         self.topk = torch.stack(
@@ -500,6 +519,11 @@ def main(argv=None):
                 for h in (int(x) for x in args.spec_hot_sizes.split(","))
                 for b in (int(x) for x in args.spec_batches.split(","))
                 for m in (float(x) for x in args.spec_miss_rates.split(","))]
+    grid = [(1, None, b, m) for b in batches for m in miss_rates]
+    if grid:
+        require_context("--context", args.context, args, grid)
+    if spec:
+        require_context("--spec-context", args.spec_context, args, spec)
     peer = load_peer(args.peer, args) if args.peer else None
     memcpy = link_ceiling(device)
     # Each section reads a pool of its own context: how much host memory a
@@ -508,12 +532,11 @@ def main(argv=None):
     # section's pool keeps the published key.
     env = {}
     rows, spec_rows = [], []
-    if batches:
-        grid = [(1, None, b, m) for b in batches for m in miss_rates]
+    if grid:
         rows, env["host_pool_setup_seconds"], env["host_pool"] = run_section(args, grid, device, memcpy["gbps"], peer)
     if spec:
         spec_args = argparse.Namespace(**{**vars(args), "context": args.spec_context})
-        key = "speculative_" if batches else ""
+        key = "speculative_" if grid else ""
         spec_rows, env[f"{key}host_pool_setup_seconds"], env[f"{key}host_pool"] = run_section(
             spec_args, spec, device, memcpy["gbps"])
     memcpy_gbps = memcpy["gbps"]

@@ -227,3 +227,17 @@ def test_each_section_reads_a_pool_of_its_own_context():
     assert env["memcpy"]["bytes"] == 16 << 20 > rows(3, 4096)
     (point,) = result["speculative_points"]
     assert point["token_rows"] == 2 and point["swap_rows_observed"] == point["misses_per_step"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--context", "1000"], r"--context: expected a positive multiple of --block-size \(64\), got 1000"),
+    (["--context", "0"], r"--context: expected a positive multiple of --block-size \(64\), got 0"),
+    (["--context", "64"], r"--context 64 too small: 4 steps of 1 token rows at miss rate 0.05 take 76 positions"),
+    (["--sections", "speculative", "--spec-context", "192", "--spec-batches", "1", "--spec-token-rows", "4",
+      "--spec-hot-sizes", "256", "--spec-miss-rates", "0.05"],
+     r"--spec-context 192 too small: 4 steps of 4 token rows at miss rate 0.05 take 268 positions"),
+])
+def test_a_context_that_cannot_hold_the_steps_is_refused_naming_its_flag(extra, message):
+    bench = load_bench()
+    with pytest.raises(SystemExit, match=message):
+        bench.main(small_run("2") + extra)
