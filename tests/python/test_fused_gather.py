@@ -1134,12 +1134,15 @@ def test_fused_gather_with_a_short_or_no_miss_stage(monkeypatch, stage_rows, sch
 NEW_POSITIONS = [0, 1, 2, 3, 8, 50, 400]
 
 
-def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_bytes=656):
-    """`steps` fused resolves of B one-row requests (k = K, H hot slots each)
-    over one host cache of `span` rows: a cold start, then steps where
-    request b replaces NEW_POSITIONS[b % 7] of its positions by ones it
-    never selected before. Returns per
-    step the outputs, the state and every hot byte."""
+def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_bytes=656, rows_of=lambda b: 1,
+                   draft_changes=64):
+    """`steps` fused resolves of B requests (k = K, H hot slots each) over
+    one host cache of `span` rows: a cold start, then steps where request b
+    replaces NEW_POSITIONS[b % 7] of its positions by ones it never
+    selected before. Request b has rows_of(b) token rows, as speculative
+    decoding gives: its first row holds its positions, and each further
+    row the same with `draft_changes` of them replaced by others of the
+    span. Returns per step the outputs, the state and every hot byte."""
     gen = torch.Generator().manual_seed(B)
     host = host_copy(torch.randint(-128, 127, (span, row_bytes), generator=gen, dtype=torch.int8), device)
     hot = torch.zeros((B * H, row_bytes), dtype=torch.int8, device=device)
@@ -1148,6 +1151,10 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
     dgi = torch.full((B, H), -1, dtype=torch.int32, device=device)
     lru = torch.arange(H, dtype=torch.int16).repeat(B, 1).to(device)
     hot_table = torch.arange(B * H, dtype=torch.int32).reshape(B, H).to(device)
+    rows_per_request = [rows_of(b) for b in range(B)]
+    owners = torch.repeat_interleave(torch.arange(B, dtype=torch.int32), torch.tensor(rows_per_request))
+    T = owners.numel()
+    max_union_rows = min(H, K + (max(rows_per_request) - 1) * draft_changes)
     rows = torch.arange(B, dtype=torch.int32, device=device)
     scheduled = Schedule(schedule, device, B)
     snapshots = []
@@ -1159,18 +1166,31 @@ def run_wide_batch(device, schedule, B, steps=3, K=2048, H=4096, span=8192, row_
                 fresh = fresh[~torch.isin(fresh, used[b])][:new].to(torch.int32)
                 positions[b, torch.randperm(K, generator=gen)[:new]] = fresh
             used = torch.cat([used, positions], dim=1)
-        out = {n: torch.full((B, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
-        out.update({n: torch.full((B,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
+        token_rows = positions[owners.long()].clone()
+        for t in range(T):
+            if t > 0 and owners[t] == owners[t - 1]:
+                drafted = torch.randperm(span, generator=gen)[:draft_changes].to(torch.int32)
+                token_rows[t, torch.randperm(K, generator=gen)[:draft_changes]] = drafted
+        out = {n: torch.full((T, K), SENTINEL, dtype=torch.int32, device=device) for n in MATRICES}
+        out.update({n: torch.full((T,), SENTINEL, dtype=torch.int32, device=device) for n in VECTORS})
         ops.resolve_residency(
-            positions.to(device), rows, rows, dgi, lru, hot_table, hot_block_size=1, attention_block_stride=1,
-            host_rows=span, max_union_rows=K, gather_host_cache=host, gather_hot_cache=hot,
-            **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
+            token_rows.to(device), owners.to(device), rows, dgi, lru, hot_table, hot_block_size=1,
+            attention_block_stride=1, host_rows=span, max_union_rows=max_union_rows, gather_host_cache=host,
+            gather_hot_cache=hot, **scheduled.kwargs(), **{f"out_{n}": t for n, t in out.items()})
         scheduled.check_idle()
         # Copies: on the CPU, .cpu() is the tensor itself, which the next step changes.
         snapshot = {n: t.cpu().numpy().copy() for n, t in out.items()}
         snapshot.update(dgi=dgi.cpu().numpy().copy(), lru=lru.cpu().numpy().copy(), hot_bytes=hot.cpu().numpy().copy())
         snapshots.append(snapshot)
     return snapshots, host.cpu()
+
+
+def assert_wide_batch_hot_rows(snapshot, host):
+    """Every valid entry's hot row holds its host row."""
+    valid = snapshot["hot_rows"] >= 0
+    hot = torch.from_numpy(snapshot["hot_bytes"])
+    assert torch.equal(hot[torch.from_numpy(snapshot["hot_rows"][valid]).long()],
+                       host[torch.from_numpy(snapshot["resolved"][valid]).long()])
 
 
 @requires_cuda
@@ -1195,13 +1215,33 @@ def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     swaps = []
     for step, (g, w) in enumerate(zip(got, want)):
         assert_same(g, w, f"step {step}: cuda vs cpu")
-        valid = g["hot_rows"] >= 0
-        hot = torch.from_numpy(g["hot_bytes"])
-        assert torch.equal(hot[torch.from_numpy(g["hot_rows"][valid]).long()],
-                           host[torch.from_numpy(g["resolved"][valid]).long()])
+        assert_wide_batch_hot_rows(g, host)
         swaps.append(g["swap_counts"])
     # Cold start: every request misses all of its rows; later steps miss
     # exactly the positions each request replaced.
     assert (swaps[0] == 2048).all()
     expected = np.array([NEW_POSITIONS[b % len(NEW_POSITIONS)] for b in range(B)])
     assert all((s == expected).all() for s in swaps[1:])
+
+
+@requires_cuda
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("extra_requests", sanitize_subset([8, 120], {8}), ids=["paired", "paired-full"])
+def test_fused_gather_paired_launch_with_several_rows_per_request(schedule, extra_requests):
+    """Two blocks per SM (a fused gather past the SM count, up to twice
+    it) with requests of one, two and three token rows in one launch
+    (k = 1024, H = 2048, each draft row changes 64 positions of its
+    request's first row), as speculative decoding gives. Every output, the
+    state and every hot byte equal the CPU backend's after every step, and
+    every valid entry's hot row holds its host row."""
+    props = torch.cuda.get_device_properties(0)
+    B = props.multi_processor_count + extra_requests
+    shape = dict(K=1024, H=2048, rows_of=lambda b: 1 + b % 3)
+    got, host = run_wide_batch(torch.device("cuda"), schedule, B, **shape)
+    want, _ = run_wide_batch(CPU, schedule, B, **shape)
+    for step, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"step {step}: cuda vs cpu")
+        assert_wide_batch_hot_rows(g, host)
+    # Cold start: each request's first token row copies all of its k rows.
+    first_rows = np.cumsum([0] + [1 + b % 3 for b in range(B - 1)])
+    assert (got[0]["swap_counts"][first_rows] == shape["K"]).all()

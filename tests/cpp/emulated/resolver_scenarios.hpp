@@ -306,7 +306,7 @@ inline std::vector<int32_t> handoff_states(const Outputs& o) {
 // (cuda_emulation.hpp's Device).
 enum class Kind {
   kAny,         // any batch of 1-5 requests, any schedule
-  kPaired,      // 8-14 one-row requests with a fused gather: two blocks per SM
+  kPaired,      // 8-14 requests, one-row or mixed, with a fused gather: two blocks per SM
   kHandoff,     // 7 one-row or 4-7 multi-row requests, auto with a handoff array: no helper blocks
   kEarlyReads,  // 1-3 one-row requests, auto with a handoff array: early-read helpers
   kTailReads,   // 4-6 one-row requests, auto with a handoff array: tail-read helpers for 1-3 of them
@@ -319,6 +319,8 @@ inline Scenario make_scenario_of_kind(std::mt19937& rng, Kind kind) {
   if (kind == Kind::kEarlyReads) batch = 1 + static_cast<int32_t>(rng() % 3);
   if (kind == Kind::kTailReads) batch = 4 + static_cast<int32_t>(rng() % 3);
   bool single_rows = kind != Kind::kAny || rng() % 4 != 0;
+  // Half the paired launches mix requests of one to three token rows.
+  if (kind == Kind::kPaired) single_rows = rng() % 2 == 0;
   // Several token rows per request keep a batch below the SM count from tail reads.
   if (kind == Kind::kHandoff) single_rows = batch == 7;
   Scenario s = make_scenario(rng, single_rows, batch);
