@@ -3,7 +3,8 @@
 // or, for shapes that do not fit, partly in a global workspace
 // (resolver_placement.cuh), bit-identical to resolve_residency_reference.cpp.
 //
-// resolve_residency_kernel calls one device function per phase; each phase
+// resolve_residency_kernel runs phase A, then the single-row phases or
+// resolve_request's general ones, one device function per phase; each phase
 // ends at a block barrier (B1 .. B8), and docs/residency.md ("The CUDA
 // kernel's phases") maps the phases to the contract's steps. Every shared
 // array is written in one phase and read in a later one; the only
