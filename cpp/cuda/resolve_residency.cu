@@ -3,8 +3,7 @@
 // or, for shapes that do not fit, partly in a global workspace
 // (resolver_placement.cuh), bit-identical to resolve_residency_reference.cpp.
 //
-// resolve_residency_kernel runs phase A, then the single-row phases or
-// resolve_request's general ones, one device function per phase; each phase
+// resolve_residency_kernel calls one device function per phase; each phase
 // ends at a block barrier (B1 .. B8), and docs/residency.md ("The CUDA
 // kernel's phases") maps the phases to the contract's steps. Every shared
 // array is written in one phase and read in a later one; the only
@@ -730,13 +729,35 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
   }
 }
 
-// Phases B to H of a request of any number of token rows, in order; the
-// fused gather's hooks are Gather's (resolver_gather.cuh). docs/residency.md
-// maps each phase to the contract's steps.
-template <class Gather, class Placement, HintUpkeep kUpkeep>
-__device__ __forceinline__ void resolve_request(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                const ResolverWorkspace& ws, const ResolverRequest& request,
-                                                Gather& gather) {
+// The phases of one request, in order; the fused gather's hooks are
+// Gather's (resolver_gather.cuh). docs/residency.md maps each phase to the
+// contract's steps. kBlocksPerSm is the occupancy the registers are
+// budgeted for: 1 gives a block the whole register file; 2 halves it, which
+// spills a little, for the fused gather past the SM count
+// (pair_blocks_per_sm). kUpkeep: how the residency hint is kept, if any.
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
+                             const typename Placement::Layout layout) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const Placement placement(layout);
+  ResolverWorkspace ws = placement.carve(smem);
+  Gather gather(c, ws);
+  ResolverRequest request;
+  if (!find_request(p, c, placement, ws, gather, request)) {                 // A  | B1
+    gather.help_as_idle(p, c, ws);                                             // H
+    return;
+  }
+  gather.open_request(p, c, request);                                        // A
+  placement.bind(p, request, ws);                                            // A  | B1b (workspace)
+  // Not in the paired kernel: at 32 registers per thread, one kernel with
+  // both phase sets spills twice what either spills alone.
+  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
+    if (c.single_row_phases && request.single_row) {
+      single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
+      return;
+    }
+  }
   count_slot_occurrences<Placement>(p, ws);                                  // B
   const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
   match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
@@ -760,39 +781,6 @@ __device__ __forceinline__ void resolve_request(const ResolveResidencyParams& p,
   }
   gather.finish(c, ws);                                                      // G  | B8
   gather.help_as_owner(p, c, ws);                                              // H
-}
-
-// One block per batch row: phase A finds the request, then a request of one
-// token row takes the single-row phases (resolver_single_row.cuh) where the
-// shape and the launch allow them, and any other the general ones
-// (resolve_request). kBlocksPerSm is the occupancy the registers are
-// budgeted for: 1 gives a block the whole register file; 2 halves it,
-// which spills a little, for the fused gather past the SM count
-// (pair_blocks_per_sm). kUpkeep: how the residency hint is kept, if any.
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
-                             const typename Placement::Layout layout) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const Placement placement(layout);
-  ResolverWorkspace ws = placement.carve(smem);
-  Gather gather(c, ws);
-  ResolverRequest request;
-  if (!find_request(p, c, placement, ws, gather, request)) {  // A  | B1
-    gather.help_as_idle(p, c, ws);                              // H
-    return;
-  }
-  gather.open_request(p, c, request);  // A
-  placement.bind(p, request, ws);      // A  | B1b (workspace)
-  // Not in the paired kernel: at 32 registers per thread, one kernel with
-  // both phase sets spills twice what either spills alone.
-  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
-    if (c.single_row_phases && request.single_row) {
-      single_row::resolve<kUpkeep>(p, c, ws, request, gather);  // B-G | B2 .. B6
-      return;
-    }
-  }
-  resolve_request<Gather, Placement, kUpkeep>(p, c, ws, request, gather);  // B-H
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
