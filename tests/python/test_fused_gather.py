@@ -1236,12 +1236,13 @@ def test_fused_gather_paired_launch_with_several_rows_per_request(schedule, extr
     every valid entry's hot row holds its host row."""
     props = torch.cuda.get_device_properties(0)
     B = props.multi_processor_count + extra_requests
-    shape = dict(K=1024, H=2048, rows_of=lambda b: 1 + b % 3)
+    K = 1024
+    shape = dict(K=K, H=2048, rows_of=lambda b: 1 + b % 3)
     got, host = run_wide_batch(torch.device("cuda"), schedule, B, **shape)
     want, _ = run_wide_batch(CPU, schedule, B, **shape)
     for step, (g, w) in enumerate(zip(got, want)):
         assert_same(g, w, f"step {step}: cuda vs cpu")
         assert_wide_batch_hot_rows(g, host)
     # Cold start: each request's first token row copies all of its k rows.
-    first_rows = np.cumsum([0] + [1 + b % 3 for b in range(B - 1)])
-    assert (got[0]["swap_counts"][first_rows] == shape["K"]).all()
+    first_rows = np.cumsum([0] + [shape["rows_of"](b) for b in range(B - 1)])
+    assert (got[0]["swap_counts"][first_rows] == K).all()
