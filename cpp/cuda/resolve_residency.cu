@@ -14,6 +14,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 
@@ -54,9 +55,10 @@ __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParam
 // blocks (row t goes to block t % gridDim.x) so no single block writes them all.
 // `first_owner` is req_id_per_token[blockIdx.x], loaded at kernel entry so
 // that the usual single row per block costs no load latency here.
-__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows, int32_t first_owner) {
-  for (int32_t t = blockIdx.x; t < p.num_tokens; t += gridDim.x) {
-    const int32_t request = t == static_cast<int32_t>(blockIdx.x) ? first_owner : p.req_id_per_token[t];
+__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows, int32_t first_owner, int32_t b,
+                                  int32_t blocks) {
+  for (int32_t t = b; t < p.num_tokens; t += blocks) {
+    const int32_t request = t == b ? first_owner : p.req_id_per_token[t];
     if (t < valid_rows && request >= 0 && request < p.num_batch_rows) continue;
     for (int32_t k = threadIdx.x; k < p.top_k; k += kThreads) write_inactive_entry(p, t, k);
     if (threadIdx.x == 0) {
@@ -94,11 +96,11 @@ __device__ void write_request_inactive(const ResolveResidencyParams& p, const Re
 template <class Gather, class Placement>
 __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, const ResolverConstants& c,
                                              const Placement& placement, const ResolverWorkspace& ws,
-                                             const Gather& gather, ResolverRequest& request) {
+                                             const Gather& gather, ResolverRequest& request, int32_t b,
+                                             int32_t blocks) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int32_t b = blockIdx.x;
   const int32_t B = p.num_batch_rows;
   const int32_t T = p.num_tokens;
   const int32_t K = p.top_k;
@@ -117,7 +119,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   const int32_t s = b < B ? p.request_state_indices[b] : -1;
   const int32_t valid_rows = valid_rows_ptr != nullptr ? min(max(*valid_rows_ptr, 0), T) : T;
   if (b >= B) {
-    write_orphan_rows(p, valid_rows, orphan_owner);
+    write_orphan_rows(p, valid_rows, orphan_owner, b, blocks);
     return false;
   }
   const bool state_in_range = s >= 0 && s < p.num_state_rows;
@@ -170,7 +172,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   }
   wait_async_copies<1>();  // the lru row (the dgi row may still be in flight)
   __syncthreads();  // B1
-  write_orphan_rows(p, valid_rows, orphan_owner);
+  write_orphan_rows(p, valid_rows, orphan_owner, b, blocks);
   const int32_t* reduce = ws.scratch + kScratchRequestReduce;
   const int32_t t0 = warp_min(reduce[lane]);
   const int32_t last_row = warp_max(reduce[kWarps + lane]);
@@ -735,52 +737,65 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 // budgeted for: 1 gives a block the whole register file; 2 halves it, which
 // spills a little, for the fused gather past the SM count
 // (pair_blocks_per_sm). kUpkeep: how the residency hint is kept, if any.
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const typename Placement::Layout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Placement placement(layout);
   ResolverWorkspace ws = placement.carve(smem);
-  Gather gather(c, ws);
-  ResolverRequest request;
-  if (!find_request(p, c, placement, ws, gather, request)) {                 // A  | B1
-    gather.help_as_idle(p, c, ws);                                             // H
-    return;
-  }
-  gather.open_request(p, c, request);                                        // A
-  placement.bind(p, request, ws);                                            // A  | B1b (workspace)
+  const int32_t blocks = kRequestsPerBlock == 1 ? static_cast<int32_t>(gridDim.x) : p.num_batch_rows + 1;
+  for (int round = 0; round < kRequestsPerBlock; ++round) {
+    const int32_t b = static_cast<int32_t>(blockIdx.x) * kRequestsPerBlock + round;
+    if (b >= blocks) break;
+    if (round > 0) {
+      // The last request's shared memory is free (and its stage's bulk copies landed).
+      __syncthreads();
+      if (threadIdx.x == 0 && c.miss_stage.rows > 0 && c.bulk_stage) {
+        mbarrier_invalidate(static_cast<uint32_t>(__cvta_generic_to_shared(ws.scratch + kScratchStageBarrier)));
+      }
+      __syncthreads();
+    }
+    Gather gather(c, ws);
+    ResolverRequest request;
+    if (!find_request(p, c, placement, ws, gather, request, b, blocks)) {       // A  | B1
+      gather.help_as_idle(p, c, ws);                                             // H
+      continue;
+    }
+    gather.open_request(p, c, request);                                        // A
+    placement.bind(p, request, ws);                                            // A  | B1b (workspace)
   // Not in the paired kernel: at 32 registers per thread, one kernel with
   // both phase sets spills twice what either spills alone.
-  if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
-    if (c.single_row_phases && request.single_row) {
-      single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
-      return;
+    if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
+      if (c.single_row_phases && request.single_row) {
+        single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
+        continue;
+      }
     }
+    count_slot_occurrences<Placement>(p, ws);                                  // B
+    const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
+    match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
+    const MemberRun run = member_run(u.members);
+    gather.after_slot_scan(p, c, ws, u.members, run);                          // the stage after C1
+    const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
+    const Assignment a = assign_misses<kUpkeep>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
+    gather.note_assigned_total(c, p, request, a.assigned_total);
+    // A block left with no host reads of its own lets the next programmatic
+    // launch start now, so its launch and shared-memory fill overlap phases F
+    // and G here; one that copies rows in phase E lets it start only at its
+    // exit. The next kernel still sees all of this one's writes: it waits for
+    // the whole grid in its wait_for_prior_grid().
+    const bool copies = gather.copies_assigned(ws);
+    if (!copies) allow_dependent_launch();
+    if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
+    write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
+    count_request(p, ws, request, u, a);                                       // F
+    if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) {
+      keep_hint_after_outputs(p, c, ws, request, min(a.miss_total, walk.evictable_total));  // F
+    }
+    gather.finish(c, ws);                                                      // G  | B8
+    gather.help_as_owner(p, c, ws);                                              // H
   }
-  count_slot_occurrences<Placement>(p, ws);                                  // B
-  const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
-  match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
-  const MemberRun run = member_run(u.members);
-  gather.after_slot_scan(p, c, ws, u.members, run);                          // the stage after C1
-  const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
-  const Assignment a = assign_misses<kUpkeep>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
-  gather.note_assigned_total(c, p, request, a.assigned_total);
-  // A block left with no host reads of its own lets the next programmatic
-  // launch start now, so its launch and shared-memory fill overlap phases F
-  // and G here; one that copies rows in phase E lets it start only at its
-  // exit. The next kernel still sees all of this one's writes: it waits for
-  // the whole grid in its wait_for_prior_grid().
-  const bool copies = gather.copies_assigned(ws);
-  if (!copies) allow_dependent_launch();
-  if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
-  write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
-  count_request(p, ws, request, u, a);                                       // F
-  if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) {
-    keep_hint_after_outputs(p, c, ws, request, min(a.miss_total, walk.evictable_total));  // F
-  }
-  gather.finish(c, ws);                                                      // G  | B8
-  gather.help_as_owner(p, c, ws);                                              // H
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
@@ -788,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -797,7 +812,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
@@ -918,46 +933,47 @@ int64_t own_blocks(const ResolveResidencyParams& params) { return static_cast<in
 
 // `helper_blocks`: blocks past the batch that only copy published rows
 // (HandoffGather).
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
 void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
                    unsigned helper_blocks) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep>(device, shared_bytes);
-  const unsigned blocks = static_cast<unsigned>(own_blocks(params)) + helper_blocks;
+  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>(device, shared_bytes);
+  const unsigned blocks =
+      static_cast<unsigned>((own_blocks(params) + kRequestsPerBlock - 1) / kRequestsPerBlock) + helper_blocks;
 
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(
-      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
-                         params, constants, layout),
-      "resolve_residency kernel launch");
+  cuda_check(cudaLaunchKernelEx(launch_config.config(),
+                                resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>,
+                                params, constants, layout),
+             "resolve_residency kernel launch");
 }
 
 // The instantiation for the launch's residency hint (HintUpkeep): none, kept
 // in phase D where the layout holds a copy of the state row (only shared
 // placements at one block per SM have one), or after phase F.
-template <class Gather, class Placement, int kBlocksPerSm>
+template <class Gather, class Placement, int kBlocksPerSm, int kRequestsPerBlock = 1>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
             unsigned helper_blocks = 0) {
   constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
   if (params.residency_hint == nullptr) {
-    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper, stream,
-                                                                      helper_blocks);
+    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone, kRequestsPerBlock>(
+        params, constants, layout, device, hopper, stream, helper_blocks);
     return;
   }
   if constexpr (kMayKeepRows) {
     if (constants.held_rows != ResolverSharedLayout::kNoHeldRows) {
-      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD>(params, constants, layout, device, hopper,
-                                                                            stream, helper_blocks);
+      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD, kRequestsPerBlock>(
+          params, constants, layout, device, hopper, stream, helper_blocks);
       return;
     }
   }
-  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs>(params, constants, layout, device, hopper,
-                                                                            stream, helper_blocks);
+  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs, kRequestsPerBlock>(
+      params, constants, layout, device, hopper, stream, helper_blocks);
 }
 
 // cpp/core/config.cpp's residency_hint_pays restates when a launch gets
@@ -1136,6 +1152,14 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
     ResolverLaunchLayout paired;
+    if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired) &&
+        std::getenv("HISPARSE_SEQUENTIAL") != nullptr) {
+      const ResolverLaunchLayout one = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
+                                                              stage_rows, limit, kResolverMaxSlackHalves);
+      launch<FusedGather, SharedPlacement, 1, 2>(params, make_resolver_constants(params, one, hopper), one.layout,
+                                                 device, hopper, stream);
+      return;
+    }
     if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired)) {
       launch_paired_fused(params, make_resolver_constants(params, paired, hopper), paired.layout, device, hopper,
                           stream);
