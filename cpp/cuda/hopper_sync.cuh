@@ -21,14 +21,6 @@ __device__ __forceinline__ void mbarrier_init_one_arrival(uint32_t barrier) {
 #endif
 }
 
-// Ends the barrier's life, so that its words may be reused (or the
-// barrier initialised again); no copy may still be counting on it.
-__device__ __forceinline__ void mbarrier_invalidate(uint32_t barrier) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-#endif
-}
-
 // Announces `bytes` more to arrive on the barrier, then starts one bulk copy
 // of them from global (device or registered host) memory to shared address
 // `dst`. `bytes`, `dst` and `src` must be multiples of 16.

@@ -27,6 +27,7 @@
 #include "cuda/hopper_sync.cuh"
 #include "cuda/programmatic_launch.hpp"
 #include "cuda/resolver_context.cuh"
+#include "cuda/resolver_deferred_gather.cuh"
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_handoff.cuh"
 #include "cuda/resolver_hint.cuh"
@@ -51,10 +52,11 @@ __device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParam
   p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = 0;
 }
 
-// Token rows past num_valid_rows or naming no batch row, spread over all
-// blocks (row t goes to block t % gridDim.x) so no single block writes them all.
-// `first_owner` is req_id_per_token[blockIdx.x], loaded at kernel entry so
-// that the usual single row per block costs no load latency here.
+// Token rows past num_valid_rows or naming no batch row, spread over the
+// launch's `blocks` batch rows (row t goes to batch row b = t % blocks) so no
+// single block writes them all. `first_owner` is req_id_per_token[b], loaded
+// at phase A's start so that the usual single row per request costs no load
+// latency here.
 __device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows, int32_t first_owner, int32_t b,
                                   int32_t blocks) {
   for (int32_t t = b; t < p.num_tokens; t += blocks) {
@@ -731,71 +733,69 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
   }
 }
 
-// The phases of one request, in order; the fused gather's hooks are
-// Gather's (resolver_gather.cuh). docs/residency.md maps each phase to the
-// contract's steps. kBlocksPerSm is the occupancy the registers are
-// budgeted for: 1 gives a block the whole register file; 2 halves it, which
-// spills a little, for the fused gather past the SM count
-// (pair_blocks_per_sm). kUpkeep: how the residency hint is kept, if any.
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
+// The phases of each request of the block, in order; the fused gather's
+// hooks are Gather's (resolver_gather.cuh). docs/residency.md maps each
+// phase to the contract's steps. A block resolves Gather::kRequestsPerBlock
+// batch rows in turn (b = blockIdx.x alone, except DeferredGather's two).
+// kBlocksPerSm is the occupancy the registers are budgeted for: 1 gives a
+// block the whole register file; 2 halves it, which spills a little, for
+// the fused gather past the SM count (pair_blocks_per_sm). kUpkeep: how the
+// residency hint is kept, if any.
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const typename Placement::Layout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const Placement placement(layout);
   ResolverWorkspace ws = placement.carve(smem);
-  const int32_t blocks = kRequestsPerBlock == 1 ? static_cast<int32_t>(gridDim.x) : p.num_batch_rows + 1;
-  for (int round = 0; round < kRequestsPerBlock; ++round) {
-    const int32_t b = static_cast<int32_t>(blockIdx.x) * kRequestsPerBlock + round;
+  Gather gather(c, ws);
+  constexpr int kTurns = Gather::kRequestsPerBlock;
+  // The batch rows the launch's blocks take (its own blocks, in turns).
+  const int32_t blocks = kTurns == 1 ? static_cast<int32_t>(gridDim.x) : p.num_batch_rows + 1;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    const int32_t b = static_cast<int32_t>(blockIdx.x) * kTurns + turn;
     if (b >= blocks) break;
-    if (round > 0) {
-      // The last request's shared memory is free (and its stage's bulk copies landed).
-      __syncthreads();
-      if (threadIdx.x == 0 && c.miss_stage.rows > 0 && c.bulk_stage) {
-        mbarrier_invalidate(static_cast<uint32_t>(__cvta_generic_to_shared(ws.scratch + kScratchStageBarrier)));
-      }
-      __syncthreads();
-    }
-    Gather gather(c, ws);
+    if (turn > 0) __syncthreads();  // the last request is done with shared memory
     ResolverRequest request;
-    if (!find_request(p, c, placement, ws, gather, request, b, blocks)) {       // A  | B1
-      gather.help_as_idle(p, c, ws);                                             // H
+    if (!find_request(p, c, placement, ws, gather, request, b, blocks)) {   // A  | B1
+      gather.help_as_idle(p, c, ws);                                         // H
       continue;
     }
-    gather.open_request(p, c, request);                                        // A
-    placement.bind(p, request, ws);                                            // A  | B1b (workspace)
-  // Not in the paired kernel: at 32 registers per thread, one kernel with
-  // both phase sets spills twice what either spills alone.
+    gather.open_request(p, c, request);                                      // A
+    placement.bind(p, request, ws);                                          // A  | B1b (workspace)
+    // Not in the paired kernel: at 32 registers per thread, one kernel with
+    // both phase sets spills twice what either spills alone.
     if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
       if (c.single_row_phases && request.single_row) {
-        single_row::resolve<kUpkeep>(p, c, ws, request, gather);                        // B-G | B2 .. B6
+        single_row::resolve<kUpkeep>(p, c, ws, request, gather);              // B-G | B2 .. B6
         continue;
       }
     }
-    count_slot_occurrences<Placement>(p, ws);                                  // B
-    const UnionSummary u = build_union(p, c, ws, request);                     // B  | B2a, B2b per chunk; B2
+    count_slot_occurrences<Placement>(p, ws);                                // B
+    const UnionSummary u = build_union(p, c, ws, request);                   // B  | B2a, B2b per chunk; B2
     match_slots<kUpkeep == HintUpkeep::kInPhaseD>(p, c, ws, request, gather);  // C1 | B3
     const MemberRun run = member_run(u.members);
-    gather.after_slot_scan(p, c, ws, u.members, run);                          // the stage after C1
-    const LruWalk walk = walk_lru(p, ws);                                      // C2 | B4
+    gather.after_slot_scan(p, c, ws, u.members, run);                        // the stage after C1
+    const LruWalk walk = walk_lru(p, ws);                                    // C2 | B4
     const Assignment a = assign_misses<kUpkeep>(p, c, ws, request, run, walk, gather);  // D  | B5, B6
     gather.note_assigned_total(c, p, request, a.assigned_total);
     // A block left with no host reads of its own lets the next programmatic
-    // launch start now, so its launch and shared-memory fill overlap phases F
-    // and G here; one that copies rows in phase E lets it start only at its
-    // exit. The next kernel still sees all of this one's writes: it waits for
-    // the whole grid in its wait_for_prior_grid().
+    // launch start now, so its launch and shared-memory fill overlap phases
+    // F and G here; one that copies rows in phase E lets it start only at
+    // its exit. The next kernel still sees all of this one's writes: it
+    // waits for the whole grid in its wait_for_prior_grid().
     const bool copies = gather.copies_assigned(ws);
     if (!copies) allow_dependent_launch();
     if (copies) gather.copy_assigned(p, c, ws, request, u.classified, u.coded, run);  // E
-    write_outputs(p, c, ws, request, u);                                       // F  | B7 per 32 token rows
-    count_request(p, ws, request, u, a);                                       // F
+    write_outputs(p, c, ws, request, u);                                     // F  | B7 per 32 token rows
+    count_request(p, ws, request, u, a);                                     // F
     if constexpr (kUpkeep == HintUpkeep::kAfterOutputs) {
       keep_hint_after_outputs(p, c, ws, request, min(a.miss_total, walk.evictable_total));  // F
     }
-    gather.finish(c, ws);                                                      // G  | B8
-    gather.help_as_owner(p, c, ws);                                              // H
+    gather.finish(c, ws);                                                    // G  | B8
+    gather.help_as_owner(p, c, ws);                                          // H
   }
+  gather.copy_lists(p, c);
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
@@ -803,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -812,7 +812,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>,
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
@@ -933,47 +933,47 @@ int64_t own_blocks(const ResolveResidencyParams& params) { return static_cast<in
 
 // `helper_blocks`: blocks past the batch that only copy published rows
 // (HandoffGather).
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep, int kRequestsPerBlock>
+template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
 void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
                    unsigned helper_blocks) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>(device, shared_bytes);
-  const unsigned blocks =
-      static_cast<unsigned>((own_blocks(params) + kRequestsPerBlock - 1) / kRequestsPerBlock) + helper_blocks;
+  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep>(device, shared_bytes);
+  constexpr int64_t kTurns = Gather::kRequestsPerBlock;
+  const unsigned blocks = static_cast<unsigned>((own_blocks(params) + kTurns - 1) / kTurns) + helper_blocks;
 
   // Programmatic serialization lets this launch and the kernel ahead of it
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(),
-                                resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep, kRequestsPerBlock>,
-                                params, constants, layout),
-             "resolve_residency kernel launch");
+  cuda_check(
+      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
+                         params, constants, layout),
+      "resolve_residency kernel launch");
 }
 
 // The instantiation for the launch's residency hint (HintUpkeep): none, kept
 // in phase D where the layout holds a copy of the state row (only shared
 // placements at one block per SM have one), or after phase F.
-template <class Gather, class Placement, int kBlocksPerSm, int kRequestsPerBlock = 1>
+template <class Gather, class Placement, int kBlocksPerSm>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
             unsigned helper_blocks = 0) {
   constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
   if (params.residency_hint == nullptr) {
-    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone, kRequestsPerBlock>(
-        params, constants, layout, device, hopper, stream, helper_blocks);
+    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper, stream,
+                                                                      helper_blocks);
     return;
   }
   if constexpr (kMayKeepRows) {
     if (constants.held_rows != ResolverSharedLayout::kNoHeldRows) {
-      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD, kRequestsPerBlock>(
-          params, constants, layout, device, hopper, stream, helper_blocks);
+      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD>(params, constants, layout, device, hopper,
+                                                                            stream, helper_blocks);
       return;
     }
   }
-  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs, kRequestsPerBlock>(
-      params, constants, layout, device, hopper, stream, helper_blocks);
+  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs>(params, constants, layout, device, hopper,
+                                                                            stream, helper_blocks);
 }
 
 // cpp/core/config.cpp's residency_hint_pays restates when a launch gets
@@ -1154,9 +1154,9 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
     ResolverLaunchLayout paired;
     if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired) &&
         std::getenv("HISPARSE_SEQUENTIAL") != nullptr) {
-      const ResolverLaunchLayout one = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
-                                                              stage_rows, limit, kResolverMaxSlackHalves);
-      launch<FusedGather, SharedPlacement, 1, 2>(params, make_resolver_constants(params, one, hopper), one.layout,
+      const ResolverLaunchLayout whole =
+          resolver_launch_layout(params.hot_size, params.max_union_rows, 0, 0, limit, kResolverMaxSlackHalves);
+      launch<DeferredGather, SharedPlacement, 1>(params, make_resolver_constants(params, whole, hopper), whole.layout,
                                                  device, hopper, stream);
       return;
     }

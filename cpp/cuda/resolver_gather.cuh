@@ -16,6 +16,9 @@
 //   HandoffGather<Fused>   the automatic schedule with a handoff array
 //                          (resolver_handoff.cuh): the others' rows are
 //                          copied by every block of the same launch.
+//   DeferredGather         past the SM count: a block resolves two requests
+//                          in turn and then copies both swap lists
+//                          (resolver_deferred_gather.cuh).
 //
 // Which rows are copied never depends on the stages; only when their bytes
 // move does. A policy object lives in registers for the whole kernel.
@@ -41,6 +44,8 @@ struct NoGather {
   // (resolver_single_row.cuh), which call the *_single_row hooks instead of
   // the ones of phases C1 to G.
   static constexpr bool kSingleRow = true;
+  // Batch rows one block resolves in turn (DeferredGather: 2).
+  static constexpr int kRequestsPerBlock = 1;
 
   __device__ __forceinline__ NoGather(const ResolverConstants& /*c*/, const ResolverWorkspace& /*ws*/) {}
 
@@ -93,6 +98,10 @@ struct NoGather {
                                                 const ResolverWorkspace& /*ws*/) const {}
   __device__ __forceinline__ void help_as_idle(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
                                                const ResolverWorkspace& /*ws*/) const {}
+
+  // After the block's last request (DeferredGather copies its lists here).
+  __device__ __forceinline__ void copy_lists(const ResolveResidencyParams& /*p*/,
+                                             const ResolverConstants& /*c*/) const {}
 };
 
 // Loads in flight per lane when a warp copies assigned rows: the resolve
