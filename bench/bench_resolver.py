@@ -16,8 +16,8 @@ copy them in the resolve launch), twice: with a handoff array, as the
 Runtime runs it ("resolve_auto_gather": the others' rows are copied by
 every block of the same launch once their swap lists are complete), and
 without one ("resolve_auto_tail_gather": by a gather kernel launched right
-after the resolve). From the SM count to twice it, both run two resolve
-blocks per SM and every request copies its own rows.
+after the resolve). From the SM count to twice it, both run one block per SM
+that resolves two requests in turn and then copies both swap lists.
 
 Speculative shapes (--sections speculative, reported under
 "speculative_points" beside the grid's "points"): q = 2 or 4 token rows per

@@ -736,13 +736,11 @@ __device__ __forceinline__ void count_request(const ResolveResidencyParams& p, c
 // The phases of each request of the block, in order; the fused gather's
 // hooks are Gather's (resolver_gather.cuh). docs/residency.md maps each
 // phase to the contract's steps. A block resolves Gather::kRequestsPerBlock
-// batch rows in turn (b = blockIdx.x alone, except DeferredGather's two).
-// kBlocksPerSm is the occupancy the registers are budgeted for: 1 gives a
-// block the whole register file; 2 halves it, which spills a little, for
-// the fused gather past the SM count (pair_blocks_per_sm). kUpkeep: how the
-// residency hint is kept, if any.
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+// batch rows in turn (b = blockIdx.x alone, except DeferredGather's two),
+// with the whole register file of its SM. kUpkeep: how the residency hint
+// is kept, if any.
+template <class Gather, class Placement, HintUpkeep kUpkeep>
+__global__ void __launch_bounds__(kThreads, 1)
     resolve_residency_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                              const typename Placement::Layout layout) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -763,9 +761,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
     gather.open_request(p, c, request);                                      // A
     placement.bind(p, request, ws);                                          // A  | B1b (workspace)
-    // Not in the paired kernel: at 32 registers per thread, one kernel with
-    // both phase sets spills twice what either spills alone.
-    if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1) {
+    if constexpr (Gather::kSingleRow && std::is_same<Placement, SharedPlacement>::value) {
       if (c.single_row_phases && request.single_row) {
         single_row::resolve<kUpkeep>(p, c, ws, request, gather);              // B-G | B2 .. B6
         continue;
@@ -803,7 +799,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 constexpr int kCachedDevices = 64;
 std::mutex g_configure_mutex;
 
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+template <class Gather, class Placement, HintUpkeep kUpkeep>
 void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   static std::atomic<uint32_t> configured[kCachedDevices];
   constexpr uint32_t kDefaultLimit = 48 * 1024;
@@ -812,7 +808,7 @@ void ensure_dynamic_shared_memory(int device, uint32_t bytes) {
   if (cached && configured[device].load(std::memory_order_acquire) >= bytes) return;
   std::lock_guard<std::mutex> lock(g_configure_mutex);
   if (cached && configured[device].load(std::memory_order_relaxed) >= bytes) return;
-  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
+  cuda_check(cudaFuncSetAttribute(resolve_residency_kernel<Gather, Placement, kUpkeep>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              "cudaFuncSetAttribute(resolve_residency, MaxDynamicSharedMemorySize)");
   if (cached) configured[device].store(bytes, std::memory_order_release);
@@ -873,12 +869,6 @@ const ResolverDevice& resolver_device(int device) {
   return known[device];
 }
 
-// Shared memory one of two blocks on an SM may take.
-uint64_t paired_block_shared_limit(const ResolverDevice& d) {
-  const uint64_t half = d.sm_shared_bytes / 2;
-  return std::min(d.block_shared_limit, half > d.block_reserved_bytes ? half - d.block_reserved_bytes : 0);
-}
-
 // The kernel's per-launch constants for `params` with shared memory carved
 // as `chosen`; `hopper`: an sm_90 or later device (bulk-copy stage).
 ResolverConstants make_resolver_constants(const ResolveResidencyParams& params, const ResolverLaunchLayout& chosen,
@@ -933,12 +923,12 @@ int64_t own_blocks(const ResolveResidencyParams& params) { return static_cast<in
 
 // `helper_blocks`: blocks past the batch that only copy published rows
 // (HandoffGather).
-template <class Gather, class Placement, int kBlocksPerSm, HintUpkeep kUpkeep>
+template <class Gather, class Placement, HintUpkeep kUpkeep>
 void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants& constants,
                    const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
                    unsigned helper_blocks) {
   const uint32_t shared_bytes = constants.miss_stage.total_bytes;
-  ensure_dynamic_shared_memory<Gather, Placement, kBlocksPerSm, kUpkeep>(device, shared_bytes);
+  ensure_dynamic_shared_memory<Gather, Placement, kUpkeep>(device, shared_bytes);
   constexpr int64_t kTurns = Gather::kRequestsPerBlock;
   const unsigned blocks = static_cast<unsigned>((own_blocks(params) + kTurns - 1) / kTurns) + helper_blocks;
 
@@ -946,34 +936,33 @@ void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants
   // overlap up to the kernel's wait_for_prior_grid() (launch latency and the
   // shared-memory fill); Hopper and later.
   const ProgrammaticLaunch launch_config(dim3(blocks), dim3(kThreads), shared_bytes, stream, hopper);
-  cuda_check(
-      cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kBlocksPerSm, kUpkeep>,
-                         params, constants, layout),
-      "resolve_residency kernel launch");
+  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_kernel<Gather, Placement, kUpkeep>, params,
+                                constants, layout),
+             "resolve_residency kernel launch");
 }
 
 // The instantiation for the launch's residency hint (HintUpkeep): none, kept
 // in phase D where the layout holds a copy of the state row (only shared
 // placements at one block per SM have one), or after phase F.
-template <class Gather, class Placement, int kBlocksPerSm>
+template <class Gather, class Placement>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
             unsigned helper_blocks = 0) {
-  constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value && kBlocksPerSm == 1;
+  constexpr bool kMayKeepRows = std::is_same<Placement, SharedPlacement>::value;
   if (params.residency_hint == nullptr) {
-    launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kNone>(params, constants, layout, device, hopper, stream,
-                                                                      helper_blocks);
+    launch_kernel<Gather, Placement, HintUpkeep::kNone>(params, constants, layout, device, hopper, stream,
+                                                        helper_blocks);
     return;
   }
   if constexpr (kMayKeepRows) {
     if (constants.held_rows != ResolverSharedLayout::kNoHeldRows) {
-      launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kInPhaseD>(params, constants, layout, device, hopper,
-                                                                            stream, helper_blocks);
+      launch_kernel<Gather, Placement, HintUpkeep::kInPhaseD>(params, constants, layout, device, hopper, stream,
+                                                              helper_blocks);
       return;
     }
   }
-  launch_kernel<Gather, Placement, kBlocksPerSm, HintUpkeep::kAfterOutputs>(params, constants, layout, device, hopper,
-                                                                            stream, helper_blocks);
+  launch_kernel<Gather, Placement, HintUpkeep::kAfterOutputs>(params, constants, layout, device, hopper, stream,
+                                                              helper_blocks);
 }
 
 // cpp/core/config.cpp's residency_hint_pays restates when a launch gets
@@ -1063,24 +1052,23 @@ void launch_handoff(const ResolveResidencyParams& params, const ResolverConstant
       const unsigned tail_helpers = idle_blocks(params, d);
       ResolverConstants tails = constants;
       tails.tail_rows_per_helper = tail_rows_per_helper(params, tail_helpers);
-      launch<HandoffGather<FusedGather, false, false, true>, Placement, 1>(params, tails, layout, device, d.hopper,
-                                                                           stream, tail_helpers);
+      launch<HandoffGather<FusedGather, false, false, true>, Placement>(params, tails, layout, device, d.hopper, stream,
+                                                                        tail_helpers);
       return;
     }
     if (reads_early(params, helpers)) {
       const bool notes = notes_destinations(params, helpers);
       const ResolverConstants early = with_early_read_helpers(constants, params, helpers, notes);
       if (notes) {
-        launch<HandoffGather<FusedGather, true, true>, Placement, 1>(params, early, layout, device, d.hopper, stream,
-                                                                     helpers);
+        launch<HandoffGather<FusedGather, true, true>, Placement>(params, early, layout, device, d.hopper, stream,
+                                                                  helpers);
       } else {
-        launch<HandoffGather<FusedGather, true>, Placement, 1>(params, early, layout, device, d.hopper, stream,
-                                                               helpers);
+        launch<HandoffGather<FusedGather, true>, Placement>(params, early, layout, device, d.hopper, stream, helpers);
       }
       return;
     }
   }
-  launch<HandoffGather<FusedGather>, Placement, 1>(params, constants, layout, device, d.hopper, stream, helpers);
+  launch<HandoffGather<FusedGather>, Placement>(params, constants, layout, device, d.hopper, stream, helpers);
 }
 
 // The instantiation of the launch's fused gather for arrays placed by
@@ -1095,41 +1083,28 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
                    const typename Placement::Layout& layout, int device, const ResolverDevice& d, cudaStream_t stream) {
   const bool hopper = d.hopper;
   if (!params.fused_gather) {
-    launch<NoGather, Placement, 1>(params, constants, layout, device, hopper, stream);
+    launch<NoGather, Placement>(params, constants, layout, device, hopper, stream);
   } else if (params.gather_schedule == HS_RESOLVE_GATHER_FUSED) {
-    launch<FusedGather, Placement, 1>(params, constants, layout, device, hopper, stream);
+    launch<FusedGather, Placement>(params, constants, layout, device, hopper, stream);
   } else if (params.handoff != nullptr && own_blocks(params) <= d.multiprocessors) {
     launch_handoff<Placement>(params, constants, layout, device, d, stream);
   } else {
-    launch<AutoGather<FusedGather>, Placement, 1>(params, constants, layout, device, hopper, stream);
+    launch<AutoGather<FusedGather>, Placement>(params, constants, layout, device, hopper, stream);
     launch_resolver_tail_gather(params, constants.auto_local_rows, stream);
   }
 }
 
 // A fused gather over more requests than the device has SMs, up to twice
-// as many. At one block per SM such a batch runs in two waves, and each
-// wave's host reads go through one block per SM. Two blocks per SM run it in
-// one wave with twice the reads in flight: where the shape fits half an SM's
-// shared memory (the minimum union table, and a miss stage of whatever rows
-// still fit), every request copies its own misses there, under either
-// schedule, since its block then moves them faster than the tail gather
-// would after the resolve. The resolve alone gains nothing from sharing an
-// SM (its phases contend for the same issue slots), so it keeps a whole SM
-// per block, and so do batches past twice the SM count, which would run
-// paired blocks in waves.
-bool pair_blocks_per_sm(const ResolveResidencyParams& params, const ResolverDevice& d, int64_t stage_row_bytes,
-                        int32_t stage_rows, ResolverLaunchLayout* paired) {
+// as many, with its arrays in shared memory: one block per SM resolves two
+// requests in turn and then copies both swap lists (DeferredGather), under
+// either schedule. One block per request would run in two waves, the second
+// wave's resolves after the first wave's copies; two blocks on one SM, at 32
+// registers per thread, resolve no faster than one block does two in turn,
+// and copying each request's rows before the next resolve costs a host round
+// trip per request. Past twice the SM count the requests run in waves.
+bool resolves_in_turns(const ResolveResidencyParams& params, const ResolverDevice& d) {
   const int64_t blocks = own_blocks(params);
-  if (!params.fused_gather || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) return false;
-  const uint64_t limit = paired_block_shared_limit(d);
-  *paired = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit,
-                                   kResolverMaxSlackHalves);
-  return paired->stage.total_bytes <= limit;
-}
-
-void launch_paired_fused(const ResolveResidencyParams& params, const ResolverConstants& constants,
-                         const ResolverSharedLayout& layout, int device, bool hopper, cudaStream_t stream) {
-  launch<FusedGather, SharedPlacement, 2>(params, constants, layout, device, hopper, stream);
+  return params.fused_gather && blocks > d.multiprocessors && blocks <= 2 * int64_t{d.multiprocessors};
 }
 
 }  // namespace
@@ -1151,36 +1126,31 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
-    ResolverLaunchLayout paired;
-    if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired) &&
-        std::getenv("HISPARSE_SEQUENTIAL") != nullptr) {
-      const ResolverLaunchLayout whole =
-          resolver_launch_layout(params.hot_size, params.max_union_rows, 0, 0, limit, kResolverMaxSlackHalves);
-      launch<DeferredGather, SharedPlacement, 1>(params, make_resolver_constants(params, whole, hopper), whole.layout,
-                                                 device, hopper, stream);
-      return;
-    }
-    if (pair_blocks_per_sm(params, d, stage_row_bytes, stage_rows, &paired)) {
-      launch_paired_fused(params, make_resolver_constants(params, paired, hopper), paired.layout, device, hopper,
-                          stream);
-      return;
-    }
-    ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
-                                                         stage_rows, limit, kResolverMaxSlackHalves);
+    // DeferredGather stages nothing: its copies start after both resolves.
+    const bool turns = resolves_in_turns(params, d);
+    const int64_t stage_row_bytes_here = turns ? 0 : stage_row_bytes;
+    const int32_t stage_rows_here = turns ? 0 : stage_rows;
+    ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes_here,
+                                                         stage_rows_here, limit, kResolverMaxSlackHalves);
     if (params.residency_hint != nullptr) {
       // The hint's upkeep reads the replaced rows from a kept copy of the
       // state row where that fits beside the same miss stage and the same
       // union table: a fuller table costs every probe more than the kept
       // copy saves.
-      const ResolverLaunchLayout keeping = resolver_launch_layout(
-          params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows, limit, kResolverMaxSlackHalves, true);
+      const ResolverLaunchLayout keeping =
+          resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes_here, stage_rows_here, limit,
+                                 kResolverMaxSlackHalves, true);
       if (keeping.stage.total_bytes <= limit && keeping.stage.rows == chosen.stage.rows &&
           keeping.layout.hash_capacity == chosen.layout.hash_capacity) {
         chosen = keeping;
       }
     }
-    launch_placed<SharedPlacement>(params, make_resolver_constants(params, chosen, hopper), chosen.layout, device, d,
-                                   stream);
+    const ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
+    if (turns) {
+      launch<DeferredGather, SharedPlacement>(params, constants, chosen.layout, device, hopper, stream);
+    } else {
+      launch_placed<SharedPlacement>(params, constants, chosen.layout, device, d, stream);
+    }
     return;
   }
   // The checked glue passes a workspace whenever the shape needs one.

@@ -1,13 +1,12 @@
 // The fused gather of a block that resolves two requests in turn
-// (docs/residency.md, "Fused gather"): past the SM count, one block per SM
-// with the whole register file resolves batch rows 2i and 2i + 1 one after
-// the other, copying nothing in between, and then copies both swap lists.
-// Two blocks sharing an SM (32 registers per thread) resolve no faster than
-// that, and a request that copied its rows before the next one resolves
-// would hold the block's second resolve back by a host round trip; this way
-// one round trip at the end serves both lists, as the paired blocks' copies
-// do, and the resolves run with the single-row phases where the requests
-// allow them.
+// (docs/residency.md, "Fused gather"): past the SM count, up to twice it,
+// block i resolves batch rows 2i and 2i + 1 one after the other, copying
+// nothing in between, and then copies both swap lists. Each resolve has the
+// SM's whole register file and takes the single-row phases where its request
+// allows them; two blocks sharing an SM (32 registers per thread each) took
+// longer for the same two requests, and a request that copied its rows
+// before the next one resolved would hold that resolve back by a host round
+// trip: here one round trip at the end serves both lists.
 #pragma once
 
 #include <cstdint>

@@ -7,8 +7,8 @@
 // - kInPhaseD: the layout keeps the device_global_indices row that phase A
 //   copied (c.held_rows); the assignment reads the replaced row from shared
 //   memory and changes the bits at once, as fire-and-forget reductions.
-// - kAfterOutputs: paired blocks, split layouts and shapes with no room for
-//   the copy; the assignment leaves the slots' entries alone and they are
+// - kAfterOutputs: split layouts and shapes with no room for the copy; the assignment leaves the slots' entries alone
+// and they are
 //   written after the outputs, reading the rows they replace from the
 //   table: a round trip to L2 at the end of the block.
 // Both phase sets keep it the same way (resolve_residency.cu's general

@@ -122,9 +122,9 @@ def resolve_residency(
     same stream).
     "fused" copies every row in the resolve launch (one SM per request).
     A batch of more requests than the GPU has SMs, up to twice as many,
-    runs two resolve blocks per SM where the shape fits half an SM's shared
-    memory, and then every request copies its own rows under either
-    schedule (one wave, twice the host reads in flight). Without the
+    runs one block per SM that resolves two requests in turn and then
+    copies both swap lists, under either schedule, where the arrays fit
+    shared memory. Without the
     gather's caches only "auto" is accepted (there is nothing to schedule).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one

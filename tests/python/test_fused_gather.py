@@ -862,12 +862,13 @@ def test_fused_gather_early_reads_past_the_buffer(device, row_bytes):
 
 # Launch shapes for the residency hint's upkeep (resolve_residency.cu): the
 # kept copy of the state row (one block per SM, shared arrays, resolve alone
-# or fused), two blocks per SM (a fused batch past the SM count), and arrays
-# in the workspace (H past what one block's shared memory holds).
+# or fused), two requests per block in turn (a fused batch past the SM
+# count), and arrays in the workspace (H past what one block's shared memory
+# holds).
 HINT_LAUNCHES = {
     "kept_resolve": dict(B=4, K=64, H=128, fused=False),
     "kept_fused": dict(B=4, K=64, H=128, fused=True),
-    "paired": dict(B=140, K=64, H=128, fused=True),
+    "turns": dict(B=140, K=64, H=128, fused=True),
     "split": dict(B=2, K=64, H=32767, fused=True),
 }
 
@@ -916,7 +917,7 @@ def run_hint_launch(device, B, K, H, fused, hinted, steps=3, row_bytes=32):
 
 
 @requires_cuda
-@pytest.mark.parametrize("launch", sanitize_subset(list(HINT_LAUNCHES), {"kept_fused", "paired"}))
+@pytest.mark.parametrize("launch", sanitize_subset(list(HINT_LAUNCHES), {"kept_fused", "turns"}))
 def test_residency_hint_stays_exact_in_every_launch(launch):
     """A resolve with a residency hint keeps it equal to the state's rows
     whichever launch runs it (its upkeep differs between them), and its
@@ -1196,16 +1197,16 @@ def assert_wide_batch_hot_rows(snapshot, host):
 @requires_cuda
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("extra_requests", [-100, -40, -1, 8, 120, 140],
-                         ids=["helpers", "owners-keep-lists", "fills-every-sm", "paired", "paired-full", "past-twice"])
+                         ids=["helpers", "owners-keep-lists", "fills-every-sm", "turns", "turns-full", "past-twice"])
 def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     """Batches around the SM count (H = 4096, k = 2048, 656-byte rows):
     below half of it the handoff schedule adds a helper block per idle SM;
     from half the SM count on (and for a batch that fills every SM) it adds
-    none and every request keeps its whole list; up to twice the SM count, where the shape fits half an
-    SM's shared memory (an H200, not an A100), the CUDA resolver runs two
-    blocks per SM with the stage that still fits; past it, or where the
-    shape does not fit, one block per SM, and the automatic schedule takes
-    the tail gather even with a handoff array. Every
+    none and every request keeps its whole list; up to twice the SM count
+    the CUDA resolver runs one block per SM that resolves two requests in
+    turn and then copies both swap lists; past it one block per request, in
+    waves, and the automatic schedule takes the tail gather even with a
+    handoff array. Every
     output, the state and every hot byte equal the CPU backend's after
     every step, and every valid entry's hot row holds its host row."""
     props = torch.cuda.get_device_properties(0)
@@ -1226,10 +1227,10 @@ def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
 
 @requires_cuda
 @pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("extra_requests", sanitize_subset([8, 120], {8}), ids=["paired", "paired-full"])
-def test_fused_gather_paired_launch_with_several_rows_per_request(schedule, extra_requests):
-    """Two blocks per SM (a fused gather past the SM count, up to twice
-    it) with requests of one, two and three token rows in one launch
+@pytest.mark.parametrize("extra_requests", sanitize_subset([8, 120], {8}), ids=["turns", "turns-full"])
+def test_fused_gather_past_the_sm_count_with_several_rows_per_request(schedule, extra_requests):
+    """Two requests per block in turn (a fused gather past the SM count, up
+    to twice it) with requests of one, two and three token rows in one launch
     (k = 1024, H = 2048, each draft row changes 64 positions of its
     request's first row), as speculative decoding gives. Every output, the
     state and every hot byte equal the CPU backend's after every step, and

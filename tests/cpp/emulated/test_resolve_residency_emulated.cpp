@@ -166,8 +166,8 @@ TEST(ResolveResidencyEmulated, HelperLayoutsFitTheirSharedMemoryAndCoverTheHelpe
 
 TEST(ResolveResidencyEmulated, AnyBatchAndScheduleMatchesTheReference) { check_against_reference(Kind::kAny, 1, 24); }
 
-TEST(ResolveResidencyEmulated, PairedLaunchPastTheSmCountMatchesTheReference) {
-  check_against_reference(Kind::kPaired, 2, 8);
+TEST(ResolveResidencyEmulated, TwoRequestsPerBlockPastTheSmCountMatchTheReference) {
+  check_against_reference(Kind::kTurns, 2, 8);
 }
 
 TEST(ResolveResidencyEmulated, HandoffWithoutHelperBlocksMatchesTheReference) {
