@@ -1095,16 +1095,24 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
 }
 
 // A fused gather over more requests than the device has SMs, up to twice
-// as many, with its arrays in shared memory: one block per SM resolves two
-// requests in turn and then copies both swap lists (DeferredGather), under
-// either schedule. One block per request would run in two waves, the second
-// wave's resolves after the first wave's copies; two blocks on one SM, at 32
-// registers per thread, resolve no faster than one block does two in turn,
-// and copying each request's rows before the next resolve costs a host round
-// trip per request. Past twice the SM count the requests run in waves.
+// as many: one block per SM resolves two requests in turn and then copies
+// both swap lists (DeferredGather), under either schedule. One block per
+// request would run in two waves, the second wave's resolves after the
+// first wave's copies; two blocks on one SM, at 32 registers per thread,
+// took longer for the same two requests, and copying each request's rows
+// before the next resolve costs a host round trip per request
+// (docs/performance.md, "Two requests per block"). That was measured where
+// two blocks fit one SM's shared memory (k = 2048 up to H = 4096 on an
+// H200), and the launch takes turns there; larger shapes (speculative
+// unions) and batches past twice the SM count run one block per request, in
+// waves, with the tail gather.
 bool resolves_in_turns(const ResolveResidencyParams& params, const ResolverDevice& d) {
   const int64_t blocks = own_blocks(params);
-  return params.fused_gather && blocks > d.multiprocessors && blocks <= 2 * int64_t{d.multiprocessors};
+  if (!params.fused_gather || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) return false;
+  const uint64_t half = d.sm_shared_bytes / 2;
+  const uint64_t half_limit =
+      std::min(d.block_shared_limit, half > d.block_reserved_bytes ? half - d.block_reserved_bytes : 0);
+  return resolver_shared_layout(params.hot_size, params.max_union_rows).total_bytes <= half_limit;
 }
 
 }  // namespace

@@ -123,8 +123,9 @@ def resolve_residency(
     "fused" copies every row in the resolve launch (one SM per request).
     A batch of more requests than the GPU has SMs, up to twice as many,
     runs one block per SM that resolves two requests in turn and then
-    copies both swap lists, under either schedule, where the arrays fit
-    shared memory. Without the
+    copies both swap lists, under either schedule, where two requests'
+    arrays would fit one SM's shared memory (k = 2048 up to H = 4096 on an
+    H200). Without the
     gather's caches only "auto" is accepted (there is nothing to schedule).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one

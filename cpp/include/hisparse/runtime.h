@@ -395,9 +395,9 @@ typedef struct hs_runtime_swap_in_result {
  * its automatic schedule: a request with many misses publishes its swap
  * list to the same launch's helper blocks, through the index group's
  * handoff array; past the SM count, up to twice it, one block per SM
- * resolves two requests in turn and then copies both swap lists, where the
- * arrays fit shared memory, and otherwise the same call enqueues a tail
- * gather right after the resolve), so
+ * resolves two requests in turn and then copies both swap lists, where two
+ * requests' arrays would fit one SM's shared memory, and otherwise the same
+ * call enqueues a tail gather right after the resolve), so
  * the leader enqueues no gather of its own; its ready event is recorded on
  * the copy stream right after the resolve (and its tail gather, if any). Bytes, outputs, state and
  * counters are those of fused_gather = 0; followers (prefetched or not) still
