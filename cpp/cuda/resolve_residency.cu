@@ -14,7 +14,6 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 
@@ -943,7 +942,7 @@ void launch_kernel(const ResolveResidencyParams& params, const ResolverConstants
 
 // The instantiation for the launch's residency hint (HintUpkeep): none, kept
 // in phase D where the layout holds a copy of the state row (only shared
-// placements at one block per SM have one), or after phase F.
+// placements have one), or after phase F.
 template <class Gather, class Placement>
 void launch(const ResolveResidencyParams& params, const ResolverConstants& constants,
             const typename Placement::Layout& layout, int device, bool hopper, cudaStream_t stream,
