@@ -179,7 +179,7 @@ def main(argv=None):
 
 def instantiation_of(name: str) -> tuple:
     """The policies and value arguments (the handoff's early-read flags, the
-    the hint upkeep) of a resolve_residency_kernel, in order,
+    hint upkeep) of a resolve_residency_kernel, in order,
     from ncu's spelling of its template arguments ("(bool)1", "(int)2",
     "(...HintUpkeep)0") or from its mangled name ("Lb1E", "Li2E",
     "LNS1_10HintUpkeepE0E")."""

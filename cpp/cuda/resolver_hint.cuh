@@ -7,10 +7,10 @@
 // - kInPhaseD: the layout keeps the device_global_indices row that phase A
 //   copied (c.held_rows); the assignment reads the replaced row from shared
 //   memory and changes the bits at once, as fire-and-forget reductions.
-// - kAfterOutputs: split layouts and shapes with no room for the copy; the assignment leaves the slots' entries alone
-// and they are
-//   written after the outputs, reading the rows they replace from the
-//   table: a round trip to L2 at the end of the block.
+// - kAfterOutputs: split layouts and shapes with no room for the copy; the
+//   assignment leaves the slots' entries alone and they are written after
+//   the outputs, reading the rows they replace from the table: a round trip
+//   to L2 at the end of the block.
 // Both phase sets keep it the same way (resolve_residency.cu's general
 // phases, resolver_single_row.cuh's).
 #pragma once
