@@ -790,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gather.finish(c, ws);                                                    // G  | B8
     gather.help_as_owner(p, c, ws);                                          // H
   }
-  gather.copy_lists(p, c);
+  gather.copy_lists(p, c, ws);
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
@@ -1133,10 +1133,10 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
-    // DeferredGather stages nothing: its copies start after both resolves.
+    // DeferredGather stages into two halves of the stage, one per turn.
     const bool turns = resolves_in_turns(params, d);
-    const int64_t stage_row_bytes_here = turns ? 0 : stage_row_bytes;
-    const int32_t stage_rows_here = turns ? 0 : stage_rows;
+    const int64_t stage_row_bytes_here = stage_row_bytes;
+    const int32_t stage_rows_here = turns ? 2 * stage_rows : stage_rows;
     ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes_here,
                                                          stage_rows_here, limit, kResolverMaxSlackHalves);
     if (params.residency_hint != nullptr) {
@@ -1152,8 +1152,9 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
         chosen = keeping;
       }
     }
-    const ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
+    ResolverConstants constants = make_resolver_constants(params, chosen, hopper);
     if (turns) {
+      constants.miss_stage.rows = chosen.stage.rows / 2;  // a turn's half
       launch<DeferredGather, SharedPlacement>(params, constants, chosen.layout, device, hopper, stream);
     } else {
       launch_placed<SharedPlacement>(params, constants, chosen.layout, device, d, stream);

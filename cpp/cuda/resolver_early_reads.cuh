@@ -459,7 +459,7 @@ __device__ __forceinline__ void copy_partition_entries(const ResolveResidencyPar
 __device__ __forceinline__ void copy_unclaimed_partitions(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                           int32_t first_row, int32_t count, int32_t parts,
                                                           uint32_t mine) {
-  handoff::copy_entries_by_warp(p, c, first_row, 0, count, [=](int32_t host_row) {
+  handoff::copy_entries_by_warp(p, c, first_row, 0, count, [=](int32_t host_row, int32_t /*hot_row*/) {
     return host_row >= 0 && ((mine >> part_of(host_row, parts)) & 1u) != 0;
   });
 }

@@ -100,8 +100,8 @@ struct NoGather {
                                                const ResolverWorkspace& /*ws*/) const {}
 
   // After the block's last request (DeferredGather copies its lists here).
-  __device__ __forceinline__ void copy_lists(const ResolveResidencyParams& /*p*/,
-                                             const ResolverConstants& /*c*/) const {}
+  __device__ __forceinline__ void copy_lists(const ResolveResidencyParams& /*p*/, const ResolverConstants& /*c*/,
+                                             const ResolverWorkspace& /*ws*/) const {}
 };
 
 // Loads in flight per lane when a warp copies assigned rows: the resolve
@@ -345,9 +345,10 @@ class FusedGather : public NoGather {
       const uint8_t* const row_src =
           reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
       const uint32_t row_dst = __shfl_sync(kFullMask, dst, from);
+      // The generic address of row_dst (used only where cp.async is not).
+      unsigned char* const row_generic = ws.base + (row_dst - static_cast<uint32_t>(__cvta_generic_to_shared(ws.base)));
       for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-        start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk,
-                                   ws.base + stage.stage + (row_dst - stage_base_) + kChunkBytes * chunk,
+        start_chunk_copy_to_shared(row_dst + kChunkBytes * chunk, row_generic + kChunkBytes * chunk,
                                    row_src + kChunkBytes * chunk);
       }
     }

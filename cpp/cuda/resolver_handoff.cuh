@@ -82,7 +82,7 @@ __device__ __forceinline__ void copy_claimed_rows(const ResolveResidencyParams& 
 // `kept` entries at its head, which the other blocks never claim.
 __device__ __forceinline__ void copy_kept_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                const ResolverRequest& request, int32_t kept) {
-  copy_entries_by_warp(p, c, request.t0, 0, kept, [](int32_t) { return true; });
+  copy_entries_by_warp(p, c, request.t0, 0, kept, [](int32_t, int32_t) { return true; });
 }
 
 // The block visits `visits` batch rows' records from batch row `first` on,

@@ -96,7 +96,7 @@ __device__ __forceinline__ void load_swap_entry(const GatherCompactParams& g, co
 }
 
 // The block copies the swap entries [begin, count) of the list that starts
-// at token row `first_row` whose host row `wanted(host_row)` accepts. Entry
+// at token row `first_row` that `wanted(host_row, hot_row)` accepts. Entry
 // begin + j goes to warp j % 32, so that a few rows per warp keep every warp
 // reading at once.
 template <class Wanted>
@@ -110,7 +110,7 @@ __device__ __forceinline__ void copy_entries_by_warp(const ResolveResidencyParam
     const int32_t j = base + warp + kResolverWarps * lane;
     int32_t host_row = -1, hot_row = -1;
     if (j < count) load_swap_entry(g, c, first_row, j, host_row, hot_row);
-    warp_copy_assigned_rows(g, j < count && wanted(host_row), host_row, hot_row, lane);
+    warp_copy_assigned_rows(g, j < count && wanted(host_row, hot_row), host_row, hot_row, lane);
   }
 }
 

@@ -193,7 +193,7 @@ __device__ __forceinline__ void finish_as_owner(const ResolveResidencyParams& p,
   // The owner wrote these words itself.
   const int32_t first_row = record[handoff::kFirstRow];
   const int32_t count = record[handoff::kCount];
-  handoff::copy_entries_by_warp(p, c, first_row, tail_begin(c, count), count, [](int32_t) { return true; });
+  handoff::copy_entries_by_warp(p, c, first_row, tail_begin(c, count), count, [](int32_t, int32_t) { return true; });
   if (threadIdx.x == 0) early_reads::finish_parts(record, kTailPart, kTailPart);
 }
 
