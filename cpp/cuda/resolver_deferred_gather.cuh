@@ -146,21 +146,9 @@ class DeferredGather : public FusedGather {
       wait_async_copies<0>();
       __syncthreads();
     }
-    const int32_t turn_rows = c.miss_stage.rows;
-    const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
     for (int32_t index = warp; index < total; index += kResolverWarps) {
-      const int32_t slot = index < staged_[0] ? index : turn_rows + (index - staged_[0]);
-      const int32_t row = destinations[slot];
-      if (row < 0) continue;  // no slot was left for it
-      const int32_t block = c.hot_block_size.quotient(row);
-      const int64_t offset =
-          static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
-      if (offset >= c.stage_hot_span_rows) continue;
-      uint8_t* const dst = c.stage_hot + offset * c.stage_row_bytes;
-      const uint8_t* const src = ws.base + c.miss_stage.stage + static_cast<int64_t>(slot) * c.stage_row_bytes;
-      for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-        store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
-      }
+      const int32_t slot = index < staged_[0] ? index : c.miss_stage.rows + (index - staged_[0]);
+      write_stage_row(c, ws, slot, destinations[slot], lane);
     }
   }
 

@@ -283,24 +283,30 @@ class FusedGather : public NoGather {
         wait_async_copies<0>();
         __syncthreads();  // B8
       }
-      const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
       for (int32_t index = warp; index < staged; index += kResolverWarps) {
         const int32_t r = stage_members_[index];
         if (r < 0) continue;
-        const int32_t row = row_of(r);
-        if (row < 0) continue;  // no slot was left for it
-        // hot_row_offset of the physical row (< 2^31), by the launch's
-        // divisor: the gather's hot block size is the resolver's.
-        const int32_t block = c.hot_block_size.quotient(row);
-        const int64_t offset =
-            static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
-        if (offset >= c.stage_hot_span_rows) continue;
-        uint8_t* const dst = c.stage_hot + offset * c.stage_row_bytes;
-        const uint8_t* const src = ws.base + stage.stage + index * c.stage_row_bytes;
-        for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
-          store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
-        }
+        write_stage_row(c, ws, index, row_of(r), lane);
       }
+    }
+  }
+
+  // The warp writes stage row `index` to physical hot row `row` (-1: no slot
+  // was left for it; a row outside the gather's hot cache is skipped).
+  __device__ __forceinline__ static void write_stage_row(const ResolverConstants& c, const ResolverWorkspace& ws,
+                                                         int32_t index, int32_t row, int lane) {
+    if (row < 0) return;
+    // hot_row_offset of the physical row (< 2^31), by the launch's
+    // divisor: the gather's hot block size is the resolver's.
+    const int32_t block = c.hot_block_size.quotient(row);
+    const int64_t offset =
+        static_cast<int64_t>(block) * c.stage_hot_block_stride + c.hot_block_size.remainder(row, block);
+    if (offset >= c.stage_hot_span_rows) return;
+    uint8_t* const dst = c.stage_hot + offset * c.stage_row_bytes;
+    const uint8_t* const src = ws.base + c.miss_stage.stage + index * c.stage_row_bytes;
+    const int32_t chunks = static_cast<int32_t>(c.stage_row_bytes / kChunkBytes);
+    for (int32_t chunk = lane; chunk < chunks; chunk += kWarpSize) {
+      store_chunk(dst + kChunkBytes * chunk, load_chunk(src + kChunkBytes * chunk));
     }
   }
 
