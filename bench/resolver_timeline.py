@@ -17,9 +17,14 @@ their claim, the publication, the destinations of their buffered rows
 noted, the reads, the flat copy of those rows, the copy of the entries not
 noted and the whole block's finish; each helper
 also records how many rows it predicted, set against when its reads are
-in, and how many list entries it noted before they were. The stamps go to
-the `stats` tensor past its five counters (entry 5 + block * 48 + point),
-so the stamped build needs no other interface. It then runs bench_resolver.py's
+in, and how many list entries it noted before they were. A block that
+resolves two batch rows in turn (past the SM count) also stamps when it
+has written its staged rows and when it has copied both lists. The stamps go
+to the `stats` tensor past its five counters (entry 5 + slot * 48 +
+point), so the stamped build needs no other interface; a block's slot is
+the batch row it is working on (its index, except for blocks that resolve
+in turns: each turn stamps into its own row's slot), and the summary
+reports first and second turns apart. It then runs bench_resolver.py's
 scenario for BATCH requests at MISS_RATE (the grid's pool, trace and state;
 BENCH_OPTIONS are its shape options), --launches steady steps launched
 eagerly one at a time, and prints per point the time after the launch's
@@ -54,17 +59,29 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNEL = Path("cpp/cuda/resolve_residency.cu")
 EARLY_READS = Path("cpp/cuda/resolver_early_reads.cuh")
 SINGLE_ROW = Path("cpp/cuda/resolver_single_row.cuh")
+DEFERRED = Path("cpp/cuda/resolver_deferred_gather.cuh")
 CONTEXT = Path("cpp/cuda/resolver_context.cuh")
 POINTS_PER_BLOCK = 48
 STAT_COUNTERS = 5
+# Blocks whose slot the stamped build can follow (each block's current
+# batch row, kept in a device array of the stamped copy).
+MAX_TIMELINE_BLOCKS = 1 << 16
 
 # The stamp, defined in resolver_context.cuh, which the kernel, the
 # single-row phases and the early reads all include.
 STAMP_FUNCTIONS = f"""
-// resolver_timeline.py: a point's value, into stats past its counters (this block's slot).
+// resolver_timeline.py: the batch row each block works on, its stamps'
+// slot. Every thread of the block writes the same value at the kernel's
+// entry and at each turn's start (after the barrier that ends the last
+// turn), so any thread that stamps reads its own turn's row.
+static __device__ int32_t timeline_rows[{MAX_TIMELINE_BLOCKS}];
+__device__ __forceinline__ void timeline_set_row(int32_t row) {{
+  if (blockIdx.x < {MAX_TIMELINE_BLOCKS}) timeline_rows[blockIdx.x] = row;
+}}
+// A point's value, into stats past its counters (the slot of the block's row).
 __device__ __forceinline__ void timeline_store(const ResolveResidencyParams& p, int point, int64_t value) {{
-  if (p.stats == nullptr) return;
-  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(blockIdx.x) * {POINTS_PER_BLOCK} + point] = value;
+  if (p.stats == nullptr || blockIdx.x >= {MAX_TIMELINE_BLOCKS}) return;
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(timeline_rows[blockIdx.x]) * {POINTS_PER_BLOCK} + point] = value;
 }}
 // %globaltimer of a point, by the calling thread.
 __device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams& p, int point) {{
@@ -133,6 +150,14 @@ SINGLE_ROW_POINTS = [
     ("single row: H done", r"^\s*gather\.help_as_owner\(p, c, ws\);", "thread 0"),
 ]
 
+# A block resolving two batch rows in turn (DeferredGather): after both
+# resolves, when warp 0 has waited for the staged rows and written its
+# share of them, in the second row's slot. The kernel's last line, the copy
+# of both lists, is stamped as "end copy_lists".
+DEFERRED_POINTS = [
+    ("turns: staged rows written", r"^\s*write_staged_rows_of_turns\(c, ws, destinations\);", "thread 0"),
+]
+
 # Counts a helper records (name, the line after which, its expression): its
 # predicted rows, to set against when its reads are in.
 VALUE_POINTS = [
@@ -147,7 +172,7 @@ VALUE_POINTS = [
 class Stamped:
     sources: dict  # relative path -> stamped text
     points: list  # point index -> name
-    owner_points: int  # points 0 .. owner_points - 1 are the kernel body's and the single-row phases'
+    owner_points: int  # points 0 .. owner_points - 1 are the kernel body's, the single-row phases' and the turns'
     values: tuple = ()  # points that hold a count (VALUE_POINTS), not a time
 
 
@@ -192,7 +217,15 @@ def stamp_sources(tree: Path) -> Stamped:
     start = phase_counts.kernel_body(lines).start
     entry = next(i for i in range(start, phase_lines[0][0]) if "extern __shared__" in lines[i])
     points = ["entry"]
-    inserts = {entry: ["  timeline_stamp(p, 0);"]}
+    inserts = {entry: ["  timeline_set_row(static_cast<int32_t>(blockIdx.x) * Gather::kRequestsPerBlock);",
+                       "  timeline_stamp(p, 0);"]}
+    body = phase_counts.kernel_body(lines)
+    turn_rows = [i for i in body if re.match(r"\s*const int32_t b = .*\bturn;", lines[i])]
+    ends = [i for i in body if re.match(r"\s*gather\.copy_lists\(", lines[i])]
+    if len(turn_rows) != 1 or len(ends) != 1:
+        raise SystemExit(f"{tree / KERNEL}: expected one line naming each turn's batch row (`const int32_t b = "
+                         f"... turn;`) and one `gather.copy_lists(` in resolve_residency_kernel, found "
+                         f"{len(turn_rows)} and {len(ends)}")
     for index, name in phase_lines:
         indent = re.match(r"\s*", lines[index]).group(0)
         code = lines[index].split("//")[0].rstrip()
@@ -203,6 +236,11 @@ def stamp_sources(tree: Path) -> Stamped:
             indent += "  "
         inserts.setdefault(index, []).append(f"{indent}timeline_stamp(p, {len(points)});")
         points.append(name)
+    indent = re.match(r"\s*", lines[turn_rows[0]]).group(0)
+    inserts.setdefault(turn_rows[0], []).append(f"{indent}timeline_set_row(b);")
+    indent = re.match(r"\s*", lines[ends[0]]).group(0)
+    inserts.setdefault(ends[0], []).append(f"{indent}timeline_stamp(p, {len(points)});")
+    points.append("end copy_lists")
     stamped_kernel = []
     for index, line in enumerate(lines):
         stamped_kernel.append(line)
@@ -213,7 +251,7 @@ def stamp_sources(tree: Path) -> Stamped:
     if anchor not in context:
         raise SystemExit(f"{tree / CONTEXT}: '{anchor}' not found")
     context = context.replace(anchor, anchor + "\n" + STAMP_FUNCTIONS, 1)
-    files = {relative: (tree / relative).read_text().splitlines() for relative in (SINGLE_ROW, EARLY_READS)}
+    files = {relative: (tree / relative).read_text().splitlines() for relative in (SINGLE_ROW, DEFERRED, EARLY_READS)}
 
     def place(relative, name, pattern, statement):
         """Inserts statement(point) after the one line of `relative` matching
@@ -233,6 +271,8 @@ def stamp_sources(tree: Path) -> Stamped:
 
     for name, pattern, how in SINGLE_ROW_POINTS:
         place(SINGLE_ROW, name, pattern, lambda point: helper_stamp(how, point))
+    for name, pattern, how in DEFERRED_POINTS:
+        place(DEFERRED, name, pattern, lambda point: helper_stamp(how, point))
     owner_points = len(points)
     for name, pattern, how in HELPER_POINTS:
         place(EARLY_READS, name, pattern, lambda point: helper_stamp(how, point))
@@ -279,9 +319,12 @@ def stamped_site(tree: Path, work: Path, stamped: Stamped) -> Path:
 
 
 def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> dict:
-    """Per point, over the owner blocks (batch rows) and the helper blocks
-    (past the batch's extra block): median, min and max microseconds after
-    each launch's first stamp, and how many blocks passed it."""
+    """Per point, over the owner slots (batch rows) and the helper blocks
+    (past the batch's extra row): median, min and max microseconds after
+    each launch's first stamp, and how many slots passed it. A launch whose
+    blocks resolved in turns (a batch row stamped without an entry of its
+    own: the entry is stamped in the block's first row) also has its first
+    and second turns (even and odd batch rows) reported apart."""
     timed = [point for point in range(len(stamped.points)) if point not in stamped.values]
 
     def times_of(stamps):
@@ -291,7 +334,12 @@ def summarise(launches: list[list[list[int]]], batch: int, stamped: Stamped) -> 
         raise SystemExit("a launch left no stamps: is the build the stamped copy, and did the resolve get stats?")
     firsts = [min(times_of(stamps)) for stamps in launches]
     roles = {"owners": lambda block: block < batch, "helpers": lambda block: block > batch}
-    report = {}
+    turns = any(stamps[b][0] == 0 and any(stamps[b][1:stamped.owner_points])
+                for stamps in launches for b in range(min(batch, len(stamps))))
+    if turns:
+        roles["first turns"] = lambda block: block < batch and block % 2 == 0
+        roles["second turns"] = lambda block: block < batch and block % 2 == 1
+    report = {"turns": turns}
     for role, member in roles.items():
         per_point = []
         for point, name in enumerate(stamped.points):
@@ -437,13 +485,14 @@ def main(argv):
           f"hint {args.residency_hint or 'default'}, {args.sweep_regions} host region(s): "
           f"{result['swap_rows_last_launch']} swap rows in the last launch; last stamp "
           f"{report['last_stamp_us']:.1f} us after the first")
-    for role in ("owners", "helpers"):
+    roles = ("owners", "first turns", "second turns", "helpers") if report["turns"] else ("owners", "helpers")
+    for role in roles:
         for row in report[role]:
             if "median_us" in row:
-                print(f"  {role:8s} {row['point']:34s} {row['median_us']:8.2f} us  "
+                print(f"  {role:12s} {row['point']:34s} {row['median_us']:8.2f} us  "
                       f"({row['min_us']:.2f} - {row['max_us']:.2f}, {row['blocks']} blocks)")
             else:
-                print(f"  {role:8s} {row['point']:34s} {row['median']:8.1f}     "
+                print(f"  {role:12s} {row['point']:34s} {row['median']:8.1f}     "
                       f"({row['min']} - {row['max']}, {row['blocks']} blocks)")
     relation = report.get("helper_rows_against_reads")
     if relation is not None:

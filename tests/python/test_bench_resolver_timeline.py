@@ -16,7 +16,8 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     stamped = timeline.stamp_sources(ROOT)
     names = stamped.points
     for phase in ("A find_request", "B build_union", "C1 match_slots", "C2 walk_lru", "D assign_misses",
-                  "E copy_assigned", "F write_outputs", "G finish", "H help_as_owner", "H help_as_idle"):
+                  "E copy_assigned", "F write_outputs", "G finish", "H help_as_owner", "H help_as_idle",
+                  "end copy_lists"):
         assert phase in names, f"{phase} is not stamped: {names}"
     values = [names[point] for point in stamped.values]
     assert values == [name for name, _, _ in timeline.VALUE_POINTS]
@@ -24,6 +25,7 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
         name for name, _, _ in timeline.HELPER_POINTS]
     assert [name for name in names if name.startswith("single row:")] == [
         name for name, _, _ in timeline.SINGLE_ROW_POINTS]
+    assert [name for name in names if name.startswith("turns:")] == [name for name, _, _ in timeline.DEFERRED_POINTS]
     assert len(names) <= timeline.POINTS_PER_BLOCK
     text = "".join(stamped.sources.values())
     stamps = re.findall(r"timeline_(?:stamp|stamp_now|stamp_after|value)\(p, (\d+)[,)]", text)
@@ -32,10 +34,18 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     # The kernel's own points come first, then the single-row phases', then the helpers'.
     assert all(not name.startswith("helper:") for name in names[: stamped.owner_points])
     assert all(name.startswith("helper:") for name in names[stamped.owner_points:])
-    assert names[stamped.owner_points - 1] == timeline.SINGLE_ROW_POINTS[-1][0]
+    assert names[stamped.owner_points - 1] == timeline.DEFERRED_POINTS[-1][0]
     # The stamps are defined once, where every stamped file sees them.
     assert text.count("void timeline_stamp(") == 1
     assert "void timeline_stamp(" in stamped.sources[str(timeline.CONTEXT)]
+    # Each block names its row at its entry and each turn its own, before any stamp of the turn.
+    kernel = stamped.sources[str(timeline.KERNEL)]
+    assert kernel.count("timeline_set_row(") == 2
+    entry = kernel.index("timeline_set_row(static_cast<int32_t>(blockIdx.x) * Gather::kRequestsPerBlock);")
+    assert entry < kernel.index("timeline_stamp(p, 0);")
+    turn = kernel.index("timeline_set_row(b);")
+    assert kernel.rfind("const int32_t b = ", 0, turn) > entry
+    assert turn < kernel.index(f"timeline_stamp(p, {names.index('A find_request')});")
 
 
 def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
@@ -50,6 +60,39 @@ def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
     kernel.write_text(source.replace(line, "  const LruWalk walk = walk_lru(  // C2 | B4\n      p, ws);", 1))
     with pytest.raises(SystemExit, match="must end its statement"):
         timeline.stamp_sources(tmp_path)
+
+
+def test_a_kernel_without_its_turn_row_or_list_copy_is_refused(tmp_path):
+    timeline = load()
+    for relative in (timeline.KERNEL, timeline.EARLY_READS, timeline.SINGLE_ROW, timeline.DEFERRED, timeline.CONTEXT):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / relative, tmp_path / relative)
+    kernel = tmp_path / timeline.KERNEL
+    source = kernel.read_text()
+    kernel.write_text(source.replace("gather.copy_lists(", "gather.copy_both_lists(", 1))
+    with pytest.raises(SystemExit, match="found 1 and 0"):
+        timeline.stamp_sources(tmp_path)
+
+
+def test_turns_are_reported_by_turn():
+    timeline = load()
+    stamped = timeline.Stamped(sources={}, points=["entry", "A find_request", "end copy_lists"], owner_points=3)
+    # Four batch rows in two blocks: the entry is stamped in rows 0 and 2, each row's phase A in its own
+    # slot, the end in the second rows' slots; row 4 is the extra row. Times in ns.
+    launch = [[1_000, 2_000, 0], [0, 12_000, 25_000], [1_000, 2_400, 0], [0, 12_400, 27_000], [1_000, 0, 0]]
+    report = timeline.summarise([launch], batch=4, stamped=stamped)
+    assert report["turns"]
+    first = {row["point"]: row for row in report["first turns"]}
+    second = {row["point"]: row for row in report["second turns"]}
+    assert first["A find_request"]["median_us"] == pytest.approx(1.2) and first["A find_request"]["blocks"] == 2
+    assert second["A find_request"]["median_us"] == pytest.approx(11.2)
+    assert "entry" not in second and "end copy_lists" not in first
+    assert second["end copy_lists"]["max_us"] == pytest.approx(26.0)
+    assert {row["point"] for row in report["owners"]} == {"entry", "A find_request", "end copy_lists"}
+    # With an entry in every row, the launch ran one request per block: no turns.
+    for slot in (1, 3):
+        launch[slot][0] = 1_000
+    assert timeline.summarise([launch], batch=4, stamped=stamped)["turns"] is False
 
 
 def test_recorded_counts_are_reported_apart_from_the_times():
