@@ -1135,9 +1135,8 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   if (split.in_workspace == 0) {
     // DeferredGather stages into two halves of the stage, one per turn.
     const bool turns = resolves_in_turns(params, d);
-    const int64_t stage_row_bytes_here = stage_row_bytes;
     const int32_t stage_rows_here = turns ? 2 * stage_rows : stage_rows;
-    ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes_here,
+    ResolverLaunchLayout chosen = resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes,
                                                          stage_rows_here, limit, kResolverMaxSlackHalves);
     if (params.residency_hint != nullptr) {
       // The hint's upkeep reads the replaced rows from a kept copy of the
@@ -1145,7 +1144,7 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
       // union table: a fuller table costs every probe more than the kept
       // copy saves.
       const ResolverLaunchLayout keeping =
-          resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes_here, stage_rows_here, limit,
+          resolver_launch_layout(params.hot_size, params.max_union_rows, stage_row_bytes, stage_rows_here, limit,
                                  kResolverMaxSlackHalves, true);
       if (keeping.stage.total_bytes <= limit && keeping.stage.rows == chosen.stage.rows &&
           keeping.layout.hash_capacity == chosen.layout.hash_capacity) {
