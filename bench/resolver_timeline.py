@@ -220,11 +220,13 @@ def stamp_sources(tree: Path) -> Stamped:
     inserts = {entry: ["  timeline_set_row(static_cast<int32_t>(blockIdx.x) * Gather::kRequestsPerBlock);",
                        "  timeline_stamp(p, 0);"]}
     body = phase_counts.kernel_body(lines)
-    turn_rows = [i for i in body if re.match(r"\s*const int32_t b = .*\bturn;", lines[i])]
+    # A turn names its row after the barrier that ends the last turn: before
+    # it, thread 0 may still be stamping the last turn's final points.
+    turn_rows = [i for i in body if re.match(r"\s*if \(turn > 0\) __syncthreads\(\);", lines[i])]
     ends = [i for i in body if re.match(r"\s*gather\.copy_lists\(", lines[i])]
     if len(turn_rows) != 1 or len(ends) != 1:
-        raise SystemExit(f"{tree / KERNEL}: expected one line naming each turn's batch row (`const int32_t b = "
-                         f"... turn;`) and one `gather.copy_lists(` in resolve_residency_kernel, found "
+        raise SystemExit(f"{tree / KERNEL}: expected one barrier that starts each later turn (`if (turn > 0) "
+                         f"__syncthreads();`) and one `gather.copy_lists(` in resolve_residency_kernel, found "
                          f"{len(turn_rows)} and {len(ends)}")
     for index, name in phase_lines:
         indent = re.match(r"\s*", lines[index]).group(0)

@@ -38,13 +38,15 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     # The stamps are defined once, where every stamped file sees them.
     assert text.count("void timeline_stamp(") == 1
     assert "void timeline_stamp(" in stamped.sources[str(timeline.CONTEXT)]
-    # Each block names its row at its entry and each turn its own, before any stamp of the turn.
+    # Each block names its row at its entry and each turn its own, after the barrier that ends the last
+    # turn (thread 0 may still stamp the last turn before it) and before any stamp of the turn.
     kernel = stamped.sources[str(timeline.KERNEL)]
     assert kernel.count("timeline_set_row(") == 2
     entry = kernel.index("timeline_set_row(static_cast<int32_t>(blockIdx.x) * Gather::kRequestsPerBlock);")
     assert entry < kernel.index("timeline_stamp(p, 0);")
     turn = kernel.index("timeline_set_row(b);")
     assert kernel.rfind("const int32_t b = ", 0, turn) > entry
+    assert kernel.rfind("if (turn > 0) __syncthreads();", 0, turn) > kernel.rfind("const int32_t b = ", 0, turn)
     assert turn < kernel.index(f"timeline_stamp(p, {names.index('A find_request')});")
 
 
@@ -71,6 +73,9 @@ def test_a_kernel_without_its_turn_row_or_list_copy_is_refused(tmp_path):
     source = kernel.read_text()
     kernel.write_text(source.replace("gather.copy_lists(", "gather.copy_both_lists(", 1))
     with pytest.raises(SystemExit, match="found 1 and 0"):
+        timeline.stamp_sources(tmp_path)
+    kernel.write_text(source.replace("if (turn > 0) __syncthreads();", "if (turn != 0) __syncthreads();", 1))
+    with pytest.raises(SystemExit, match="found 0 and 1"):
         timeline.stamp_sources(tmp_path)
 
 
