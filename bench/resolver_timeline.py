@@ -34,7 +34,9 @@ footprint of a model's N layers: before each stamped launch the last
 step's rows are gathered from each of N - 1 other host caches of the
 scenario's size, as the other layers' steps would read theirs. A copy of
 the tree, not the tree, is stamped: the timed kernels are those of the tree
-plus one store per phase and block. CUDA only; the build takes a minute or
+plus one store per phase and block, and 16 bytes of shared memory per
+block where thread 0 keeps its slot (so shapes within 16 bytes of the
+device's limit do not launch stamped). CUDA only; the build takes a minute or
 two (--build-dir keeps it for the next point).
 """
 from __future__ import annotations
@@ -63,25 +65,36 @@ DEFERRED = Path("cpp/cuda/resolver_deferred_gather.cuh")
 CONTEXT = Path("cpp/cuda/resolver_context.cuh")
 POINTS_PER_BLOCK = 48
 STAT_COUNTERS = 5
-# Blocks whose slot the stamped build can follow (each block's current
-# batch row, kept in a device array of the stamped copy).
+# Blocks whose stamps the stamped build keeps.
 MAX_TIMELINE_BLOCKS = 1 << 16
+# Dynamic shared memory the stamped launch adds past the kernel's own, where
+# thread 0 keeps the batch row its stamps go to: in shared memory, a stamp
+# reads its slot without a global load, which would wait behind the block's
+# host reads in flight and hold thread 0's warp back.
+ROW_SLOT_BYTES = 16
+LAUNCH_BYTES = "  const uint32_t shared_bytes = constants.miss_stage.total_bytes;"
 
 # The stamp, defined in resolver_context.cuh, which the kernel, the
 # single-row phases and the early reads all include.
 STAMP_FUNCTIONS = f"""
 // resolver_timeline.py: the batch row each block works on, its stamps'
-// slot. Every thread of the block writes the same value at the kernel's
-// entry and at each turn's start (after the barrier that ends the last
-// turn), so any thread that stamps reads its own turn's row.
-static __device__ int32_t timeline_rows[{MAX_TIMELINE_BLOCKS}];
+// slot, kept by thread 0 (the only thread that stamps) in the last
+// {ROW_SLOT_BYTES} bytes of the launch's dynamic shared memory, which the
+// stamped launcher adds. Set at the kernel's entry and at each turn's start
+// (after the barrier that ends the last turn).
+__device__ __forceinline__ int32_t* timeline_row_slot() {{
+  extern __shared__ __align__(16) unsigned char timeline_shared[];
+  uint32_t bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return reinterpret_cast<int32_t*>(timeline_shared + bytes - {ROW_SLOT_BYTES});
+}}
 __device__ __forceinline__ void timeline_set_row(int32_t row) {{
-  if (blockIdx.x < {MAX_TIMELINE_BLOCKS}) timeline_rows[blockIdx.x] = row;
+  if (threadIdx.x == 0) *timeline_row_slot() = row;
 }}
 // A point's value, into stats past its counters (the slot of the block's row).
 __device__ __forceinline__ void timeline_store(const ResolveResidencyParams& p, int point, int64_t value) {{
   if (p.stats == nullptr || blockIdx.x >= {MAX_TIMELINE_BLOCKS}) return;
-  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(timeline_rows[blockIdx.x]) * {POINTS_PER_BLOCK} + point] = value;
+  p.stats[{STAT_COUNTERS} + static_cast<int64_t>(*timeline_row_slot()) * {POINTS_PER_BLOCK} + point] = value;
 }}
 // %globaltimer of a point, by the calling thread.
 __device__ __forceinline__ void timeline_stamp_now(const ResolveResidencyParams& p, int point) {{
@@ -228,6 +241,11 @@ def stamp_sources(tree: Path) -> Stamped:
         raise SystemExit(f"{tree / KERNEL}: expected one barrier that starts each later turn (`if (turn > 0) "
                          f"__syncthreads();`) and one `gather.copy_lists(` in resolve_residency_kernel, found "
                          f"{len(turn_rows)} and {len(ends)}")
+    launches = [i for i, line in enumerate(lines) if line == LAUNCH_BYTES]
+    if len(launches) != 1:
+        raise SystemExit(f"{tree / KERNEL}: expected one line `{LAUNCH_BYTES.strip()}` (the launch's dynamic "
+                         f"shared memory, which the stamped build extends), found {len(launches)}")
+    lines[launches[0]] = LAUNCH_BYTES[:-1] + f" + {ROW_SLOT_BYTES};  // resolver_timeline.py: the row slot"
     for index, name in phase_lines:
         indent = re.match(r"\s*", lines[index]).group(0)
         code = lines[index].split("//")[0].rstrip()

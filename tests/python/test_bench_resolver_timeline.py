@@ -48,6 +48,10 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     assert kernel.rfind("const int32_t b = ", 0, turn) > entry
     assert kernel.rfind("if (turn > 0) __syncthreads();", 0, turn) > kernel.rfind("const int32_t b = ", 0, turn)
     assert turn < kernel.index(f"timeline_stamp(p, {names.index('A find_request')});")
+    # The row lives in shared memory the stamped launch adds, so a stamp loads nothing from global memory.
+    assert timeline.LAUNCH_BYTES not in kernel
+    assert f"constants.miss_stage.total_bytes + {timeline.ROW_SLOT_BYTES};" in kernel
+    assert "timeline_row_slot()" in stamped.sources[str(timeline.CONTEXT)]
 
 
 def test_a_phase_line_that_does_not_end_its_statement_is_refused(tmp_path):
@@ -76,6 +80,9 @@ def test_a_kernel_without_its_turn_row_or_list_copy_is_refused(tmp_path):
         timeline.stamp_sources(tmp_path)
     kernel.write_text(source.replace("if (turn > 0) __syncthreads();", "if (turn != 0) __syncthreads();", 1))
     with pytest.raises(SystemExit, match="found 0 and 1"):
+        timeline.stamp_sources(tmp_path)
+    kernel.write_text(source.replace(timeline.LAUNCH_BYTES, timeline.LAUNCH_BYTES.replace("shared_bytes", "bytes"), 1))
+    with pytest.raises(SystemExit, match="extends"):
         timeline.stamp_sources(tmp_path)
 
 
