@@ -1,0 +1,263 @@
+// How long a block's other memory accesses take while its own reads of host
+// memory are in flight: the turn launches' question (docs/performance.md,
+// "256 requests at 0.1%": a turn whose staged rows are in flight waits for
+// them before its outputs and the next turn's phase A). One 1024-thread
+// block per SM (120 KB of shared memory), 1 block (alone) or one per SM
+// (every SM at once, as the first turns' walks). Warp 0 starts `rows` host
+// rows of 656 bytes (lane i row i, at random 16-byte offsets of the block's
+// own 4 MiB of a pinned pool, fresh every launch) by
+//
+//   bulk      one TMA bulk copy per row into shared memory, counted in by an
+//             mbarrier (the resolver's miss stage)
+//   load      one 16-byte load of each row into a register
+//   prefetch  prefetch.global.L2 of each of the row's 128-byte lines
+//
+// and, after a block barrier (the rows are issued, not in), warps 1-31 run
+// one probe while warp 0 waits for its rows:
+//
+//   l2_chain  16 dependent loads, each on another line, of a device buffer
+//             that a kernel just before read into L2 (thread 32)
+//   l1_chain  16 dependent loads of lines the block read just before the
+//             issue (L1 hits, thread 32)
+//   stores    48 bytes of global stores per thread (the outputs' amount),
+//             a barrier of warps 1-31, then __threadfence (thread 32)
+//   shared    16 dependent shared-memory loads (thread 32)
+//
+// Printed as JSON: per issue kind, probe, blocks and rows, medians over the
+// blocks of five launches, in microseconds after the issue: the probe done
+// (stores: issued, and fenced), and the rows in (bulk: the mbarrier's phase
+// complete; load: the value used; prefetch: not known, 0).
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o accesses_behind_host_reads bench/accesses_behind_host_reads.cu
+//   ./accesses_behind_host_reads > accesses_behind_host_reads.json
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "standalone_cuda.cuh"
+
+constexpr int kThreads = 1024;
+constexpr int kRowBytes = 656;
+constexpr int kMaxRows = 32;
+constexpr int kChain = 16;
+constexpr int kStoreVectors = 3;  // 48 bytes per thread
+constexpr int64_t kRegionBytes = 4 << 20;
+constexpr int kSharedBytes = 120 << 10;  // one block per SM
+constexpr int kL1Words = 1024;           // per block: the L1 chain's 32 lines, read before the issue
+constexpr int kChainWords = 8192;        // per block: the L1 chain's words, then the L2 chain's
+
+enum Issue { kBulk = 0, kLoad = 1, kPrefetch = 2 };
+const char* const kIssueNames[] = {"bulk", "load", "prefetch"};
+enum Probe { kL2Chain = 0, kL1Chain = 1, kStores = 2, kShared = 3 };
+const char* const kProbeNames[] = {"l2_chain", "l1_chain", "stores", "shared"};
+
+struct BlockTimes {
+  unsigned long long issued, probe_done, probe_fenced, rows_in;
+};
+
+__device__ __forceinline__ unsigned long long now_after(unsigned value) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(value));
+  return t;
+}
+
+__device__ __forceinline__ void start_bulk_row(unsigned barrier, unsigned dst, const void* src) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(barrier), "r"(kRowBytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(kRowBytes), "r"(barrier)
+               : "memory");
+}
+
+__device__ __forceinline__ void wait_barrier_phase0(unsigned barrier) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(barrier)
+        : "memory");
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    probe_kernel(const uint8_t* host, const int64_t* offsets, int rows, int issue, int probe, const int* chain,
+                 unsigned* sink, uint4* stores, BlockTimes* times) {
+  extern __shared__ uint4 stage[];
+  __shared__ __align__(8) unsigned long long barrier_word;
+  __shared__ int shared_chain[kChain * 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned barrier = static_cast<unsigned>(__cvta_generic_to_shared(&barrier_word));
+  const int* const block_chain = chain + static_cast<int64_t>(blockIdx.x) * kChainWords;
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if (threadIdx.x < kChain * 32) shared_chain[threadIdx.x] = (threadIdx.x + 32) % (kChain * 32);
+  // The L1 chain's lines: the block reads them once now.
+  const int touched = block_chain[threadIdx.x % kL1Words];
+  sink[2 * gridDim.x + blockIdx.x * kThreads + threadIdx.x] = static_cast<unsigned>(touched);
+  __syncthreads();
+  uint4 value = make_uint4(0, 0, 0, 0);
+  if (warp == 0) {
+    const bool mine = lane < rows;
+    const uint8_t* src = host + (mine ? offsets[static_cast<int64_t>(blockIdx.x) * kMaxRows + lane] : 0);
+    if (mine && issue == kBulk) {
+      start_bulk_row(barrier, static_cast<unsigned>(__cvta_generic_to_shared(stage + lane * (kRowBytes / 16))), src);
+    } else if (mine && issue == kLoad) {
+      value = *reinterpret_cast<const uint4*>(src);
+    } else if (mine && issue == kPrefetch) {
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{127};
+      for (uintptr_t line = begin; line < reinterpret_cast<uintptr_t>(src) + kRowBytes; line += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+      }
+    }
+    __syncwarp();  // every lane's bytes are announced before the one arrival
+    if (lane == 0 && issue == kBulk) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
+  }
+  __syncthreads();  // every row is issued
+  if (warp == 0) {
+    if (lane == 0) times[blockIdx.x].issued = now();
+    unsigned long long rows_in = 0;
+    if (issue == kBulk) {
+      wait_barrier_phase0(barrier);
+      rows_in = now_after(static_cast<unsigned>(stage[0].x));
+    } else if (issue == kLoad) {
+      const unsigned folded = __reduce_xor_sync(0xffffffffu, value.x ^ value.y ^ value.z ^ value.w);
+      rows_in = now_after(folded);
+      if (lane == 0) sink[blockIdx.x] = folded;
+    }
+    if (lane == 0) times[blockIdx.x].rows_in = rows_in;
+  } else {
+    unsigned long long done = 0, fenced = 0;
+    if (probe == kL2Chain || probe == kL1Chain) {
+      if (threadIdx.x == 32) {
+        // Each word holds the next word's index (set by the host): below
+        // kL1Words for the L1 chain, above for the L2 chain.
+        int i = probe == kL1Chain ? 0 : kL1Words;
+        for (int k = 0; k < kChain; ++k) i = block_chain[i];
+        done = now_after(static_cast<unsigned>(i));
+        sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
+      }
+    } else if (probe == kStores) {
+      uint4* mine = stores + (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kStoreVectors;
+      for (int v = 0; v < kStoreVectors; ++v) mine[v] = make_uint4(threadIdx.x, v, blockIdx.x, touched);
+      asm volatile("bar.sync 1, %0;" ::"n"(kThreads - 32));
+      if (threadIdx.x == 32) {
+        done = now();
+        __threadfence();
+        fenced = now();
+      }
+    } else {
+      if (threadIdx.x == 32) {
+        int i = 0;
+        for (int k = 0; k < kChain; ++k) i = shared_chain[i];
+        done = now_after(static_cast<unsigned>(i));
+        sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
+      }
+    }
+    if (threadIdx.x == 32) {
+      times[blockIdx.x].probe_done = done;
+      times[blockIdx.x].probe_fenced = fenced;
+    }
+  }
+}
+
+__global__ void warm_kernel(const int* chain, unsigned* sink) {
+  unsigned sum = 0;
+  for (int j = threadIdx.x; j < kChainWords; j += kThreads) sum += chain[static_cast<int64_t>(blockIdx.x) * kChainWords + j];
+  if (sum == 0xFFFFFFFFu) sink[blockIdx.x] = sum;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main() {
+  int device = 0, sms = 0;
+  CK(cudaGetDevice(&device));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, device));
+  const int max_blocks = sms;
+  uint8_t* host = nullptr;
+  const int64_t pool_bytes = kRegionBytes * max_blocks;
+  CK(cudaHostAlloc(&host, pool_bytes, cudaHostAllocMapped));
+  for (int64_t i = 0; i < pool_bytes; i += 4096) host[i] = static_cast<uint8_t>(i >> 12);
+  uint8_t* host_device = nullptr;
+  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_device), host, 0));
+  int64_t* offsets = nullptr;
+  int* chain = nullptr;
+  unsigned* sink = nullptr;
+  uint4* stores = nullptr;
+  BlockTimes* times = nullptr;
+  CK(cudaMalloc(&offsets, sizeof(int64_t) * max_blocks * kMaxRows));
+  CK(cudaMalloc(&chain, sizeof(int) * static_cast<int64_t>(max_blocks) * kChainWords));
+  {
+    // Each hop moves to another 128-byte line: 7 lines on within the L1
+    // chain's 32, 61 lines on within the L2 chain's 224.
+    std::vector<int> links(static_cast<size_t>(max_blocks) * kChainWords);
+    for (int b = 0; b < max_blocks; ++b) {
+      for (int j = 0; j < kChainWords; ++j) {
+        links[static_cast<size_t>(b) * kChainWords + j] =
+            j < kL1Words ? (j + 7 * 32) % kL1Words : kL1Words + (j - kL1Words + 61 * 32) % (kChainWords - kL1Words);
+      }
+    }
+    CK(cudaMemcpy(chain, links.data(), sizeof(int) * links.size(), cudaMemcpyHostToDevice));
+  }
+  CK(cudaMalloc(&sink, sizeof(unsigned) * (2 + kThreads) * max_blocks));
+  CK(cudaMalloc(&stores, sizeof(uint4) * static_cast<int64_t>(max_blocks) * kThreads * kStoreVectors));
+  CK(cudaMalloc(&times, sizeof(BlockTimes) * max_blocks));
+  CK(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> host_offsets(static_cast<size_t>(max_blocks) * kMaxRows);
+  std::vector<BlockTimes> block_times(max_blocks);
+  const int kRows[] = {0, 1, 2, 4, 8, 16, 32};
+  printf("{\"gpu\": \"%s\", \"sms\": %d, \"row_bytes\": %d, \"points\": [\n", prop.name, sms, kRowBytes);
+  bool first = true;
+  for (int issue = 0; issue < 3; ++issue) {
+    for (int probe = 0; probe < 4; ++probe) {
+      for (int blocks : {1, max_blocks}) {
+        for (int rows : kRows) {
+          std::vector<double> issued, probe_done, probe_fenced, rows_in;
+          for (int launch = 0; launch < 6; ++launch) {
+            for (int b = 0; b < blocks; ++b) {
+              for (int r = 0; r < kMaxRows; ++r) {
+                host_offsets[static_cast<size_t>(b) * kMaxRows + r] =
+                    b * kRegionBytes + static_cast<int64_t>(rng() % ((kRegionBytes - kRowBytes) / 16)) * 16;
+              }
+            }
+            CK(cudaMemcpy(offsets, host_offsets.data(), sizeof(int64_t) * blocks * kMaxRows, cudaMemcpyHostToDevice));
+            // The chains' words into L2 (the probe kernel's L1 starts cold).
+            warm_kernel<<<blocks, kThreads>>>(chain, sink);
+            probe_kernel<<<blocks, kThreads, kSharedBytes>>>(host_device, offsets, rows, issue, probe, chain, sink,
+                                                             stores, times);
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            if (launch == 0) continue;  // warm-up
+            CK(cudaMemcpy(block_times.data(), times, sizeof(BlockTimes) * blocks, cudaMemcpyDeviceToHost));
+            for (int b = 0; b < blocks; ++b) {
+              const BlockTimes& t = block_times[b];
+              const double at = static_cast<double>(t.issued);
+              probe_done.push_back((static_cast<double>(t.probe_done) - at) / 1000.0);
+              probe_fenced.push_back(t.probe_fenced != 0 ? (static_cast<double>(t.probe_fenced) - at) / 1000.0 : 0);
+              rows_in.push_back(t.rows_in != 0 ? (static_cast<double>(t.rows_in) - at) / 1000.0 : 0);
+            }
+          }
+          printf("%s  {\"issue\": \"%s\", \"probe\": \"%s\", \"blocks\": %d, \"rows\": %d, \"probe_done_us\": %.3f, "
+                 "\"probe_fenced_us\": %.3f, \"rows_in_us\": %.3f}",
+                 first ? "" : ",\n", kIssueNames[issue], kProbeNames[probe], blocks, rows, median(probe_done),
+                 median(probe_fenced), median(rows_in));
+          first = false;
+        }
+      }
+    }
+  }
+  printf("\n]}\n");
+  return 0;
+}
