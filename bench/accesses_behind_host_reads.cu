@@ -75,11 +75,10 @@ __device__ __forceinline__ void start_bulk_row(unsigned barrier, unsigned dst, c
 __device__ __forceinline__ void wait_barrier_phase0(unsigned barrier) {
   unsigned done = 0;
   while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(barrier)
-        : "memory");
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(barrier)
+                 : "memory");
   }
 }
 
@@ -168,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 __global__ void warm_kernel(const int* chain, unsigned* sink) {
   unsigned sum = 0;
-  for (int j = threadIdx.x; j < kChainWords; j += kThreads) sum += chain[static_cast<int64_t>(blockIdx.x) * kChainWords + j];
+  for (int j = threadIdx.x; j < kChainWords; j += kThreads)
+    sum += chain[static_cast<int64_t>(blockIdx.x) * kChainWords + j];
   if (sum == 0xFFFFFFFFu) sink[blockIdx.x] = sum;
 }
 
