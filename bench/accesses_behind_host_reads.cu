@@ -1,11 +1,14 @@
 // How long a block's other memory accesses take while its own reads of host
-// memory are in flight: the turn launches' question (docs/performance.md,
-// "256 requests at 0.1%": a turn whose staged rows are in flight waits for
-// them before its outputs and the next turn's phase A). One 1024-thread
-// block per SM (120 KB of shared memory), 1 block (alone) or one per SM
-// (every SM at once, as the first turns' walks). Warp 0 starts `rows` host
-// rows of 656 bytes (lane i row i, at random 16-byte offsets of the block's
-// own 4 MiB of a pinned pool, fresh every launch) by
+// memory are in flight, and while other SMs' are: the turn launches'
+// question (docs/performance.md, "256 requests at 0.1%": a turn whose
+// staged rows are in flight waits for them before its outputs and the next
+// turn's phase A; could idle SMs read them instead?). One 1024-thread block
+// per SM (120 KB of shared memory): 1 block (`alone`), one per SM all
+// reading (`all`, as the first turns' walks), or one per SM of which the
+// odd ones read (`half`: the even ones probe with nothing of their own in
+// flight). In a block that reads, warp 0 starts `rows` host rows of 656
+// bytes (lane i row i, at random 16-byte offsets of the block's own 4 MiB of
+// a pinned pool, fresh every launch) by
 //
 //   bulk      one TMA bulk copy per row into shared memory, counted in by an
 //             mbarrier (the resolver's miss stage)
@@ -23,10 +26,11 @@
 //             a barrier of warps 1-31, then __threadfence (thread 32)
 //   shared    16 dependent shared-memory loads (thread 32)
 //
-// Printed as JSON: per issue kind, probe, blocks and rows, medians over the
-// blocks of five launches, in microseconds after the issue: the probe done
-// (stores: issued, and fenced), and the rows in (bulk: the mbarrier's phase
-// complete; load: the value used; prefetch: not known, 0).
+// Printed as JSON: per issue kind, probe, readers and rows, medians over the
+// reading blocks of five launches, in microseconds after the issue: the
+// probe done (stores: issued, and fenced), and the rows in (bulk: the
+// mbarrier's phase complete; load: the value used; prefetch: not known, 0);
+// for `half` also the probe of the blocks that read nothing.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o accesses_behind_host_reads bench/accesses_behind_host_reads.cu
 //   ./accesses_behind_host_reads > accesses_behind_host_reads.json
@@ -54,6 +58,7 @@ enum Issue { kBulk = 0, kLoad = 1, kPrefetch = 2 };
 const char* const kIssueNames[] = {"bulk", "load", "prefetch"};
 enum Probe { kL2Chain = 0, kL1Chain = 1, kStores = 2, kShared = 3 };
 const char* const kProbeNames[] = {"l2_chain", "l1_chain", "stores", "shared"};
+const char* const kReaderNames[] = {"alone", "all", "half"};
 
 struct BlockTimes {
   unsigned long long issued, probe_done, probe_fenced, rows_in;
@@ -83,12 +88,13 @@ __device__ __forceinline__ void wait_barrier_phase0(unsigned barrier) {
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
-    probe_kernel(const uint8_t* host, const int64_t* offsets, int rows, int issue, int probe, const int* chain,
-                 unsigned* sink, uint4* stores, BlockTimes* times) {
+    probe_kernel(const uint8_t* host, const int64_t* offsets, int rows_of_readers, int readers_every, int issue,
+                 int probe, const int* chain, unsigned* sink, uint4* stores, BlockTimes* times) {
   extern __shared__ uint4 stage[];
   __shared__ __align__(8) unsigned long long barrier_word;
   __shared__ int shared_chain[kChain * 32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = static_cast<int>(blockIdx.x) % readers_every == readers_every - 1 ? rows_of_readers : 0;
   const unsigned barrier = static_cast<unsigned>(__cvta_generic_to_shared(&barrier_word));
   const int* const block_chain = chain + static_cast<int64_t>(blockIdx.x) * kChainWords;
   if (threadIdx.x == 0) {
@@ -222,9 +228,11 @@ int main() {
   bool first = true;
   for (int issue = 0; issue < 3; ++issue) {
     for (int probe = 0; probe < 4; ++probe) {
-      for (int blocks : {1, max_blocks}) {
+      for (int readers = 0; readers < 3; ++readers) {
+        const int blocks = readers == 0 ? 1 : max_blocks;
+        const int every = readers == 2 ? 2 : 1;
         for (int rows : kRows) {
-          std::vector<double> issued, probe_done, probe_fenced, rows_in;
+          std::vector<double> probe_done, probe_fenced, rows_in, others_done, others_fenced;
           for (int launch = 0; launch < 6; ++launch) {
             for (int b = 0; b < blocks; ++b) {
               for (int r = 0; r < kMaxRows; ++r) {
@@ -235,8 +243,8 @@ int main() {
             CK(cudaMemcpy(offsets, host_offsets.data(), sizeof(int64_t) * blocks * kMaxRows, cudaMemcpyHostToDevice));
             // The chains' words into L2 (the probe kernel's L1 starts cold).
             warm_kernel<<<blocks, kThreads>>>(chain, sink);
-            probe_kernel<<<blocks, kThreads, kSharedBytes>>>(host_device, offsets, rows, issue, probe, chain, sink,
-                                                             stores, times);
+            probe_kernel<<<blocks, kThreads, kSharedBytes>>>(host_device, offsets, rows, every, issue, probe, chain,
+                                                             sink, stores, times);
             CK(cudaGetLastError());
             CK(cudaDeviceSynchronize());
             if (launch == 0) continue;  // warm-up
@@ -244,15 +252,27 @@ int main() {
             for (int b = 0; b < blocks; ++b) {
               const BlockTimes& t = block_times[b];
               const double at = static_cast<double>(t.issued);
-              probe_done.push_back((static_cast<double>(t.probe_done) - at) / 1000.0);
-              probe_fenced.push_back(t.probe_fenced != 0 ? (static_cast<double>(t.probe_fenced) - at) / 1000.0 : 0);
+              const double done = (static_cast<double>(t.probe_done) - at) / 1000.0;
+              const double fenced = t.probe_fenced != 0 ? (static_cast<double>(t.probe_fenced) - at) / 1000.0 : 0;
+              if (b % every != every - 1) {
+                others_done.push_back(done);
+                others_fenced.push_back(fenced);
+                continue;
+              }
+              probe_done.push_back(done);
+              probe_fenced.push_back(fenced);
               rows_in.push_back(t.rows_in != 0 ? (static_cast<double>(t.rows_in) - at) / 1000.0 : 0);
             }
           }
-          printf("%s  {\"issue\": \"%s\", \"probe\": \"%s\", \"blocks\": %d, \"rows\": %d, \"probe_done_us\": %.3f, "
-                 "\"probe_fenced_us\": %.3f, \"rows_in_us\": %.3f}",
-                 first ? "" : ",\n", kIssueNames[issue], kProbeNames[probe], blocks, rows, median(probe_done),
-                 median(probe_fenced), median(rows_in));
+          printf("%s  {\"issue\": \"%s\", \"probe\": \"%s\", \"readers\": \"%s\", \"blocks\": %d, \"rows\": %d, "
+                 "\"probe_done_us\": %.3f, \"probe_fenced_us\": %.3f, \"rows_in_us\": %.3f",
+                 first ? "" : ",\n", kIssueNames[issue], kProbeNames[probe], kReaderNames[readers], blocks, rows,
+                 median(probe_done), median(probe_fenced), median(rows_in));
+          if (every > 1) {
+            printf(", \"others_probe_done_us\": %.3f, \"others_probe_fenced_us\": %.3f", median(others_done),
+                   median(others_fenced));
+          }
+          printf("}");
           first = false;
         }
       }
