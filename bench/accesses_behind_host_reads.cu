@@ -42,7 +42,13 @@
 
 #include <cuda_runtime.h>
 
+#include "../cpp/cuda/hopper_sync.cuh"
 #include "standalone_cuda.cuh"
+
+using hisparse::cuda::bulk_copy_to_shared;
+using hisparse::cuda::mbarrier_arrive;
+using hisparse::cuda::mbarrier_init_one_arrival;
+using hisparse::cuda::mbarrier_wait_first_phase;
 
 constexpr int kThreads = 1024;
 constexpr int kRowBytes = 656;
@@ -64,29 +70,6 @@ struct BlockTimes {
   unsigned long long issued, probe_done, probe_fenced, rows_in;
 };
 
-__device__ __forceinline__ unsigned long long now_after(unsigned value) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(value));
-  return t;
-}
-
-__device__ __forceinline__ void start_bulk_row(unsigned barrier, unsigned dst, const void* src) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(barrier), "r"(kRowBytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(kRowBytes), "r"(barrier)
-               : "memory");
-}
-
-__device__ __forceinline__ void wait_barrier_phase0(unsigned barrier) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(barrier)
-                 : "memory");
-  }
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     probe_kernel(const uint8_t* host, const int64_t* offsets, int rows_of_readers, int readers_every, int issue,
                  int probe, const int* chain, unsigned* sink, uint4* stores, BlockTimes* times) {
@@ -98,8 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned barrier = static_cast<unsigned>(__cvta_generic_to_shared(&barrier_word));
   const int* const block_chain = chain + static_cast<int64_t>(blockIdx.x) * kChainWords;
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbarrier_init_one_arrival(barrier);
   }
   if (threadIdx.x < kChain * 32) shared_chain[threadIdx.x] = (threadIdx.x + 32) % (kChain * 32);
   // The L1 chain's lines: the block reads them once now.
@@ -111,7 +93,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool mine = lane < rows;
     const uint8_t* src = host + (mine ? offsets[static_cast<int64_t>(blockIdx.x) * kMaxRows + lane] : 0);
     if (mine && issue == kBulk) {
-      start_bulk_row(barrier, static_cast<unsigned>(__cvta_generic_to_shared(stage + lane * (kRowBytes / 16))), src);
+      bulk_copy_to_shared(barrier, static_cast<unsigned>(__cvta_generic_to_shared(stage + lane * (kRowBytes / 16))),
+                          src, kRowBytes);
     } else if (mine && issue == kLoad) {
       value = *reinterpret_cast<const uint4*>(src);
     } else if (mine && issue == kPrefetch) {
@@ -121,14 +104,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncwarp();  // every lane's bytes are announced before the one arrival
-    if (lane == 0 && issue == kBulk) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
+    if (lane == 0 && issue == kBulk) mbarrier_arrive(barrier);
   }
   __syncthreads();  // every row is issued
   if (warp == 0) {
     if (lane == 0) times[blockIdx.x].issued = now();
     unsigned long long rows_in = 0;
     if (issue == kBulk) {
-      wait_barrier_phase0(barrier);
+      mbarrier_wait_first_phase(barrier);
       rows_in = now_after(static_cast<unsigned>(stage[0].x));
     } else if (issue == kLoad) {
       const unsigned folded = __reduce_xor_sync(0xffffffffu, value.x ^ value.y ^ value.z ^ value.w);

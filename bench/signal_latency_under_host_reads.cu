@@ -72,13 +72,6 @@ struct ClusterTimes {
   unsigned long long publish, fence_done, store_done, seen, list_read, reads_in, copy_start, copy_issued, copy_fenced;
 };
 
-// The time once `value` is in: the timer read waits for the value's load.
-__device__ __forceinline__ unsigned long long now_after(unsigned value) {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(value));
-  return t;
-}
-
 // Shared address `local` of this block in cluster block `rank`.
 __device__ __forceinline__ unsigned remote_shared(const void* local, unsigned rank) {
   unsigned remote;

@@ -1,7 +1,7 @@
 // What the standalone CUDA programs of bench/ share: a check that ends
 // main() with status 1 and the failed call on stderr, and the GPU's global
 // timer (nanoseconds, one clock for every SM, so stamps of different blocks
-// compare).
+// compare), read at once or once a loaded value is in.
 #pragma once
 
 #include <cstdio>
@@ -20,5 +20,12 @@
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The time once `value` is in: the timer read waits for the value's load.
+__device__ __forceinline__ unsigned long long now_after(unsigned value) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(value));
   return t;
 }
