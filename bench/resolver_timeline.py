@@ -65,8 +65,6 @@ DEFERRED = Path("cpp/cuda/resolver_deferred_gather.cuh")
 CONTEXT = Path("cpp/cuda/resolver_context.cuh")
 POINTS_PER_BLOCK = 48
 STAT_COUNTERS = 5
-# Blocks whose stamps the stamped build keeps.
-MAX_TIMELINE_BLOCKS = 1 << 16
 # Dynamic shared memory the stamped launch adds past the kernel's own, where
 # thread 0 keeps the batch row its stamps go to: in shared memory, a stamp
 # reads its slot without a global load, which would wait behind the block's
@@ -93,7 +91,7 @@ __device__ __forceinline__ void timeline_set_row(int32_t row) {{
 }}
 // A point's value, into stats past its counters (the slot of the block's row).
 __device__ __forceinline__ void timeline_store(const ResolveResidencyParams& p, int point, int64_t value) {{
-  if (p.stats == nullptr || blockIdx.x >= {MAX_TIMELINE_BLOCKS}) return;
+  if (p.stats == nullptr) return;
   p.stats[{STAT_COUNTERS} + static_cast<int64_t>(*timeline_row_slot()) * {POINTS_PER_BLOCK} + point] = value;
 }}
 // %globaltimer of a point, by the calling thread.
@@ -227,20 +225,20 @@ def stamp_sources(tree: Path) -> Stamped:
     if len(phase_lines) < 8:
         raise SystemExit(f"{tree / KERNEL}: found {len(phase_lines)} phase lines in resolve_residency_kernel, "
                          "expected the phases A-H (`// X  | ...` comments)")
-    start = phase_counts.kernel_body(lines).start
+    body = phase_counts.kernel_body(lines)
+    start = body.start
     entry = next(i for i in range(start, phase_lines[0][0]) if "extern __shared__" in lines[i])
     points = ["entry"]
     inserts = {entry: ["  timeline_set_row(static_cast<int32_t>(blockIdx.x) * Gather::kRequestsPerBlock);",
                        "  timeline_stamp(p, 0);"]}
-    body = phase_counts.kernel_body(lines)
     # A turn names its row after the barrier that ends the last turn: before
     # it, thread 0 may still be stamping the last turn's final points.
-    turn_rows = [i for i in body if re.match(r"\s*if \(turn > 0\) __syncthreads\(\);", lines[i])]
+    turn_barriers = [i for i in body if re.match(r"\s*if \(turn > 0\) __syncthreads\(\);", lines[i])]
     ends = [i for i in body if re.match(r"\s*gather\.copy_lists\(", lines[i])]
-    if len(turn_rows) != 1 or len(ends) != 1:
+    if len(turn_barriers) != 1 or len(ends) != 1:
         raise SystemExit(f"{tree / KERNEL}: expected one barrier that starts each later turn (`if (turn > 0) "
                          f"__syncthreads();`) and one `gather.copy_lists(` in resolve_residency_kernel, found "
-                         f"{len(turn_rows)} and {len(ends)}")
+                         f"{len(turn_barriers)} and {len(ends)}")
     launches = [i for i, line in enumerate(lines) if line == LAUNCH_BYTES]
     if len(launches) != 1:
         raise SystemExit(f"{tree / KERNEL}: expected one line `{LAUNCH_BYTES.strip()}` (the launch's dynamic "
@@ -256,8 +254,8 @@ def stamp_sources(tree: Path) -> Stamped:
             indent += "  "
         inserts.setdefault(index, []).append(f"{indent}timeline_stamp(p, {len(points)});")
         points.append(name)
-    indent = re.match(r"\s*", lines[turn_rows[0]]).group(0)
-    inserts.setdefault(turn_rows[0], []).append(f"{indent}timeline_set_row(b);")
+    indent = re.match(r"\s*", lines[turn_barriers[0]]).group(0)
+    inserts.setdefault(turn_barriers[0], []).append(f"{indent}timeline_set_row(b);")
     indent = re.match(r"\s*", lines[ends[0]]).group(0)
     inserts.setdefault(ends[0], []).append(f"{indent}timeline_stamp(p, {len(points)});")
     points.append("end copy_lists")
