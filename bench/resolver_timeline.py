@@ -8,7 +8,8 @@ Builds a stamped copy of a source tree (default: this checkout) into a
 temporary directory: thread 0 of every block of resolve_residency_kernel
 writes %globaltimer after each line of the kernel body whose trailing
 comment names a phase (`// D  | B5, B6`, as resolver_phase_counts.py reads
-them), after each step of the single-row phases (resolver_single_row.cuh:
+them), inside phase A at each turn's start, past the prior grid's wait and
+past B1, after each step of the single-row phases (resolver_single_row.cuh:
 the union, the walk, the assignment, the publication, the outputs, the
 finish), and the early-read helpers (resolver_early_reads.cuh) after the
 steps of their prediction (partition found, state row index in, memory
@@ -161,6 +162,17 @@ SINGLE_ROW_POINTS = [
     ("single row: H done", r"^\s*gather\.help_as_owner\(p, c, ws\);", "thread 0"),
 ]
 
+# Inside phase A (find_request in the kernel's file), stamped as
+# HELPER_POINTS are: when thread 0 is past the prior grid's wait, and when
+# the block is past B1 (the request's token rows found, its LRU row in).
+# With the kernel body's "A: turn start" (after the barrier that ends the
+# last turn) they split a turn's phase A into its waits. None of them waits
+# for a load, so the stamped kernel issues its loads as the plain one does.
+PHASE_A_POINTS = [
+    ("A: prior grid waited", r"^\s*wait_for_prior_grid\(\);$", "thread 0"),
+    ("A: B1", r"^\s*__syncthreads\(\);\s*// B1$", "thread 0"),
+]
+
 # A block resolving two batch rows in turn (DeferredGather): after both
 # resolves, when warp 0 has waited for the staged rows and written its
 # share of them, in the second row's slot. The kernel's last line, the copy
@@ -255,7 +267,22 @@ def stamp_sources(tree: Path) -> Stamped:
         inserts.setdefault(index, []).append(f"{indent}timeline_stamp(p, {len(points)});")
         points.append(name)
     indent = re.match(r"\s*", lines[turn_barriers[0]]).group(0)
-    inserts.setdefault(turn_barriers[0], []).append(f"{indent}timeline_set_row(b);")
+    inserts.setdefault(turn_barriers[0], []).extend(
+        [f"{indent}timeline_set_row(b);", f"{indent}timeline_stamp(p, {len(points)});"])
+    points.append("A: turn start")
+    find_request = next((i for i, line in enumerate(lines)
+                         if re.match(r"__device__ __forceinline__ bool find_request\(", line)), None)
+    if find_request is None:
+        raise SystemExit(f"{tree / KERNEL}: find_request not found (phase A's points)")
+    find_end = next(i for i in range(find_request, len(lines)) if lines[i] == "}")
+    for name, pattern, how in PHASE_A_POINTS:
+        matches = [i for i in range(find_request, find_end) if re.search(pattern, lines[i])]
+        if len(matches) != 1:
+            print(f"resolver_timeline: point '{name}' left out ({len(matches)} matching lines)", file=sys.stderr)
+            continue
+        indent = re.match(r"\s*", lines[matches[0]]).group(0)
+        inserts.setdefault(matches[0], []).append(indent + helper_stamp(how, len(points)))
+        points.append(name)
     indent = re.match(r"\s*", lines[ends[0]]).group(0)
     inserts.setdefault(ends[0], []).append(f"{indent}timeline_stamp(p, {len(points)});")
     points.append("end copy_lists")

@@ -48,6 +48,17 @@ def test_every_phase_of_the_kernel_and_every_helper_step_gets_one_stamp():
     assert kernel.rfind("const int32_t b = ", 0, turn) > entry
     assert kernel.rfind("if (turn > 0) __syncthreads();", 0, turn) > kernel.rfind("const int32_t b = ", 0, turn)
     assert turn < kernel.index(f"timeline_stamp(p, {names.index('A find_request')});")
+    # Each turn's phase A is split at its start, the prior grid's wait and B1, all inside find_request.
+    assert kernel.index(f"timeline_stamp(p, {names.index('A: turn start')});") > turn
+    find_request = kernel.index("bool find_request(")
+    find_end = kernel.index("\n}\n", find_request)
+    for name, _, _ in timeline.PHASE_A_POINTS:
+        assert name in names, f"{name} is not stamped: {names}"
+        assert find_request < kernel.index(f"timeline_stamp(p, {names.index(name)});") < find_end
+    assert (kernel.index(f"timeline_stamp(p, {names.index('A: prior grid waited')});") >
+            kernel.index("wait_for_prior_grid();", find_request))
+    assert (kernel.index(f"timeline_stamp(p, {names.index('A: B1')});") >
+            kernel.index("__syncthreads();  // B1", find_request))
     # The row lives in shared memory the stamped launch adds, so a stamp loads nothing from global memory.
     assert timeline.LAUNCH_BYTES not in kernel
     assert f"constants.miss_stage.total_bytes + {timeline.ROW_SLOT_BYTES};" in kernel
