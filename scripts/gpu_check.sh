@@ -10,6 +10,10 @@
 #
 # PYTEST_FILES picks the Python tests (default tests/python), PYTEST_TIMEOUT
 # bounds them (seconds; pytest is interrupted, so its summary is kept).
+# PYTEST_SHARDS (default 6) and SANITIZE_SHARDS (default 3 per tool) split
+# the pytest run and each compute-sanitizer run into processes that share
+# the GPU side by side (HISPARSE_TEST_SHARD, tests/python/conftest.py): the
+# whole suite and both sanitizers then fit a few minutes.
 #
 # Wheels under .whl/ (for example transformers >= 5.24 for the integration
 # tests) are installed into /tmp/hs-site first and put on PYTHONPATH.
@@ -62,30 +66,59 @@ elif has build; then
   python3 -m hisparse info | tee "$LOGS/info.txt"
 fi
 
-if has tests; then
-  step "ctest"
-  (cd "$BUILD" && ctest -j 8 --output-on-failure > "$LOGS/ctest.log" 2>&1) || { status=1; echo "ctest FAILED"; }
-  tail -3 "$LOGS/ctest.log"
-  step "pytest"
-  timeout -s INT "${PYTEST_TIMEOUT:-540}" python3 -m pytest ${PYTEST_FILES:-tests/python} -q --maxfail=25 -p no:cacheprovider -rfs \
-    --durations=20 --junitxml="$LOGS/pytest.xml" \
-    > "$LOGS/pytest.log" 2>&1 || { status=1; echo "pytest FAILED"; }
-  tail -15 "$LOGS/pytest.log"
-fi
+# Runs "$@" as `count` shards side by side (HISPARSE_TEST_SHARD=i/count),
+# logging shard i to $LOGS/<name>_<i>.log; fails when any shard fails.
+sharded() {
+  local name=$1 count=$2 failed=0 i
+  shift 2
+  local pids=()
+  for ((i = 0; i < count; i++)); do
+    HISPARSE_TEST_SHARD=$i/$count "$@" > "$LOGS/${name}_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { failed=1; echo "$name shard $i/$count FAILED"; }
+  done
+  for ((i = 0; i < count; i++)); do
+    echo "$name $i/$count: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|[0-9]+ (passed|failed)" "$LOGS/${name}_$i.log" \
+      | tail -2 | tr '\n' ' ')"
+  done
+  return $failed
+}
 
-if has sanitize; then
+run_tests() {
+  local failed=0
+  step "ctest"
+  (cd "$BUILD" && ctest -j 8 --output-on-failure > "$LOGS/ctest.log" 2>&1) || { failed=1; echo "ctest FAILED"; }
+  tail -3 "$LOGS/ctest.log"
+  step "pytest (${PYTEST_SHARDS:-6} shards)"
+  sharded pytest "${PYTEST_SHARDS:-6}" timeout -s INT "${PYTEST_TIMEOUT:-540}" python3 -m pytest ${PYTEST_FILES:-tests/python} \
+    -q --maxfail=25 -p no:cacheprovider -rfs --durations=20 || failed=1
+  return $failed
+}
+
+run_sanitizers() {
   # Without torch's caching allocator every tensor is its own allocation, so
   # memcheck sees an access one byte past a tensor.
-  export PYTORCH_NO_CUDA_MEMORY_CACHING=1 HISPARSE_SANITIZER_RUN=1
+  local failed=0 tool pids=()
+  step "compute-sanitizer memcheck and racecheck (${SANITIZE_SHARDS:-3} shards each)"
   for tool in memcheck racecheck; do
-    step "compute-sanitizer $tool"
-    compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
-      python3 -m pytest -q -x -p no:cacheprovider -m "sanitize" tests/python > "$LOGS/sanitize_$tool.log" 2>&1 \
-      || { status=1; echo "$tool FAILED"; }
-    grep -E "ERROR SUMMARY|passed|failed" "$LOGS/sanitize_$tool.log" | tail -3
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 HISPARSE_SANITIZER_RUN=1 sharded "sanitize_$tool" "${SANITIZE_SHARDS:-3}" \
+      compute-sanitizer --tool $tool --error-exitcode 99 --target-processes all \
+      python3 -m pytest -q -x -p no:cacheprovider -m "sanitize" tests/python &
+    pids+=($!)
   done
-  unset PYTORCH_NO_CUDA_MEMORY_CACHING HISPARSE_SANITIZER_RUN
+  for tool in "${pids[@]}"; do wait "$tool" || failed=1; done
+  return $failed
+}
+
+# The tests and the sanitizers run side by side: neither is timed.
+if has sanitize; then
+  run_sanitizers &
+  sanitizers=$!
 fi
+if has tests; then run_tests || status=1; fi
+if has sanitize; then wait "$sanitizers" || status=1; fi
 
 if has bench; then
   step "benchmarks"

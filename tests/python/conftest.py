@@ -15,6 +15,7 @@ Markers (registered in pyproject.toml):
 """
 
 import functools
+import os
 
 import pytest
 
@@ -36,14 +37,32 @@ DEVICES = ["cpu"] + ([pytest.param("cuda", marks=pytest.mark.cuda)] if cuda_avai
 requires_cuda = pytest.mark.cuda
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Skip every `cuda`-marked test when this machine cannot run it."""
+    """Skip every `cuda`-marked test when this machine cannot run it, and,
+    with HISPARSE_TEST_SHARD=i/N, keep shard i of N of what -m and -k
+    selected (every N-th test from the i-th; scripts/gpu_check.sh runs the
+    shards side by side)."""
+    keep_shard(config, items, os.environ.get("HISPARSE_TEST_SHARD", ""))
     if cuda_available():
         return
     skip = pytest.mark.skip(reason=CUDA_SKIP_REASON)
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+def keep_shard(config, items, shard: str) -> None:
+    """Deselects all but shard i of N ("i/N", 0 <= i < N) of `items`, in
+    collection order; an empty `shard` keeps them all."""
+    if not shard:
+        return
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise pytest.UsageError(f"HISPARSE_TEST_SHARD: expected i/N with 0 <= i < N, got {shard!r}")
+    index, count = int(index), int(count)
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % count != index])
+    items[:] = [item for k, item in enumerate(items) if k % count == index]
 
 
 def sanitize_subset(values, picked):
