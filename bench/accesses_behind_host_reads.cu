@@ -2,7 +2,8 @@
 // memory are in flight, and while other SMs' are: the turn launches'
 // question (docs/performance.md, "256 requests at 0.1%": a turn whose
 // staged rows are in flight waits for them before its outputs and the next
-// turn's phase A; could idle SMs read them instead?). One 1024-thread block
+// turn's phase A: could idle SMs read them instead, and is it the warps
+// that issued them that wait?). One 1024-thread block
 // per SM (120 KB of shared memory): 1 block (`alone`), one per SM all
 // reading (`all`, as the first turns' walks), or one per SM of which the
 // odd ones read (`half`: the even ones probe with nothing of their own in
@@ -15,22 +16,27 @@
 //   load      one 16-byte load of each row into a register
 //   prefetch  prefetch.global.L2 of each of the row's 128-byte lines
 //
-// and, after a block barrier (the rows are issued, not in), warps 1-31 run
-// one probe while warp 0 waits for its rows:
+// and, after a block barrier (the rows are issued, not in), one probe runs,
+// by warps 1-31 while warp 0 waits for its rows (prober `others`), or by
+// warp 0 itself before it waits (prober `issuer`: do the issuing warp's own
+// later accesses wait for its rows?):
 //
 //   l2_chain  16 dependent loads, each on another line, of a device buffer
-//             that a kernel just before read into L2 (thread 32)
+//             that a kernel just before read into L2 (the prober's first
+//             thread)
 //   l1_chain  16 dependent loads of lines the block read just before the
-//             issue (L1 hits, thread 32)
-//   stores    48 bytes of global stores per thread (the outputs' amount),
-//             a barrier of warps 1-31, then __threadfence (thread 32)
-//   shared    16 dependent shared-memory loads (thread 32)
+//             issue (L1 hits, the prober's first thread)
+//   stores    48 bytes of global stores per thread of the prober (the
+//             outputs' amount), a barrier of its threads, then
+//             __threadfence (its first thread)
+//   shared    16 dependent shared-memory loads (the prober's first thread)
 //
-// Printed as JSON: per issue kind, probe, readers and rows, medians over the
-// reading blocks of five launches, in microseconds after the issue: the
-// probe done (stores: issued, and fenced), and the rows in (bulk: the
-// mbarrier's phase complete; load: the value used; prefetch: not known, 0);
-// for `half` also the probe of the blocks that read nothing.
+// Printed as JSON: per issue kind, prober, probe, readers and rows, medians
+// over the reading blocks of five launches, in microseconds after the
+// issue: the probe done (stores: issued, and fenced), the rows in (bulk:
+// the mbarrier's phase complete; load: the value used; prefetch: not known,
+// 0), and how long warp 0 took to issue its rows; for `half` also the probe
+// of the blocks that read nothing.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o accesses_behind_host_reads bench/accesses_behind_host_reads.cu
 //   ./accesses_behind_host_reads > accesses_behind_host_reads.json
@@ -64,15 +70,61 @@ enum Issue { kBulk = 0, kLoad = 1, kPrefetch = 2 };
 const char* const kIssueNames[] = {"bulk", "load", "prefetch"};
 enum Probe { kL2Chain = 0, kL1Chain = 1, kStores = 2, kShared = 3 };
 const char* const kProbeNames[] = {"l2_chain", "l1_chain", "stores", "shared"};
+enum Prober { kOthers = 0, kIssuer = 1 };
+const char* const kProberNames[] = {"others", "issuer"};
 const char* const kReaderNames[] = {"alone", "all", "half"};
 
 struct BlockTimes {
-  unsigned long long issued, probe_done, probe_fenced, rows_in;
+  unsigned long long issue_began, issued, probe_done, probe_fenced, rows_in;
 };
+
+// One probe (module comment) by the `threads` threads from `first` (a whole
+// number of warps), timed by thread `first`; returns {done, fenced}.
+__device__ __forceinline__ void run_probe(int probe, int first, int threads, const int* block_chain,
+                                          const int* shared_chain, uint4* stores, int touched, unsigned* sink,
+                                          BlockTimes* times) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < first || t >= first + threads) return;
+  unsigned long long done = 0, fenced = 0;
+  if (probe == kL2Chain || probe == kL1Chain) {
+    if (t == first) {
+      // Each word holds the next word's index (set by the host): below
+      // kL1Words for the L1 chain, above for the L2 chain.
+      int i = probe == kL1Chain ? 0 : kL1Words;
+      for (int k = 0; k < kChain; ++k) i = block_chain[i];
+      done = now_after(static_cast<unsigned>(i));
+      sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
+    }
+  } else if (probe == kStores) {
+    uint4* mine = stores + (static_cast<int64_t>(blockIdx.x) * kThreads + t) * kStoreVectors;
+    for (int v = 0; v < kStoreVectors; ++v) mine[v] = make_uint4(t, v, blockIdx.x, touched);
+    if (threads == 32) {
+      __syncwarp();
+    } else {
+      asm volatile("bar.sync 1, %0;" ::"r"(threads));
+    }
+    if (t == first) {
+      done = now();
+      __threadfence();
+      fenced = now();
+    }
+  } else {
+    if (t == first) {
+      int i = 0;
+      for (int k = 0; k < kChain; ++k) i = shared_chain[i];
+      done = now_after(static_cast<unsigned>(i));
+      sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
+    }
+  }
+  if (t == first) {
+    times[blockIdx.x].probe_done = done;
+    times[blockIdx.x].probe_fenced = fenced;
+  }
+}
 
 __global__ void __launch_bounds__(kThreads, 1)
     probe_kernel(const uint8_t* host, const int64_t* offsets, int rows_of_readers, int readers_every, int issue,
-                 int probe, const int* chain, unsigned* sink, uint4* stores, BlockTimes* times) {
+                 int probe, int prober, const int* chain, unsigned* sink, uint4* stores, BlockTimes* times) {
   extern __shared__ uint4 stage[];
   __shared__ __align__(8) unsigned long long barrier_word;
   __shared__ int shared_chain[kChain * 32];
@@ -92,6 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp == 0) {
     const bool mine = lane < rows;
     const uint8_t* src = host + (mine ? offsets[static_cast<int64_t>(blockIdx.x) * kMaxRows + lane] : 0);
+    // The issue is timed once every lane has its row's address.
+    const unsigned addresses = __reduce_or_sync(0xffffffffu, static_cast<unsigned>(reinterpret_cast<uintptr_t>(src)));
+    if (lane == 0) times[blockIdx.x].issue_began = now_after(addresses);
     if (mine && issue == kBulk) {
       bulk_copy_to_shared(barrier, static_cast<unsigned>(__cvta_generic_to_shared(stage + lane * (kRowBytes / 16))),
                           src, kRowBytes);
@@ -107,8 +162,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0 && issue == kBulk) mbarrier_arrive(barrier);
   }
   __syncthreads();  // every row is issued
+  if (threadIdx.x == 0) times[blockIdx.x].issued = now();
+  if (prober == kIssuer) {
+    run_probe(probe, 0, 32, block_chain, shared_chain, stores, touched, sink, times);
+  } else {
+    run_probe(probe, 32, kThreads - 32, block_chain, shared_chain, stores, touched, sink, times);
+  }
   if (warp == 0) {
-    if (lane == 0) times[blockIdx.x].issued = now();
     unsigned long long rows_in = 0;
     if (issue == kBulk) {
       mbarrier_wait_first_phase(barrier);
@@ -119,38 +179,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) sink[blockIdx.x] = folded;
     }
     if (lane == 0) times[blockIdx.x].rows_in = rows_in;
-  } else {
-    unsigned long long done = 0, fenced = 0;
-    if (probe == kL2Chain || probe == kL1Chain) {
-      if (threadIdx.x == 32) {
-        // Each word holds the next word's index (set by the host): below
-        // kL1Words for the L1 chain, above for the L2 chain.
-        int i = probe == kL1Chain ? 0 : kL1Words;
-        for (int k = 0; k < kChain; ++k) i = block_chain[i];
-        done = now_after(static_cast<unsigned>(i));
-        sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
-      }
-    } else if (probe == kStores) {
-      uint4* mine = stores + (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kStoreVectors;
-      for (int v = 0; v < kStoreVectors; ++v) mine[v] = make_uint4(threadIdx.x, v, blockIdx.x, touched);
-      asm volatile("bar.sync 1, %0;" ::"n"(kThreads - 32));
-      if (threadIdx.x == 32) {
-        done = now();
-        __threadfence();
-        fenced = now();
-      }
-    } else {
-      if (threadIdx.x == 32) {
-        int i = 0;
-        for (int k = 0; k < kChain; ++k) i = shared_chain[i];
-        done = now_after(static_cast<unsigned>(i));
-        sink[gridDim.x + blockIdx.x] = static_cast<unsigned>(i);
-      }
-    }
-    if (threadIdx.x == 32) {
-      times[blockIdx.x].probe_done = done;
-      times[blockIdx.x].probe_fenced = fenced;
-    }
   }
 }
 
@@ -210,53 +238,58 @@ int main() {
   printf("{\"gpu\": \"%s\", \"sms\": %d, \"row_bytes\": %d, \"points\": [\n", prop.name, sms, kRowBytes);
   bool first = true;
   for (int issue = 0; issue < 3; ++issue) {
-    for (int probe = 0; probe < 4; ++probe) {
-      for (int readers = 0; readers < 3; ++readers) {
-        const int blocks = readers == 0 ? 1 : max_blocks;
-        const int every = readers == 2 ? 2 : 1;
-        for (int rows : kRows) {
-          std::vector<double> probe_done, probe_fenced, rows_in, others_done, others_fenced;
-          for (int launch = 0; launch < 6; ++launch) {
-            for (int b = 0; b < blocks; ++b) {
-              for (int r = 0; r < kMaxRows; ++r) {
-                host_offsets[static_cast<size_t>(b) * kMaxRows + r] =
-                    b * kRegionBytes + static_cast<int64_t>(rng() % ((kRegionBytes - kRowBytes) / 16)) * 16;
+    for (int prober = 0; prober < 2; ++prober) {
+      for (int probe = 0; probe < 4; ++probe) {
+        for (int readers = 0; readers < 3; ++readers) {
+          const int blocks = readers == 0 ? 1 : max_blocks;
+          const int every = readers == 2 ? 2 : 1;
+          for (int rows : kRows) {
+            std::vector<double> probe_done, probe_fenced, rows_in, issue_time, others_done, others_fenced;
+            for (int launch = 0; launch < 6; ++launch) {
+              for (int b = 0; b < blocks; ++b) {
+                for (int r = 0; r < kMaxRows; ++r) {
+                  host_offsets[static_cast<size_t>(b) * kMaxRows + r] =
+                      b * kRegionBytes + static_cast<int64_t>(rng() % ((kRegionBytes - kRowBytes) / 16)) * 16;
+                }
+              }
+              CK(cudaMemcpy(offsets, host_offsets.data(), sizeof(int64_t) * blocks * kMaxRows, cudaMemcpyHostToDevice));
+              // The chains' words into L2 (the probe kernel's L1 starts cold).
+              warm_kernel<<<blocks, kThreads>>>(chain, sink);
+              probe_kernel<<<blocks, kThreads, kSharedBytes>>>(host_device, offsets, rows, every, issue, probe, prober,
+                                                               chain, sink, stores, times);
+              CK(cudaGetLastError());
+              CK(cudaDeviceSynchronize());
+              if (launch == 0) continue;  // warm-up
+              CK(cudaMemcpy(block_times.data(), times, sizeof(BlockTimes) * blocks, cudaMemcpyDeviceToHost));
+              for (int b = 0; b < blocks; ++b) {
+                const BlockTimes& t = block_times[b];
+                const double at = static_cast<double>(t.issued);
+                const double done = (static_cast<double>(t.probe_done) - at) / 1000.0;
+                const double fenced = t.probe_fenced != 0 ? (static_cast<double>(t.probe_fenced) - at) / 1000.0 : 0;
+                if (b % every != every - 1) {
+                  others_done.push_back(done);
+                  others_fenced.push_back(fenced);
+                  continue;
+                }
+                probe_done.push_back(done);
+                probe_fenced.push_back(fenced);
+                rows_in.push_back(t.rows_in != 0 ? (static_cast<double>(t.rows_in) - at) / 1000.0 : 0);
+                issue_time.push_back((at - static_cast<double>(t.issue_began)) / 1000.0);
               }
             }
-            CK(cudaMemcpy(offsets, host_offsets.data(), sizeof(int64_t) * blocks * kMaxRows, cudaMemcpyHostToDevice));
-            // The chains' words into L2 (the probe kernel's L1 starts cold).
-            warm_kernel<<<blocks, kThreads>>>(chain, sink);
-            probe_kernel<<<blocks, kThreads, kSharedBytes>>>(host_device, offsets, rows, every, issue, probe, chain,
-                                                             sink, stores, times);
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
-            if (launch == 0) continue;  // warm-up
-            CK(cudaMemcpy(block_times.data(), times, sizeof(BlockTimes) * blocks, cudaMemcpyDeviceToHost));
-            for (int b = 0; b < blocks; ++b) {
-              const BlockTimes& t = block_times[b];
-              const double at = static_cast<double>(t.issued);
-              const double done = (static_cast<double>(t.probe_done) - at) / 1000.0;
-              const double fenced = t.probe_fenced != 0 ? (static_cast<double>(t.probe_fenced) - at) / 1000.0 : 0;
-              if (b % every != every - 1) {
-                others_done.push_back(done);
-                others_fenced.push_back(fenced);
-                continue;
-              }
-              probe_done.push_back(done);
-              probe_fenced.push_back(fenced);
-              rows_in.push_back(t.rows_in != 0 ? (static_cast<double>(t.rows_in) - at) / 1000.0 : 0);
+            printf(
+                "%s  {\"issue\": \"%s\", \"prober\": \"%s\", \"probe\": \"%s\", \"readers\": \"%s\", \"blocks\": %d, "
+                "\"rows\": %d, \"issue_us\": %.3f, \"probe_done_us\": %.3f, \"probe_fenced_us\": %.3f, "
+                "\"rows_in_us\": %.3f",
+                first ? "" : ",\n", kIssueNames[issue], kProberNames[prober], kProbeNames[probe], kReaderNames[readers],
+                blocks, rows, median(issue_time), median(probe_done), median(probe_fenced), median(rows_in));
+            if (every > 1) {
+              printf(", \"others_probe_done_us\": %.3f, \"others_probe_fenced_us\": %.3f", median(others_done),
+                     median(others_fenced));
             }
+            printf("}");
+            first = false;
           }
-          printf("%s  {\"issue\": \"%s\", \"probe\": \"%s\", \"readers\": \"%s\", \"blocks\": %d, \"rows\": %d, "
-                 "\"probe_done_us\": %.3f, \"probe_fenced_us\": %.3f, \"rows_in_us\": %.3f",
-                 first ? "" : ",\n", kIssueNames[issue], kProbeNames[probe], kReaderNames[readers], blocks, rows,
-                 median(probe_done), median(probe_fenced), median(rows_in));
-          if (every > 1) {
-            printf(", \"others_probe_done_us\": %.3f, \"others_probe_fenced_us\": %.3f", median(others_done),
-                   median(others_fenced));
-          }
-          printf("}");
-          first = false;
         }
       }
     }
