@@ -66,22 +66,28 @@ elif has build; then
   python3 -m hisparse info | tee "$LOGS/info.txt"
 fi
 
-# Runs "$@" as `count` shards side by side (HISPARSE_TEST_SHARD=i/count),
-# logging shard i to $LOGS/<name>_<i>.log; fails when any shard fails.
+# Runs "$@" as `count` shards side by side (HISPARSE_TEST_SHARD=i/count;
+# @SHARD@ in an argument becomes i), logging shard i to
+# $LOGS/<name>_<i>.log; prints each shard's summary and a failed shard's
+# last lines, and fails when any shard fails.
 sharded() {
   local name=$1 count=$2 failed=0 i
   shift 2
   local pids=()
   for ((i = 0; i < count; i++)); do
-    HISPARSE_TEST_SHARD=$i/$count "$@" > "$LOGS/${name}_$i.log" 2>&1 &
+    HISPARSE_TEST_SHARD=$i/$count "${@//@SHARD@/$i}" > "$LOGS/${name}_$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do
-    wait "${pids[$i]}" || { failed=1; echo "$name shard $i/$count FAILED"; }
-  done
-  for ((i = 0; i < count; i++)); do
-    echo "$name $i/$count: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|[0-9]+ (passed|failed)" "$LOGS/${name}_$i.log" \
-      | tail -2 | tr '\n' ' ')"
+    local log="$LOGS/${name}_$i.log"
+    if wait "${pids[$i]}"; then
+      echo "$name $i/$count: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|[0-9]+ (passed|failed)" "$log" \
+        | tail -2 | tr '\n' ' ')"
+    else
+      failed=1
+      echo "$name $i/$count FAILED:"
+      tail -15 "$log"
+    fi
   done
   return $failed
 }
@@ -93,7 +99,7 @@ run_tests() {
   tail -3 "$LOGS/ctest.log"
   step "pytest (${PYTEST_SHARDS:-6} shards)"
   sharded pytest "${PYTEST_SHARDS:-6}" timeout -s INT "${PYTEST_TIMEOUT:-540}" python3 -m pytest ${PYTEST_FILES:-tests/python} \
-    -q --maxfail=25 -p no:cacheprovider -rfs --durations=20 || failed=1
+    -q --maxfail=25 -p no:cacheprovider -rfs --durations=20 --junitxml="$LOGS/pytest_@SHARD@.xml" || failed=1
   return $failed
 }
 

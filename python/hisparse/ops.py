@@ -126,8 +126,8 @@ def resolve_residency(
     with at most 8 misses starts reading them into shared memory as it
     finds them) and then copies both swap lists, under either schedule,
     where two requests' arrays would fit one SM's shared memory (k = 2048
-    up to H = 4096 on an H200). Without the gather's caches only "auto" is accepted (there is
-    nothing to schedule).
+    up to H = 4096 on an H200). Without the gather's caches only "auto" is
+    accepted (there is nothing to schedule).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
     block's shared memory (large hot buffers with speculative unions, see
