@@ -123,11 +123,12 @@ def resolve_residency(
     "fused" copies every row in the resolve launch (one SM per request).
     A batch of more requests than the GPU has SMs, up to twice as many,
     runs one block per SM that resolves two requests in turn (a request
-    with at most 8 misses starts reading them into shared memory as it
-    finds them) and then copies both swap lists, under either schedule,
-    where two requests' arrays would fit one SM's shared memory (k = 2048
-    up to H = 4096 on an H200). Without the gather's caches only "auto" is
-    accepted (there is nothing to schedule).
+    whose misses fit its half of the miss stage, at most 8 rows, starts
+    reading them into shared memory as it finds them) and then copies both
+    swap lists, under either schedule, where two requests' arrays would fit
+    one SM's shared memory (k = 2048 up to H = 4096 on an H200). Without
+    the gather's caches only "auto" is accepted (there is nothing to
+    schedule).
 
     ``workspace``: on CUDA, a shape whose per-request arrays do not fit one
     block's shared memory (large hot buffers with speculative unions, see
