@@ -88,8 +88,10 @@ uint64_t resolver_workspace_bytes_on_device(const Backend& backend, int device, 
                                   resolver_shared_memory_limit(backend, device));
 }
 
-// The hint is read only by the fused gather's early-read helper blocks, and
-// the resolve launcher (cpp/cuda/resolve_residency.cu, handoff_helper_blocks
+// The hint pays for the fused gather's early-read helper blocks (tail-read
+// helpers, from half the SMs on, read it where a launch has one and the
+// state rows otherwise, so they are no reason to keep one); the resolve
+// launcher (cpp/cuda/resolve_residency.cu, handoff_helper_blocks
 // and reads_early; change them together) gives them to a launch
 // whose requests have one token row each, whose batch is below half the SMs
 // (one helper block per SM the batch leaves idle, at least one per request)

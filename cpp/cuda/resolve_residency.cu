@@ -966,8 +966,10 @@ void launch(const ResolveResidencyParams& params, const ResolverConstants& const
 
 // cpp/core/config.cpp's residency_hint_pays restates when a launch gets
 // early-read helpers (here and in reads_early) to decide the runtime's
-// default residency hint: change the two together. (Tail reads, past half
-// the SMs, predict from the state rows: a hint there costs its upkeep.)
+// default residency hint: change the two together. (Tail reads, from half
+// the SMs on, predict from the hint where the launch has one and from the
+// state rows otherwise: they are no reason to keep a hint, which costs its
+// upkeep.)
 //
 // Whether a launch from half the SMs on reads tails (resolver_tail_reads.cuh):
 // requests of one token row each (a prediction reads the request's one
