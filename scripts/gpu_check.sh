@@ -10,6 +10,9 @@
 #
 # PYTEST_FILES picks the Python tests (default tests/python), PYTEST_TIMEOUT
 # bounds them (seconds; pytest is interrupted, so its summary is kept).
+# PYTEST_MARKS, when set, is pytest's -m expression: "cuda" runs only the
+# CUDA cases (about 40% of the suite on a GPU machine; the CPU cases are
+# the CI's), for a call too short for the whole suite.
 # PYTEST_SHARDS (default 6) and SANITIZE_SHARDS (default 3 per tool) split
 # the pytest run and each compute-sanitizer run into processes that share
 # the GPU side by side (HISPARSE_TEST_SHARD, tests/python/conftest.py): the
@@ -97,9 +100,11 @@ run_tests() {
   step "ctest"
   (cd "$BUILD" && ctest -j 8 --output-on-failure > "$LOGS/ctest.log" 2>&1) || { failed=1; echo "ctest FAILED"; }
   tail -3 "$LOGS/ctest.log"
-  step "pytest (${PYTEST_SHARDS:-6} shards)"
+  step "pytest (${PYTEST_SHARDS:-6} shards${PYTEST_MARKS:+, -m $PYTEST_MARKS})"
+  local marks=()
+  [ -n "${PYTEST_MARKS:-}" ] && marks=(-m "$PYTEST_MARKS")
   sharded pytest "${PYTEST_SHARDS:-6}" timeout -s INT "${PYTEST_TIMEOUT:-540}" python3 -m pytest ${PYTEST_FILES:-tests/python} \
-    -q --maxfail=25 -p no:cacheprovider -rfs --durations=20 --junitxml="$LOGS/pytest_@SHARD@.xml" || failed=1
+    "${marks[@]}" -q --maxfail=25 -p no:cacheprovider -rfs --durations=20 --junitxml="$LOGS/pytest_@SHARD@.xml" || failed=1
   return $failed
 }
 
