@@ -1,0 +1,583 @@
+// The lean resolver: a launch of more requests than the device has SMs (up
+// to twice as many) resolves one request per 1024-thread block with two
+// blocks per SM, so that every request starts at once instead of one block
+// per SM resolving two in turn. Two blocks fit one SM where a block takes 32
+// registers per thread and under half the SM's shared memory; this file's
+// phases are written for that budget: a request's arrays are its union
+// table, its state row and the evictable list, and a member's state lives in
+// its table value instead of arrays of its own. Bit-identical to
+// resolve_residency_reference.cpp for any input (any token rows per
+// request, corrupt state rows, union overflow); fast for the usual one row
+// per request.
+//
+// Phases, each ending at a block barrier (steps of docs/residency.md):
+//   A  find the request's token rows and state row; start copying its LRU
+//      and device_global_indices rows into shared memory (B1)
+//   B  step 3's occurrence bits; steps 1-2 row by row: each hot entry's
+//      host row enters the union table and the key's first entry gets the
+//      next rank (B2a, a scan, per row; B2)
+//   C  step 4: every LRU position whose usable slot holds a member is a hit
+//      position (the member's value keeps the last); the others form E,
+//      with the usable ones counted (a scan; B3)
+//   D  step 5: misses numbered in rank order take E oldest first, their
+//      swap entries and, with a fused gather, their rows (a scan); step 6's
+//      new LRU order (B4)
+//   F  step 7's per-entry outputs and valid counts, row by row (a scan per
+//      row); step 8's counters
+//
+// A member's table value after each phase:
+//   B  its rank in bits 0-12 (max_union_rows for a key past the union)
+//   C  and, for a hit, its last hit position + 1 in bits 16-28
+//   D  and, for a miss, kAssigned with its slot in bits 16-28, or kNotServed
+#pragma once
+
+#include <cstdint>
+
+#include "core/resolve_residency_params.hpp"
+#include "core/resolver_shared_memory.hpp"
+#include "cuda/async_copy.cuh"
+#include "cuda/block_scan.cuh"
+#include "cuda/hopper_sync.cuh"
+#include "cuda/resolver_context.cuh"
+#include "cuda/resolver_gather.cuh"
+#include "cuda/resolver_inactive_rows.cuh"
+#include "cuda/union_table.cuh"
+
+namespace hisparse {
+namespace cuda {
+namespace lean {
+
+constexpr int kThreads = kResolverThreads;
+constexpr int kWarps = kResolverWarps;
+constexpr int kEntries = 2;    // entries 2t and 2t + 1 of each token row for thread t
+constexpr int kPositions = 4;  // LRU positions 4t .. 4t + 3 for thread t
+constexpr int32_t kMaxTopK = kEntries * kThreads;
+constexpr int32_t kMaxHotSize = kPositions * kThreads;
+constexpr int32_t kMaxUnionRows = 4096;
+
+// Member values (see the top of this file).
+constexpr uint32_t kRankMask = 0x1FFFu;
+constexpr int kFieldShift = 16;
+constexpr uint32_t kFieldMask = 0x1FFFu;
+constexpr uint32_t kNotServed = 1u << 29;
+constexpr uint32_t kAssigned = 1u << 30;
+static_assert(kMaxUnionRows <= kRankMask && kMaxHotSize <= kFieldMask, "ranks and positions + 1 fit their fields");
+
+// The copies of a fused gather keep two loads in flight per lane: four, as
+// the one-block kernels keep, would not fit 32 registers.
+constexpr int kCopyUnroll = 2;
+
+// Scratch words: two buffers of warp totals for block scans (consecutive
+// scans with no barrier between them alternate), and phase A's row scan.
+constexpr int kScratchTotals = 0;
+constexpr int kScratchRequestReduce = 2 * kWarps;
+constexpr int kScratchWords = kScratchRequestReduce + 4 * kWarps;
+
+// Byte offsets of the block's arrays in its dynamic shared memory. The
+// union table's keys and values start as all-ones and the occurrence bits
+// as zero, each one contiguous run.
+struct LeanLayout {
+  int32_t capacity = 0;          // union table slots
+  uint32_t keys = 0;             // int32 [capacity]
+  uint32_t values = 0;           // uint32 [capacity]
+  uint32_t slot_once = 0;        // uint32 [ceil(H / 32)]: slot j listed at least once
+  uint32_t slot_twice = 0;       // uint32 [ceil(H / 32)]: at least twice
+  uint32_t lru_copy = 0;         // int16 [H]: the request's LRU row as it was
+  uint32_t held = 0;             // int32 [H]: its device_global_indices row as it was
+  uint32_t evictable = 0;        // int16 [H]: E, the evictable positions in LRU order
+  uint32_t usable_before = 0;    // int16 [H]: usable slots among E[0 .. m)
+  uint32_t member_bucket = 0;    // int16 [max_union_rows]: each rank's table slot
+  uint32_t member_first = 0;     // int32 [max_union_rows]: each rank's first entry
+  uint32_t scratch = 0;          // int32 [kScratchWords]
+  uint32_t total_bytes = 0;
+};
+
+// The layout for H hot slots and max_union_rows, its table with
+// slack_halves / 2 times the keys it can hold (resolver_hash_capacity).
+inline LeanLayout lean_layout(int32_t hot_size, int32_t max_union_rows, int32_t slack_halves) {
+  LeanLayout l;
+  l.capacity = resolver_hash_capacity(max_union_rows, slack_halves);
+  const uint64_t hot = static_cast<uint64_t>(hot_size);
+  const uint64_t members = static_cast<uint64_t>(max_union_rows);
+  uint64_t offset = 0;
+  const auto take = [&offset](uint64_t bytes) {
+    const uint32_t at = static_cast<uint32_t>(offset);
+    offset += resolver_align16(bytes);
+    return at;
+  };
+  l.keys = take(4ull * l.capacity);
+  l.values = take(4ull * l.capacity);
+  l.slot_once = take(4ull * ((hot + 31) / 32));
+  l.slot_twice = take(4ull * ((hot + 31) / 32));
+  l.lru_copy = take(2ull * hot);
+  l.held = take(4ull * hot);
+  l.evictable = take(2ull * hot);
+  l.usable_before = take(2ull * hot);
+  l.member_bucket = take(2ull * members);
+  l.member_first = take(4ull * members);
+  l.scratch = take(4ull * kScratchWords);
+  l.total_bytes = static_cast<uint32_t>(offset);
+  return l;
+}
+
+// The layout of a lean launch within `limit` bytes per block, with the
+// roomiest table that fits; total_bytes == 0 where the shape has no lean
+// launch (k > 2048, H > 4096, max_union_rows > 4096, or too little memory).
+inline LeanLayout lean_launch_layout(const ResolveResidencyParams& p, uint64_t limit) {
+  if (p.top_k < 1 || p.top_k > kMaxTopK || p.hot_size < 1 || p.hot_size > kMaxHotSize || p.max_union_rows < 1 ||
+      p.max_union_rows > kMaxUnionRows) {
+    return LeanLayout{};
+  }
+  for (int32_t slack = kResolverMaxSlackHalves; slack >= kResolverMinSlackHalves; --slack) {
+    const LeanLayout l = lean_layout(p.hot_size, p.max_union_rows, slack);
+    if (l.total_bytes <= limit) return l;
+  }
+  return LeanLayout{};
+}
+
+struct Workspace {
+  UnionTableView table;
+  uint32_t* slot_once;
+  uint32_t* slot_twice;
+  int16_t* lru_copy;
+  int32_t* held;
+  int16_t* evictable;
+  int16_t* usable_before;
+  int16_t* member_bucket;
+  int32_t* member_first;
+  int32_t* scratch;
+
+  __device__ __forceinline__ Workspace(unsigned char* smem, const LeanLayout& l)
+      : table{reinterpret_cast<int32_t*>(smem + l.keys), reinterpret_cast<uint32_t*>(smem + l.values), l.capacity},
+        slot_once(reinterpret_cast<uint32_t*>(smem + l.slot_once)),
+        slot_twice(reinterpret_cast<uint32_t*>(smem + l.slot_twice)),
+        lru_copy(reinterpret_cast<int16_t*>(smem + l.lru_copy)),
+        held(reinterpret_cast<int32_t*>(smem + l.held)),
+        evictable(reinterpret_cast<int16_t*>(smem + l.evictable)),
+        usable_before(reinterpret_cast<int16_t*>(smem + l.usable_before)),
+        member_bucket(reinterpret_cast<int16_t*>(smem + l.member_bucket)),
+        member_first(reinterpret_cast<int32_t*>(smem + l.member_first)),
+        scratch(reinterpret_cast<int32_t*>(smem + l.scratch)) {}
+
+  __device__ __forceinline__ int* totals(int buffer) const { return scratch + kScratchTotals + buffer * kWarps; }
+};
+
+// The active request of the block: its batch row, state row and token rows
+// t0 .. t0 + q - 1. Its table and state rows are addressed from these when
+// used (from the kernel parameters, in constant memory) rather than kept in
+// registers across the phases.
+struct Request {
+  int32_t b;
+  int32_t s;
+  int32_t t0;
+  int32_t q;
+
+  __device__ __forceinline__ const int32_t* hot_table(const ResolveResidencyParams& p) const {
+    return p.hot_block_table + b * p.hot_table_row_stride;
+  }
+  __device__ __forceinline__ const int32_t* source(const ResolveResidencyParams& p) const {
+    return p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
+  }
+  __device__ __forceinline__ const int32_t* resident(const ResolveResidencyParams& p) const {
+    return p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
+  }
+  __device__ __forceinline__ int32_t* dgi_row(const ResolveResidencyParams& p) const {
+    return p.device_global_indices + static_cast<int64_t>(s) * p.hot_size;
+  }
+  __device__ __forceinline__ int16_t* lru_row(const ResolveResidencyParams& p) const {
+    return p.lru_slots + static_cast<int64_t>(s) * p.hot_size;
+  }
+};
+
+// ---- Phase A, ends at B1. Shared memory is filled before the wait for the
+// prior grid, as the one-block kernels do; orphan rows, padding and rejected
+// requests are written here, and only an active request returns true.
+__device__ __forceinline__ void fill(const LeanLayout& l, unsigned char* smem) {
+  const uint4 ones = make_uint4(~0u, ~0u, ~0u, ~0u);
+  const uint4 zeros = make_uint4(0, 0, 0, 0);
+  uint4* const table = reinterpret_cast<uint4*>(smem + l.keys);
+  for (uint32_t v = threadIdx.x; v < (l.slot_once - l.keys) / 16; v += kThreads) table[v] = ones;
+  uint4* const bits = reinterpret_cast<uint4*>(smem + l.slot_once);
+  for (uint32_t v = threadIdx.x; v < (l.lru_copy - l.slot_once) / 16; v += kThreads) bits[v] = zeros;
+}
+
+__device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                             const LeanLayout& l, unsigned char* smem, const Workspace& ws,
+                                             Request& r) {
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int32_t b = static_cast<int32_t>(blockIdx.x);
+  const int32_t blocks = static_cast<int32_t>(gridDim.x);
+  const int32_t B = p.num_batch_rows;
+  const int32_t T = p.num_tokens;
+  const int32_t H = p.hot_size;
+  if (b < B) fill(l, smem);
+  wait_for_prior_grid();
+  const int32_t orphan_owner = b < T ? p.req_id_per_token[b] : -1;
+  const int32_t s = b < B ? p.request_state_indices[b] : -1;
+  const int32_t valid_rows = p.num_valid_rows != nullptr ? min(max(*p.num_valid_rows, 0), T) : T;
+  if (b >= B) {
+    write_orphan_rows<kThreads>(p, valid_rows, orphan_owner, b, blocks);
+    return false;
+  }
+  const bool state_in_range = s >= 0 && s < p.num_state_rows;
+  if (state_in_range) {
+    start_int16_row_copy<kThreads>(ws.lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
+    start_int32_row_copy<kThreads>(ws.held, p.device_global_indices + static_cast<int64_t>(s) * H, H);
+  }
+  {
+    int first = INT_MAX, last = -1, count = 0, duplicate = 0;
+    for (int32_t t = tid; t < T; t += kThreads) {
+      if (p.req_id_per_token[t] == b && t < valid_rows) {
+        first = min(first, t);
+        last = max(last, t);
+        ++count;
+      }
+    }
+    for (int32_t earlier = tid; earlier < b; earlier += kThreads) duplicate |= p.request_state_indices[earlier] == s;
+    duplicate &= s >= 0;
+    first = warp_min(first);
+    last = warp_max(last);
+    count = warp_sum(count);
+    duplicate = warp_max(duplicate);
+    if (lane == 0) {
+      int32_t* const reduce = ws.scratch + kScratchRequestReduce;
+      reduce[warp] = first;
+      reduce[kWarps + warp] = last;
+      reduce[2 * kWarps + warp] = count;
+      reduce[3 * kWarps + warp] = duplicate;
+    }
+  }
+  wait_async_copies<1>();  // the LRU row (the held row may still be in flight)
+  __syncthreads();         // B1
+  write_orphan_rows<kThreads>(p, valid_rows, orphan_owner, b, blocks);
+  const int32_t* const reduce = ws.scratch + kScratchRequestReduce;
+  const int32_t t0 = warp_min(reduce[lane]);
+  const int32_t last_row = warp_max(reduce[kWarps + lane]);
+  const int32_t q = warp_sum(reduce[2 * kWarps + lane]);
+  const bool duplicate_state = warp_max(reduce[3 * kWarps + lane]) != 0;
+  if (q == 0 || s < 0 || !state_in_range || duplicate_state || last_row - t0 + 1 != q) {
+    wait_async_copies<0>();  // nothing may land in shared memory after the block exits
+    if (q == 0) return false;
+    write_request_inactive<kThreads>(p, c.top_k, b, t0, last_row);
+    if (s >= 0 && tid == 0 && p.stats != nullptr) {
+      add_stat(p, HS_STAT_LOOKUPS, static_cast<int64_t>(q) * p.top_k);
+      add_stat(p, HS_STAT_INVALID, static_cast<int64_t>(q) * p.top_k);
+    }
+    return false;
+  }
+  r.b = b;
+  r.s = s;
+  r.t0 = t0;
+  r.q = q;
+  return true;
+}
+
+// Physical hot row and attention index of slot j (0 <= j < H, a hot block
+// >= 0); both fit int32 for a usable slot.
+struct SlotRow {
+  int32_t row;
+  int32_t address;
+};
+
+__device__ __forceinline__ SlotRow slot_row(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                            const Request& r, int32_t j) {
+  const int32_t hot_block = c.hot_block_size.quotient(j);
+  const int32_t block = __ldg(r.hot_table(p) + hot_block);
+  const int32_t offset = c.hot_block_size.remainder(j, hot_block);
+  return {static_cast<int32_t>(static_cast<int64_t>(block) * p.hot_block_size + offset),
+          static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset)};
+}
+
+// Step 3: slot j is in range, listed once in the LRU row (after phase B),
+// on a hot block, and its attention index fits int32.
+__device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                            const Workspace& ws, const Request& r, int32_t j) {
+  if (j < 0 || j >= p.hot_size) return false;
+  const uint32_t bit = 1u << (j & 31);
+  if ((ws.slot_once[j >> 5] & bit) == 0 || (ws.slot_twice[j >> 5] & bit) != 0) return false;
+  const int32_t hot_block = c.hot_block_size.quotient(j);
+  const int32_t block = __ldg(r.hot_table(p) + hot_block);
+  return block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
+                                                             c.hot_block_size.remainder(j, hot_block) <=
+                                                         kInt32Max);
+}
+
+// ---- Phase B: occurrence bits of the slots the LRU row lists.
+__device__ __forceinline__ void mark_slot_occurrences(const ResolveResidencyParams& p, const Workspace& ws) {
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    const int32_t i = kPositions * static_cast<int32_t>(threadIdx.x) + x;
+    if (i >= p.hot_size) break;
+    const int32_t j = ws.lru_copy[i];
+    if (j < 0 || j >= p.hot_size) continue;
+    const uint32_t bit = 1u << (j & 31);
+    if (atomicOr(ws.slot_once + (j >> 5), bit) & bit) atomicOr(ws.slot_twice + (j >> 5), bit);
+  }
+}
+
+// The thread's entries 2t and 2t + 1 of token row `row` as classified.
+__device__ __forceinline__ Entry classify_entry(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                const Request& r, int32_t row, int32_t k) {
+  const int32_t* const topk = p.topk_indices + static_cast<int64_t>(r.t0 + row) * p.topk_row_stride;
+  return classify(p, c, r.source(p), r.resident(p), k < p.top_k ? topk[k] : -1);
+}
+
+// ---- Phase B, the union, ends at B2: row by row, every hot entry's host
+// row enters the table and offers its index in the row; the entries that
+// find their own offer are their keys' first occurrences and take the next
+// ranks. Once max_union_rows keys are ranked, the later rows' new keys are
+// past the union, and their rows need no pass (a lookup finds no key).
+// Returns |U|.
+__device__ __forceinline__ int32_t build_union(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const Workspace& ws, const Request& r) {
+  const int32_t K = p.top_k;
+  const int32_t limit = p.max_union_rows;
+  int32_t ranked = 0;
+  for (int32_t row = 0; row < r.q && ranked < limit; ++row) {
+    int32_t key[kEntries];
+    uint32_t slot[kEntries];
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      const Entry entry = classify_entry(p, c, r, row, kEntries * static_cast<int32_t>(threadIdx.x) + x);
+      key[x] = entry.kind == kHot ? entry.host_slot : -1;
+    }
+    ws.table.insert(key, slot);
+    __syncwarp();  // lanes leave the probe loop after different rounds
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      if (key[x] >= 0) ws.table.offer_first(slot[x], kEntries * threadIdx.x + x);
+    }
+    __syncthreads();  // B2a: every offer of the row is in
+    bool first[kEntries];
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      first[x] = key[x] >= 0 && ws.table.is_first_in_chunk(slot[x], kEntries * threadIdx.x + x);
+    }
+    int total = 0;
+    const int before = block_exclusive_sum_small<2>(int{first[0]} + int{first[1]}, ws.totals(0), &total);
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      if (!first[x]) continue;
+      const int32_t rank = ranked + before + (x == 1 && first[0] ? 1 : 0);
+      ws.table.set_rank(slot[x], static_cast<uint32_t>(min(rank, limit)));
+      if (rank < limit) {
+        ws.member_bucket[rank] = static_cast<int16_t>(slot[x]);
+        ws.member_first[rank] = row * K + kEntries * static_cast<int32_t>(threadIdx.x) + x;
+      }
+    }
+    ranked += total;
+  }
+  wait_async_copies<0>();  // the held row
+  __syncthreads();         // B2: ranks, occurrence bits and the held row are complete
+  return min(ranked, limit);
+}
+
+// What the walk of the LRU positions leaves for the later phases.
+struct Walk {
+  uint32_t evictable_bits;   // bit x: position 4t + x (< H) is evictable
+  int32_t evictable_before;  // evictable positions before 4t
+  int32_t evictable_total;   // |E|
+  int32_t usable_total;      // usable slots in E
+};
+
+// ---- Phase C, ends at B3: each position of a usable slot that holds a
+// member is a hit position and offers itself to the member (atomicMax: the
+// last one serves); the others are listed in E, each with the usable slots
+// before it.
+__device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                               const Workspace& ws, const Request& r) {
+  const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
+  uint32_t evictable_bits = 0, usable_bits = 0;
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    const int32_t i = begin + x;
+    if (i >= p.hot_size) break;
+    const int32_t j = ws.lru_copy[i];
+    const bool usable = usable_slot(p, c, ws, r, j);
+    bool hit = false;
+    if (usable && ws.held[j] >= 0) {
+      const int32_t slot = ws.table.slot_of(ws.held[j]);
+      if (slot >= 0) {
+        const uint32_t rank = ws.table.values[slot] & kRankMask;
+        if (rank < static_cast<uint32_t>(p.max_union_rows)) {
+          hit = true;
+          atomicMax(ws.table.values + slot, (static_cast<uint32_t>(i + 1) << kFieldShift) | rank);
+        }
+      }
+    }
+    if (!hit) {
+      evictable_bits |= 1u << x;
+      if (usable) usable_bits |= 1u << x;
+    }
+  }
+  // Both counts in one scan: each stays below 2^16.
+  int total = 0;
+  const int before =
+      block_exclusive_sum(__popc(evictable_bits) | (__popc(usable_bits) << 16), ws.totals(1), &total);
+  Walk w;
+  w.evictable_bits = evictable_bits;
+  w.evictable_before = before & 0xFFFF;
+  w.evictable_total = total & 0xFFFF;
+  w.usable_total = total >> 16;
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    if ((evictable_bits >> x & 1u) == 0) continue;
+    const uint32_t below = (1u << x) - 1;
+    const int32_t m = w.evictable_before + __popc(evictable_bits & below);
+    ws.evictable[m] = static_cast<int16_t>(begin + x);
+    ws.usable_before[m] = static_cast<int16_t>((before >> 16) + __popc(usable_bits & below));
+  }
+  __syncthreads();  // B3: hit positions and E are complete
+  return w;
+}
+
+struct Assignment {
+  int32_t miss_total;      // members no hit position serves
+  int32_t taken;           // n = min(misses, |E|): the misses that take a position
+  int32_t assigned_total;  // of those, the ones whose slot is usable
+};
+
+// ---- Phase D: members numbered in rank order (ranks 4t .. 4t + 3 for
+// thread t); the m-th miss takes E[m] for m < n, where a usable slot gets
+// the member's host row, its swap entry (the usable slots before E[m]
+// number it) and, kCopies, its row copied from the host. The other misses
+// are not served.
+template <bool kCopies>
+__device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                    const Workspace& ws, const Request& r, int32_t members,
+                                                    const Walk& w) {
+  const int32_t first_rank = kPositions * static_cast<int32_t>(threadIdx.x);
+  uint32_t miss_bits = 0;
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    const int32_t rank = first_rank + x;
+    if (rank < members && (ws.table.values[ws.member_bucket[rank]] >> kFieldShift) == 0) miss_bits |= 1u << x;
+  }
+  Assignment a;
+  const int misses_before = block_exclusive_sum_small<3>(__popc(miss_bits), ws.totals(0), &a.miss_total);
+  a.taken = min(a.miss_total, w.evictable_total);
+  a.assigned_total = a.taken < w.evictable_total ? ws.usable_before[a.taken] : w.usable_total;
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    bool copies = false;
+    int32_t host_row = 0;
+    int32_t hot_row = 0;
+    if (miss_bits >> x & 1u) {
+      const int32_t rank = first_rank + x;
+      const uint32_t bucket = static_cast<uint16_t>(ws.member_bucket[rank]);
+      const int32_t m = misses_before + __popc(miss_bits & ((1u << x) - 1));
+      uint32_t value = kNotServed | static_cast<uint32_t>(rank);
+      if (m < a.taken) {
+        const int32_t j = ws.lru_copy[ws.evictable[m]];
+        if (usable_slot(p, c, ws, r, j)) {
+          const int32_t swap = ws.usable_before[m];
+          const int32_t row_of_list = c.top_k.quotient(swap);
+          const int64_t t = r.t0 + row_of_list;
+          host_row = ws.table.key_at(bucket);
+          hot_row = slot_row(p, c, r, j).row;
+          r.dgi_row(p)[j] = host_row;
+          p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + c.top_k.remainder(swap, row_of_list)] = host_row;
+          p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + c.top_k.remainder(swap, row_of_list)] =
+              hot_row;
+          value = kAssigned | (static_cast<uint32_t>(j) << kFieldShift) | static_cast<uint32_t>(rank);
+          copies = true;
+        }
+      }
+      ws.table.values[bucket] = value;
+    }
+    if constexpr (kCopies) {
+      warp_copy_assigned_rows<kCopyUnroll>(p.gather, copies, host_row, hot_row, threadIdx.x & 31);
+    }
+  }
+  for (int32_t row = threadIdx.x; row < r.q; row += kThreads) {
+    p.out_swap_counts[r.t0 + row] = min(max(a.assigned_total - row * p.top_k, 0), p.top_k);
+  }
+  return a;
+}
+
+// Step 6: the new LRU order E[n:], E[:n], then the hit positions, written
+// from the copy of the row as it was.
+__device__ __forceinline__ void write_lru_order(const ResolveResidencyParams& p, const Workspace& ws,
+                                                const Request& r, const Walk& w, const Assignment& a) {
+  const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    const int32_t i = begin + x;
+    if (i >= p.hot_size) break;
+    const int32_t evictable_before_i = w.evictable_before + __popc(w.evictable_bits & ((1u << x) - 1));
+    int32_t to;
+    if (w.evictable_bits >> x & 1u) {
+      const int32_t m = evictable_before_i;
+      to = m < a.taken ? w.evictable_total - a.taken + m : m - a.taken;
+    } else {
+      to = w.evictable_total + (i - evictable_before_i);
+    }
+    r.lru_row(p)[to] = ws.lru_copy[i];
+  }
+}
+
+// ---- Phase F (after B4): each entry's outputs, from its classification
+// and its member's value; valid counts per token row (one scan each, in
+// alternating buffers), then the request's counters.
+__device__ __forceinline__ void write_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                              const Workspace& ws, const Request& r, int32_t members,
+                                              const Assignment& a) {
+  const int32_t K = p.top_k;
+  int32_t valid_total = 0;
+  int resident_here = 0;
+  for (int32_t row = 0; row < r.q; ++row) {
+    const int64_t t = r.t0 + row;
+    int valid_here = 0;
+#pragma unroll
+    for (int x = 0; x < kEntries; ++x) {
+      const int32_t k = kEntries * static_cast<int32_t>(threadIdx.x) + x;
+      if (k >= K) break;
+      const Entry entry = classify_entry(p, c, r, row, k);
+      int32_t hot_row = -1, address = -1, miss = 0;
+      if (entry.kind == kResident) {
+        hot_row = static_cast<int32_t>(entry.row);
+        address = static_cast<int32_t>(entry.address);
+        ++resident_here;
+      } else if (entry.kind == kHot) {
+        const int32_t slot = ws.table.slot_of(entry.host_slot);
+        const uint32_t value = slot >= 0 ? ws.table.values[slot] : kNoRank;
+        const int32_t rank = static_cast<int32_t>(value & kRankMask);
+        if (rank < p.max_union_rows && (value & kNotServed) == 0) {
+          const int32_t field = static_cast<int32_t>((value >> kFieldShift) & kFieldMask);
+          const bool assigned = (value & kAssigned) != 0;
+          const SlotRow served = slot_row(p, c, r, assigned ? field : ws.lru_copy[field - 1]);
+          hot_row = served.row;
+          address = served.address;
+          miss = assigned && ws.member_first[rank] == row * K + k;
+        }
+      }
+      const bool valid = entry.kind == kResident || address >= 0;
+      valid_here += valid;
+      p.out_attention[t * p.out_attention_row_stride + k] = address;
+      p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = hot_row;
+      p.out_resolved[t * p.out_resolved_row_stride + k] = valid ? entry.host_slot : -1;
+      p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = miss;
+    }
+    int valid_row = 0;
+    block_exclusive_sum_small<2>(valid_here, ws.totals(row & 1), &valid_row);
+    if (threadIdx.x == 0) p.out_valid_counts[t] = valid_row;
+    valid_total += valid_row;
+  }
+  if (p.stats == nullptr) return;
+  int resident_total = 0;
+  block_exclusive_sum(resident_here, ws.totals(r.q & 1), &resident_total);
+  if (threadIdx.x == 0) {
+    const int64_t lookups = static_cast<int64_t>(r.q) * K;
+    add_stat(p, HS_STAT_LOOKUPS, lookups);
+    add_stat(p, HS_STAT_HITS, members - a.miss_total);
+    add_stat(p, HS_STAT_MISSES, a.assigned_total);
+    add_stat(p, HS_STAT_RESIDENT, resident_total);
+    add_stat(p, HS_STAT_INVALID, lookups - valid_total);
+  }
+}
+
+}  // namespace lean
+}  // namespace cuda
+}  // namespace hisparse
