@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(lean::kThreads, 2)
     resolve_residency_lean_kernel(const ResolveResidencyParams p, const ResolverConstants c,
                                   const lean::LeanLayout l) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const lean::Workspace ws(smem, l);
+  const lean::Workspace ws{smem, l};
   lean::Request request;
   if (!lean::find_request(p, c, l, smem, ws, request)) return;                        // A | B1
   lean::mark_slot_occurrences(p, ws);                                                // B

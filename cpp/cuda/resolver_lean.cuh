@@ -135,31 +135,31 @@ inline LeanLayout lean_launch_layout(const ResolveResidencyParams& p, uint64_t l
   return LeanLayout{};
 }
 
+// The block's arrays, addressed from the shared-memory base and the layout
+// (a kernel parameter, in constant memory) where used, rather than held as
+// pointers in registers across the phases.
 struct Workspace {
-  UnionTableView table;
-  uint32_t* slot_once;
-  uint32_t* slot_twice;
-  int16_t* lru_copy;
-  int32_t* held;
-  int16_t* evictable;
-  int16_t* usable_before;
-  int16_t* member_bucket;
-  int32_t* member_first;
-  int32_t* scratch;
+  unsigned char* smem;
+  const LeanLayout& l;
 
-  __device__ __forceinline__ Workspace(unsigned char* smem, const LeanLayout& l)
-      : table{reinterpret_cast<int32_t*>(smem + l.keys), reinterpret_cast<uint32_t*>(smem + l.values), l.capacity},
-        slot_once(reinterpret_cast<uint32_t*>(smem + l.slot_once)),
-        slot_twice(reinterpret_cast<uint32_t*>(smem + l.slot_twice)),
-        lru_copy(reinterpret_cast<int16_t*>(smem + l.lru_copy)),
-        held(reinterpret_cast<int32_t*>(smem + l.held)),
-        evictable(reinterpret_cast<int16_t*>(smem + l.evictable)),
-        usable_before(reinterpret_cast<int16_t*>(smem + l.usable_before)),
-        member_bucket(reinterpret_cast<int16_t*>(smem + l.member_bucket)),
-        member_first(reinterpret_cast<int32_t*>(smem + l.member_first)),
-        scratch(reinterpret_cast<int32_t*>(smem + l.scratch)) {}
-
-  __device__ __forceinline__ int* totals(int buffer) const { return scratch + kScratchTotals + buffer * kWarps; }
+  template <class T>
+  __device__ __forceinline__ T* at(uint32_t offset) const {
+    return reinterpret_cast<T*>(smem + offset);
+  }
+  __device__ __forceinline__ UnionTableView table() const {
+    return UnionTableView{at<int32_t>(l.keys), at<uint32_t>(l.values), l.capacity};
+  }
+  __device__ __forceinline__ uint32_t* values() const { return at<uint32_t>(l.values); }
+  __device__ __forceinline__ uint32_t* slot_once() const { return at<uint32_t>(l.slot_once); }
+  __device__ __forceinline__ uint32_t* slot_twice() const { return at<uint32_t>(l.slot_twice); }
+  __device__ __forceinline__ int16_t* lru_copy() const { return at<int16_t>(l.lru_copy); }
+  __device__ __forceinline__ int32_t* held() const { return at<int32_t>(l.held); }
+  __device__ __forceinline__ int16_t* evictable() const { return at<int16_t>(l.evictable); }
+  __device__ __forceinline__ int16_t* usable_before() const { return at<int16_t>(l.usable_before); }
+  __device__ __forceinline__ int16_t* member_bucket() const { return at<int16_t>(l.member_bucket); }
+  __device__ __forceinline__ int32_t* member_first() const { return at<int32_t>(l.member_first); }
+  __device__ __forceinline__ int32_t* scratch() const { return at<int32_t>(l.scratch); }
+  __device__ __forceinline__ int* totals(int buffer) const { return scratch() + kScratchTotals + buffer * kWarps; }
 };
 
 // The active request of the block: its batch row, state row and token rows
@@ -223,8 +223,8 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   }
   const bool state_in_range = s >= 0 && s < p.num_state_rows;
   if (state_in_range) {
-    start_int16_row_copy<kThreads>(ws.lru_copy, p.lru_slots + static_cast<int64_t>(s) * H, H);
-    start_int32_row_copy<kThreads>(ws.held, p.device_global_indices + static_cast<int64_t>(s) * H, H);
+    start_int16_row_copy<kThreads>(ws.lru_copy(), p.lru_slots + static_cast<int64_t>(s) * H, H);
+    start_int32_row_copy<kThreads>(ws.held(), p.device_global_indices + static_cast<int64_t>(s) * H, H);
   }
   {
     int first = INT_MAX, last = -1, count = 0, duplicate = 0;
@@ -242,7 +242,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
     count = warp_sum(count);
     duplicate = warp_max(duplicate);
     if (lane == 0) {
-      int32_t* const reduce = ws.scratch + kScratchRequestReduce;
+      int32_t* const reduce = ws.scratch() + kScratchRequestReduce;
       reduce[warp] = first;
       reduce[kWarps + warp] = last;
       reduce[2 * kWarps + warp] = count;
@@ -252,7 +252,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   wait_async_copies<1>();  // the LRU row (the held row may still be in flight)
   __syncthreads();         // B1
   write_orphan_rows<kThreads>(p, valid_rows, orphan_owner, b, blocks);
-  const int32_t* const reduce = ws.scratch + kScratchRequestReduce;
+  const int32_t* const reduce = ws.scratch() + kScratchRequestReduce;
   const int32_t t0 = warp_min(reduce[lane]);
   const int32_t last_row = warp_max(reduce[kWarps + lane]);
   const int32_t q = warp_sum(reduce[2 * kWarps + lane]);
@@ -296,7 +296,7 @@ __device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, con
                                             const Workspace& ws, const Request& r, int32_t j) {
   if (j < 0 || j >= p.hot_size) return false;
   const uint32_t bit = 1u << (j & 31);
-  if ((ws.slot_once[j >> 5] & bit) == 0 || (ws.slot_twice[j >> 5] & bit) != 0) return false;
+  if ((ws.slot_once()[j >> 5] & bit) == 0 || (ws.slot_twice()[j >> 5] & bit) != 0) return false;
   const int32_t hot_block = c.hot_block_size.quotient(j);
   const int32_t block = __ldg(r.hot_table(p) + hot_block);
   return block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
@@ -310,10 +310,10 @@ __device__ __forceinline__ void mark_slot_occurrences(const ResolveResidencyPara
   for (int x = 0; x < kPositions; ++x) {
     const int32_t i = kPositions * static_cast<int32_t>(threadIdx.x) + x;
     if (i >= p.hot_size) break;
-    const int32_t j = ws.lru_copy[i];
+    const int32_t j = ws.lru_copy()[i];
     if (j < 0 || j >= p.hot_size) continue;
     const uint32_t bit = 1u << (j & 31);
-    if (atomicOr(ws.slot_once + (j >> 5), bit) & bit) atomicOr(ws.slot_twice + (j >> 5), bit);
+    if (atomicOr(ws.slot_once() + (j >> 5), bit) & bit) atomicOr(ws.slot_twice() + (j >> 5), bit);
   }
 }
 
@@ -343,17 +343,17 @@ __device__ __forceinline__ int32_t build_union(const ResolveResidencyParams& p, 
       const Entry entry = classify_entry(p, c, r, row, kEntries * static_cast<int32_t>(threadIdx.x) + x);
       key[x] = entry.kind == kHot ? entry.host_slot : -1;
     }
-    ws.table.insert(key, slot);
+    ws.table().insert(key, slot);
     __syncwarp();  // lanes leave the probe loop after different rounds
 #pragma unroll
     for (int x = 0; x < kEntries; ++x) {
-      if (key[x] >= 0) ws.table.offer_first(slot[x], kEntries * threadIdx.x + x);
+      if (key[x] >= 0) ws.table().offer_first(slot[x], kEntries * threadIdx.x + x);
     }
     __syncthreads();  // B2a: every offer of the row is in
     bool first[kEntries];
 #pragma unroll
     for (int x = 0; x < kEntries; ++x) {
-      first[x] = key[x] >= 0 && ws.table.is_first_in_chunk(slot[x], kEntries * threadIdx.x + x);
+      first[x] = key[x] >= 0 && ws.table().is_first_in_chunk(slot[x], kEntries * threadIdx.x + x);
     }
     int total = 0;
     const int before = block_exclusive_sum_small<2>(int{first[0]} + int{first[1]}, ws.totals(0), &total);
@@ -361,10 +361,10 @@ __device__ __forceinline__ int32_t build_union(const ResolveResidencyParams& p, 
     for (int x = 0; x < kEntries; ++x) {
       if (!first[x]) continue;
       const int32_t rank = ranked + before + (x == 1 && first[0] ? 1 : 0);
-      ws.table.set_rank(slot[x], static_cast<uint32_t>(min(rank, limit)));
+      ws.table().set_rank(slot[x], static_cast<uint32_t>(min(rank, limit)));
       if (rank < limit) {
-        ws.member_bucket[rank] = static_cast<int16_t>(slot[x]);
-        ws.member_first[rank] = row * K + kEntries * static_cast<int32_t>(threadIdx.x) + x;
+        ws.member_bucket()[rank] = static_cast<int16_t>(slot[x]);
+        ws.member_first()[rank] = row * K + kEntries * static_cast<int32_t>(threadIdx.x) + x;
       }
     }
     ranked += total;
@@ -394,16 +394,16 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
   for (int x = 0; x < kPositions; ++x) {
     const int32_t i = begin + x;
     if (i >= p.hot_size) break;
-    const int32_t j = ws.lru_copy[i];
+    const int32_t j = ws.lru_copy()[i];
     const bool usable = usable_slot(p, c, ws, r, j);
     bool hit = false;
-    if (usable && ws.held[j] >= 0) {
-      const int32_t slot = ws.table.slot_of(ws.held[j]);
+    if (usable && ws.held()[j] >= 0) {
+      const int32_t slot = ws.table().slot_of(ws.held()[j]);
       if (slot >= 0) {
-        const uint32_t rank = ws.table.values[slot] & kRankMask;
+        const uint32_t rank = ws.values()[slot] & kRankMask;
         if (rank < static_cast<uint32_t>(p.max_union_rows)) {
           hit = true;
-          atomicMax(ws.table.values + slot, (static_cast<uint32_t>(i + 1) << kFieldShift) | rank);
+          atomicMax(ws.values() + slot, (static_cast<uint32_t>(i + 1) << kFieldShift) | rank);
         }
       }
     }
@@ -426,8 +426,8 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
     if ((evictable_bits >> x & 1u) == 0) continue;
     const uint32_t below = (1u << x) - 1;
     const int32_t m = w.evictable_before + __popc(evictable_bits & below);
-    ws.evictable[m] = static_cast<int16_t>(begin + x);
-    ws.usable_before[m] = static_cast<int16_t>((before >> 16) + __popc(usable_bits & below));
+    ws.evictable()[m] = static_cast<int16_t>(begin + x);
+    ws.usable_before()[m] = static_cast<int16_t>((before >> 16) + __popc(usable_bits & below));
   }
   __syncthreads();  // B3: hit positions and E are complete
   return w;
@@ -453,12 +453,12 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
 #pragma unroll
   for (int x = 0; x < kPositions; ++x) {
     const int32_t rank = first_rank + x;
-    if (rank < members && (ws.table.values[ws.member_bucket[rank]] >> kFieldShift) == 0) miss_bits |= 1u << x;
+    if (rank < members && (ws.values()[ws.member_bucket()[rank]] >> kFieldShift) == 0) miss_bits |= 1u << x;
   }
   Assignment a;
   const int misses_before = block_exclusive_sum_small<3>(__popc(miss_bits), ws.totals(0), &a.miss_total);
   a.taken = min(a.miss_total, w.evictable_total);
-  a.assigned_total = a.taken < w.evictable_total ? ws.usable_before[a.taken] : w.usable_total;
+  a.assigned_total = a.taken < w.evictable_total ? ws.usable_before()[a.taken] : w.usable_total;
 #pragma unroll
   for (int x = 0; x < kPositions; ++x) {
     bool copies = false;
@@ -466,16 +466,16 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
     int32_t hot_row = 0;
     if (miss_bits >> x & 1u) {
       const int32_t rank = first_rank + x;
-      const uint32_t bucket = static_cast<uint16_t>(ws.member_bucket[rank]);
+      const uint32_t bucket = static_cast<uint16_t>(ws.member_bucket()[rank]);
       const int32_t m = misses_before + __popc(miss_bits & ((1u << x) - 1));
       uint32_t value = kNotServed | static_cast<uint32_t>(rank);
       if (m < a.taken) {
-        const int32_t j = ws.lru_copy[ws.evictable[m]];
+        const int32_t j = ws.lru_copy()[ws.evictable()[m]];
         if (usable_slot(p, c, ws, r, j)) {
-          const int32_t swap = ws.usable_before[m];
+          const int32_t swap = ws.usable_before()[m];
           const int32_t row_of_list = c.top_k.quotient(swap);
           const int64_t t = r.t0 + row_of_list;
-          host_row = ws.table.key_at(bucket);
+          host_row = ws.table().key_at(bucket);
           hot_row = slot_row(p, c, r, j).row;
           r.dgi_row(p)[j] = host_row;
           p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + c.top_k.remainder(swap, row_of_list)] = host_row;
@@ -485,7 +485,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
           copies = true;
         }
       }
-      ws.table.values[bucket] = value;
+      ws.values()[bucket] = value;
     }
     if constexpr (kCopies) {
       warp_copy_assigned_rows<kCopyUnroll>(p.gather, copies, host_row, hot_row, threadIdx.x & 31);
@@ -514,7 +514,7 @@ __device__ __forceinline__ void write_lru_order(const ResolveResidencyParams& p,
     } else {
       to = w.evictable_total + (i - evictable_before_i);
     }
-    r.lru_row(p)[to] = ws.lru_copy[i];
+    r.lru_row(p)[to] = ws.lru_copy()[i];
   }
 }
 
@@ -541,16 +541,16 @@ __device__ __forceinline__ void write_entries(const ResolveResidencyParams& p, c
         address = static_cast<int32_t>(entry.address);
         ++resident_here;
       } else if (entry.kind == kHot) {
-        const int32_t slot = ws.table.slot_of(entry.host_slot);
-        const uint32_t value = slot >= 0 ? ws.table.values[slot] : kNoRank;
+        const int32_t slot = ws.table().slot_of(entry.host_slot);
+        const uint32_t value = slot >= 0 ? ws.values()[slot] : kNoRank;
         const int32_t rank = static_cast<int32_t>(value & kRankMask);
         if (rank < p.max_union_rows && (value & kNotServed) == 0) {
           const int32_t field = static_cast<int32_t>((value >> kFieldShift) & kFieldMask);
           const bool assigned = (value & kAssigned) != 0;
-          const SlotRow served = slot_row(p, c, r, assigned ? field : ws.lru_copy[field - 1]);
+          const SlotRow served = slot_row(p, c, r, assigned ? field : ws.lru_copy()[field - 1]);
           hot_row = served.row;
           address = served.address;
-          miss = assigned && ws.member_first[rank] == row * K + k;
+          miss = assigned && ws.member_first()[rank] == row * K + k;
         }
       }
       const bool valid = entry.kind == kResident || address >= 0;
