@@ -764,7 +764,7 @@ __global__ void __launch_bounds__(lean::kThreads, 2)
   const lean::Workspace ws{smem, l};
   lean::Request request;
   if (!lean::find_request(p, c, l, smem, ws, request)) return;                        // A | B1
-  lean::mark_slot_occurrences(p, ws);                                                // B
+  lean::mark_slots(p, c, ws, request);                                               // B
   const int32_t members = lean::build_union(p, c, ws, request);                      // B | B2a per row; B2
   const lean::Walk walk = lean::walk_positions(p, c, ws, request);                   // C | B3
   const lean::Assignment a = lean::assign_misses<kCopies>(p, c, ws, request, members, walk);  // D

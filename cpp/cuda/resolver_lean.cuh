@@ -13,7 +13,8 @@
 // Phases, each ending at a block barrier (steps of docs/residency.md):
 //   A  find the request's token rows and state row; start copying its LRU
 //      and device_global_indices rows into shared memory (B1)
-//   B  step 3's occurrence bits; steps 1-2 row by row: each hot entry's
+//   B  step 3's bits (slots listed once, slots on a usable hot block);
+//      steps 1-2 row by row: each hot entry's
 //      host row enters the union table and the key's first entry gets the
 //      next rank (B2a, a scan, per row; B2)
 //   C  step 4: every LRU position whose usable slot holds a member is a hit
@@ -82,6 +83,7 @@ struct LeanLayout {
   uint32_t values = 0;           // uint32 [capacity]
   uint32_t slot_once = 0;        // uint32 [ceil(H / 32)]: slot j listed at least once
   uint32_t slot_twice = 0;       // uint32 [ceil(H / 32)]: at least twice
+  uint32_t slot_placed = 0;      // uint32 [ceil(H / 32)]: on a hot block, attention index within int32
   uint32_t lru_copy = 0;         // int16 [H]: the request's LRU row as it was
   uint32_t held = 0;             // int32 [H]: its device_global_indices row as it was
   uint32_t evictable = 0;        // int16 [H]: E, the evictable positions in LRU order
@@ -109,6 +111,7 @@ inline LeanLayout lean_layout(int32_t hot_size, int32_t max_union_rows, int32_t 
   l.values = take(4ull * l.capacity);
   l.slot_once = take(4ull * ((hot + 31) / 32));
   l.slot_twice = take(4ull * ((hot + 31) / 32));
+  l.slot_placed = take(4ull * ((hot + 31) / 32));
   l.lru_copy = take(2ull * hot);
   l.held = take(4ull * hot);
   l.evictable = take(2ull * hot);
@@ -152,6 +155,7 @@ struct Workspace {
   __device__ __forceinline__ uint32_t* values() const { return at<uint32_t>(l.values); }
   __device__ __forceinline__ uint32_t* slot_once() const { return at<uint32_t>(l.slot_once); }
   __device__ __forceinline__ uint32_t* slot_twice() const { return at<uint32_t>(l.slot_twice); }
+  __device__ __forceinline__ uint32_t* slot_placed() const { return at<uint32_t>(l.slot_placed); }
   __device__ __forceinline__ int16_t* lru_copy() const { return at<int16_t>(l.lru_copy); }
   __device__ __forceinline__ int32_t* held() const { return at<int32_t>(l.held); }
   __device__ __forceinline__ int16_t* evictable() const { return at<int16_t>(l.evictable); }
@@ -290,31 +294,41 @@ __device__ __forceinline__ SlotRow slot_row(const ResolveResidencyParams& p, con
           static_cast<int32_t>(static_cast<int64_t>(block) * p.attention_block_stride + offset)};
 }
 
-// Step 3: slot j is in range, listed once in the LRU row (after phase B),
-// on a hot block, and its attention index fits int32.
-__device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                            const Workspace& ws, const Request& r, int32_t j) {
+// Step 3: slot j is in range, listed once in the LRU row, on a hot block,
+// and its attention index fits int32 (the bits of phase B, after B2).
+__device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, const Workspace& ws, int32_t j) {
   if (j < 0 || j >= p.hot_size) return false;
-  const uint32_t bit = 1u << (j & 31);
-  if ((ws.slot_once()[j >> 5] & bit) == 0 || (ws.slot_twice()[j >> 5] & bit) != 0) return false;
-  const int32_t hot_block = c.hot_block_size.quotient(j);
-  const int32_t block = __ldg(r.hot_table(p) + hot_block);
-  return block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
-                                                             c.hot_block_size.remainder(j, hot_block) <=
-                                                         kInt32Max);
+  const int32_t word = j >> 5;
+  return ((ws.slot_once()[word] & ~ws.slot_twice()[word] & ws.slot_placed()[word]) >> (j & 31) & 1u) != 0;
 }
 
-// ---- Phase B: occurrence bits of the slots the LRU row lists.
-__device__ __forceinline__ void mark_slot_occurrences(const ResolveResidencyParams& p, const Workspace& ws) {
+// ---- Phase B: step 3's bits. Each slot the LRU row lists sets its
+// occurrence bits; each thread checks the hot blocks of slots 4t .. 4t + 3,
+// so that the walk's usable test reads shared memory alone.
+__device__ __forceinline__ void mark_slots(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                           const Workspace& ws, const Request& r) {
+  const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
+  uint32_t placed = 0;
 #pragma unroll
   for (int x = 0; x < kPositions; ++x) {
-    const int32_t i = kPositions * static_cast<int32_t>(threadIdx.x) + x;
+    const int32_t i = begin + x;
     if (i >= p.hot_size) break;
     const int32_t j = ws.lru_copy()[i];
-    if (j < 0 || j >= p.hot_size) continue;
-    const uint32_t bit = 1u << (j & 31);
-    if (atomicOr(ws.slot_once() + (j >> 5), bit) & bit) atomicOr(ws.slot_twice() + (j >> 5), bit);
+    if (j >= 0 && j < p.hot_size) {
+      const uint32_t bit = 1u << (j & 31);
+      if (atomicOr(ws.slot_once() + (j >> 5), bit) & bit) atomicOr(ws.slot_twice() + (j >> 5), bit);
+    }
+    // Slot i (as a slot, not a position) of this thread.
+    const int32_t hot_block = c.hot_block_size.quotient(i);
+    const int32_t block = __ldg(r.hot_table(p) + hot_block);
+    if (block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
+                                                            c.hot_block_size.remainder(i, hot_block) <=
+                                                        kInt32Max)) {
+      placed |= 1u << x;
+    }
   }
+  // Slots 4t .. 4t + 3 are bits 4(t % 8) .. 4(t % 8) + 3 of word t / 8.
+  if (placed != 0) atomicOr(ws.slot_placed() + (threadIdx.x >> 3), placed << ((threadIdx.x & 7) * kPositions));
 }
 
 // The thread's entries 2t and 2t + 1 of token row `row` as classified.
@@ -395,7 +409,7 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
     const int32_t i = begin + x;
     if (i >= p.hot_size) break;
     const int32_t j = ws.lru_copy()[i];
-    const bool usable = usable_slot(p, c, ws, r, j);
+    const bool usable = usable_slot(p, ws, j);
     bool hit = false;
     if (usable && ws.held()[j] >= 0) {
       const int32_t slot = ws.table().slot_of(ws.held()[j]);
@@ -471,7 +485,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
       uint32_t value = kNotServed | static_cast<uint32_t>(rank);
       if (m < a.taken) {
         const int32_t j = ws.lru_copy()[ws.evictable()[m]];
-        if (usable_slot(p, c, ws, r, j)) {
+        if (usable_slot(p, ws, j)) {
           const int32_t swap = ws.usable_before()[m];
           const int32_t row_of_list = c.top_k.quotient(swap);
           const int64_t t = r.t0 + row_of_list;
