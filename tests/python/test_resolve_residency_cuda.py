@@ -457,7 +457,7 @@ LEAN_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("extra, H, K, q_max, union_limit", sanitize_subset(LEAN_SHAPES, {LEAN_SHAPES[1]}))
+@pytest.mark.parametrize("extra, H, K, q_max, union_limit", sanitize_subset(LEAN_SHAPES, {LEAN_SHAPES[3]}))
 def test_lean_launch_past_the_sm_count(extra, H, K, q_max, union_limit):
     """Corrupt LRU and dgi rows, broken table entries, padding, rejected
     and orphan rows, resident pages and a source table at a batch past the
