@@ -414,7 +414,8 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
     if (usable && ws.held()[j] >= 0) {
       const int32_t slot = ws.table().slot_of(ws.held()[j]);
       if (slot >= 0) {
-        const uint32_t rank = ws.values()[slot] & kRankMask;
+        // An atomic read: other positions of the member raise its value meanwhile.
+        const uint32_t rank = atomicOr(ws.values() + slot, 0u) & kRankMask;
         if (rank < static_cast<uint32_t>(p.max_union_rows)) {
           hit = true;
           atomicMax(ws.values() + slot, (static_cast<uint32_t>(i + 1) << kFieldShift) | rank);
