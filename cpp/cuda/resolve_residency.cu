@@ -771,6 +771,7 @@ __global__ void __launch_bounds__(lean::kThreads, 2)
   lean::write_lru_order(p, ws, request, walk, a);                                    // D
   __syncthreads();                                                                   // B4: members' values final
   lean::write_entries(p, c, ws, request, members, a);                                // F
+  if (kCopies && l.stage_rows > 0) lean::write_staged_rows(ws);                      // B5
 }
 
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size

@@ -21,10 +21,11 @@
 //      position (the member's value keeps the last); the others form E,
 //      with the usable ones counted (a scan; B3)
 //   D  step 5: misses numbered in rank order take E oldest first, their
-//      swap entries and, with a fused gather, their rows (a scan); step 6's
-//      new LRU order (B4)
+//      swap entries and, with a fused gather, their rows (a scan; the first
+//      rows staged in shared memory, the others copied); step 6's new LRU
+//      order (B4)
 //   F  step 7's per-entry outputs and valid counts, row by row (a scan per
-//      row); step 8's counters
+//      row); step 8's counters; the staged rows written out (B5)
 //
 // A member's table value after each phase:
 //   B  its rank in bits 0-12 (max_union_rows for a key past the union)
@@ -32,6 +33,7 @@
 //   D  and, for a miss, kAssigned with its slot in bits 16-28, or kNotServed
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/resolve_residency_params.hpp"
@@ -68,6 +70,13 @@ static_assert(kMaxUnionRows <= kRankMask && kMaxHotSize <= kFieldMask, "ranks an
 // the one-block kernels keep, would not fit 32 registers.
 constexpr int kCopyUnroll = 2;
 
+// Rows a fused gather's block stages, at most: its first misses' host rows
+// are read asynchronously into shared memory as they are assigned and
+// written out after the outputs, so that the host round trip of a step's
+// few misses overlaps phase F instead of holding it back (0.1% of k = 2048
+// is 2 rows per request). The rest are copied by warps as assigned.
+constexpr int32_t kStageRows = 8;
+
 // Scratch words: two buffers of warp totals for block scans (consecutive
 // scans with no barrier between them alternate), and phase A's row scan.
 constexpr int kScratchTotals = 0;
@@ -84,6 +93,7 @@ struct LeanLayout {
   uint32_t slot_once = 0;        // uint32 [ceil(H / 32)]: slot j listed at least once
   uint32_t slot_twice = 0;       // uint32 [ceil(H / 32)]: at least twice
   uint32_t slot_placed = 0;      // uint32 [ceil(H / 32)]: on a hot block, attention index within int32
+  uint32_t staged_count = 0;     // int32: rows claimed in the stage (zeroed with the bits)
   uint32_t lru_copy = 0;         // int16 [H]: the request's LRU row as it was
   uint32_t held = 0;             // int32 [H]: its device_global_indices row as it was
   uint32_t evictable = 0;        // int16 [H]: E, the evictable positions in LRU order
@@ -91,6 +101,10 @@ struct LeanLayout {
   uint32_t member_bucket = 0;    // int16 [max_union_rows]: each rank's table slot
   uint32_t member_first = 0;     // int32 [max_union_rows]: each rank's first entry
   uint32_t scratch = 0;          // int32 [kScratchWords]
+  uint32_t stage_targets = 0;    // uint8_t* [stage_rows]: each staged row's hot row
+  uint32_t stage = 0;            // stage_rows rows of stage_row_bytes
+  int32_t stage_rows = 0;
+  uint32_t stage_row_bytes = 0;
   uint32_t total_bytes = 0;
 };
 
@@ -112,6 +126,7 @@ inline LeanLayout lean_layout(int32_t hot_size, int32_t max_union_rows, int32_t 
   l.slot_once = take(4ull * ((hot + 31) / 32));
   l.slot_twice = take(4ull * ((hot + 31) / 32));
   l.slot_placed = take(4ull * ((hot + 31) / 32));
+  l.staged_count = take(4);
   l.lru_copy = take(2ull * hot);
   l.held = take(4ull * hot);
   l.evictable = take(2ull * hot);
@@ -119,6 +134,25 @@ inline LeanLayout lean_layout(int32_t hot_size, int32_t max_union_rows, int32_t 
   l.member_bucket = take(2ull * members);
   l.member_first = take(4ull * members);
   l.scratch = take(4ull * kScratchWords);
+  l.total_bytes = static_cast<uint32_t>(offset);
+  return l;
+}
+
+// `l` with a stage of up to kStageRows rows of row_bytes (a fused gather's;
+// 0: none) in what is left of `limit` bytes.
+inline LeanLayout with_stage(LeanLayout l, uint32_t row_bytes, uint64_t limit) {
+  if (row_bytes == 0 || row_bytes % 16 != 0) return l;
+  const uint64_t room = limit > l.total_bytes ? limit - l.total_bytes : 0;
+  const uint64_t per_row = 8 + static_cast<uint64_t>(row_bytes);
+  const int32_t rows = static_cast<int32_t>(std::min<uint64_t>(kStageRows, room > 16 ? (room - 16) / per_row : 0));
+  if (rows == 0) return l;
+  uint64_t offset = l.total_bytes;
+  l.stage_targets = static_cast<uint32_t>(offset);
+  offset += resolver_align16(8ull * rows);
+  l.stage = static_cast<uint32_t>(offset);
+  offset += static_cast<uint64_t>(rows) * row_bytes;
+  l.stage_rows = rows;
+  l.stage_row_bytes = row_bytes;
   l.total_bytes = static_cast<uint32_t>(offset);
   return l;
 }
@@ -133,7 +167,10 @@ inline LeanLayout lean_launch_layout(const ResolveResidencyParams& p, uint64_t l
   }
   for (int32_t slack = kResolverMaxSlackHalves; slack >= kResolverMinSlackHalves; --slack) {
     const LeanLayout l = lean_layout(p.hot_size, p.max_union_rows, slack);
-    if (l.total_bytes <= limit) return l;
+    if (l.total_bytes <= limit) {
+      return with_stage(l, p.fused_gather ? static_cast<uint32_t>(std::min<int64_t>(p.gather.row_bytes, 1 << 20)) : 0,
+                        limit);
+    }
   }
   return LeanLayout{};
 }
@@ -156,6 +193,8 @@ struct Workspace {
   __device__ __forceinline__ uint32_t* slot_once() const { return at<uint32_t>(l.slot_once); }
   __device__ __forceinline__ uint32_t* slot_twice() const { return at<uint32_t>(l.slot_twice); }
   __device__ __forceinline__ uint32_t* slot_placed() const { return at<uint32_t>(l.slot_placed); }
+  __device__ __forceinline__ int32_t* staged_count() const { return at<int32_t>(l.staged_count); }
+  __device__ __forceinline__ uint8_t** stage_targets() const { return at<uint8_t*>(l.stage_targets); }
   __device__ __forceinline__ int16_t* lru_copy() const { return at<int16_t>(l.lru_copy); }
   __device__ __forceinline__ int32_t* held() const { return at<int32_t>(l.held); }
   __device__ __forceinline__ int16_t* evictable() const { return at<int16_t>(l.evictable); }
@@ -448,6 +487,49 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
   return w;
 }
 
+// A fused gather's row for swap entry (host_row, hot_row): claimed in the
+// stage, its host row read into it asynchronously (zero-filled past the host
+// rows, as gather_compact writes it), written out by write_staged_rows.
+// False when the stage is full (the caller copies the row now); a row whose
+// hot row lies outside the hot cache needs neither.
+__device__ __forceinline__ bool stage_row(const ResolveResidencyParams& p, const Workspace& ws, int32_t host_row,
+                                          int32_t hot_row) {
+  uint8_t* const target = assigned_row_destination(p.gather, hot_row);
+  if (target == nullptr) return true;
+  if (ws.l.stage_rows == 0) return false;
+  const int32_t row = atomicAdd(ws.staged_count(), 1);
+  if (row >= ws.l.stage_rows) return false;
+  ws.stage_targets()[row] = target;
+  uint8_t* const staged = ws.at<uint8_t>(ws.l.stage + static_cast<uint32_t>(row) * ws.l.stage_row_bytes);
+  const uint32_t chunks = ws.l.stage_row_bytes / 16;
+  if (host_row >= p.gather.host_rows) {
+    for (uint32_t chunk = 0; chunk < chunks; ++chunk) reinterpret_cast<uint4*>(staged)[chunk] = make_uint4(0, 0, 0, 0);
+    return true;
+  }
+  const uint8_t* const source = p.gather.host + static_cast<int64_t>(host_row) * p.gather.host_pitch;
+  const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(staged));
+  for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
+    start_chunk_copy_to_shared(shared + 16 * chunk, staged + 16 * chunk, source + 16 * chunk);
+  }
+  commit_async_copies();
+  return true;
+}
+
+// After phase F: the staged rows to their hot rows, once every thread's
+// asynchronous reads have landed.
+__device__ __forceinline__ void write_staged_rows(const Workspace& ws) {
+  wait_async_copies<0>();
+  __syncthreads();  // B5: every staged row is in
+  const int32_t rows = min(*ws.staged_count(), ws.l.stage_rows);
+  const int32_t chunks = static_cast<int32_t>(ws.l.stage_row_bytes / 16);
+  for (int32_t i = threadIdx.x; i < rows * chunks; i += kThreads) {
+    const int32_t row = i / chunks;
+    const int32_t chunk = i - row * chunks;
+    const uint4* const staged = ws.at<uint4>(ws.l.stage + static_cast<uint32_t>(row) * ws.l.stage_row_bytes);
+    reinterpret_cast<uint4*>(ws.stage_targets()[row])[chunk] = staged[chunk];
+  }
+}
+
 struct Assignment {
   int32_t miss_total;      // members no hit position serves
   int32_t taken;           // n = min(misses, |E|): the misses that take a position
@@ -503,6 +585,7 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
       ws.values()[bucket] = value;
     }
     if constexpr (kCopies) {
+      if (copies && stage_row(p, ws, host_row, hot_row)) copies = false;
       warp_copy_assigned_rows<kCopyUnroll>(p.gather, copies, host_row, hot_row, threadIdx.x & 31);
     }
   }
