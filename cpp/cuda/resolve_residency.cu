@@ -762,15 +762,14 @@ __global__ void __launch_bounds__(lean::kThreads, 2)
                                   const lean::LeanLayout l) {
   extern __shared__ __align__(16) unsigned char smem[];
   const lean::Workspace ws{smem, l};
-  lean::Request request;
-  if (!lean::find_request(p, c, l, smem, ws, request)) return;                        // A | B1
-  lean::mark_slots(p, c, ws, request);                                               // B
-  const int32_t members = lean::build_union(p, c, ws, request);                      // B | B2a per row; B2
-  const lean::Walk walk = lean::walk_positions(p, c, ws, request);                   // C | B3
-  const lean::Assignment a = lean::assign_misses<kCopies>(p, c, ws, request, members, walk);  // D
-  lean::write_lru_order(p, ws, request, walk, a);                                    // D
-  __syncthreads();                                                                   // B4: members' values final
-  lean::write_entries(p, c, ws, request, members, a);                                // F
+  if (!lean::find_request(p, c, l, smem, ws)) return;  // A | B1
+  lean::mark_slots(p, c, ws);                          // B
+  __syncthreads();                                     // B1b: the request's uniform words
+  lean::build_union(p, c, ws);                         // B | B2a per row; B2
+  const lean::Walk walk = lean::walk_positions(p, ws);  // C | B3
+  lean::assign_misses<kCopies>(p, c, ws, walk);        // D
+  __syncthreads();                                     // B4: members' values final
+  lean::write_entries(p, c, ws);                       // F
   if (kCopies && l.stage_rows > 0) lean::write_staged_rows(ws);                      // B5
 }
 

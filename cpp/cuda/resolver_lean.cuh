@@ -66,9 +66,10 @@ constexpr uint32_t kNotServed = 1u << 29;
 constexpr uint32_t kAssigned = 1u << 30;
 static_assert(kMaxUnionRows <= kRankMask && kMaxHotSize <= kFieldMask, "ranks and positions + 1 fit their fields");
 
-// The copies of a fused gather keep two loads in flight per lane: four, as
-// the one-block kernels keep, would not fit 32 registers.
-constexpr int kCopyUnroll = 2;
+// The copies of a fused gather keep one load in flight per lane: more would
+// not fit 32 registers, and two blocks of 32 warps per SM keep as many
+// bytes in flight as the one-block kernels' four per lane.
+constexpr int kCopyUnroll = 1;
 
 // Rows a fused gather's block stages, at most: its first misses' host rows
 // are read asynchronously into shared memory as they are assigned and
@@ -78,10 +79,24 @@ constexpr int kCopyUnroll = 2;
 constexpr int32_t kStageRows = 8;
 
 // Scratch words: two buffers of warp totals for block scans (consecutive
-// scans with no barrier between them alternate), and phase A's row scan.
+// scans with no barrier between them alternate), phase A's row scan, and
+// the request's block-wide values (Uniform), which the phases read from
+// here after a barrier instead of keeping them in registers across phases.
 constexpr int kScratchTotals = 0;
 constexpr int kScratchRequestReduce = 2 * kWarps;
-constexpr int kScratchWords = kScratchRequestReduce + 4 * kWarps;
+constexpr int kScratchUniform = kScratchRequestReduce + 4 * kWarps;
+constexpr int kScratchWords = kScratchUniform + 16;
+
+enum Uniform : int {
+  kStateRow,        // s (after B1b)
+  kFirstRow,        // t0
+  kRows,            // q
+  kMembers,         // |U| (after B2)
+  kEvictable,       // |E| (after B3)
+  kUsableEvictable, // usable slots in E
+  kMisses,          // members no hit position serves (after B4)
+  kAssignedMisses,  // misses given a slot
+};
 
 // Byte offsets of the block's arrays in its dynamic shared memory. The
 // union table's keys and values start as all-ones and the occurrence bits
@@ -203,6 +218,11 @@ struct Workspace {
   __device__ __forceinline__ int32_t* member_first() const { return at<int32_t>(l.member_first); }
   __device__ __forceinline__ int32_t* scratch() const { return at<int32_t>(l.scratch); }
   __device__ __forceinline__ int* totals(int buffer) const { return scratch() + kScratchTotals + buffer * kWarps; }
+  __device__ __forceinline__ int32_t uniform(Uniform word) const { return scratch()[kScratchUniform + word]; }
+  // Thread 0 sets a block-wide value; the others read it after the next barrier.
+  __device__ __forceinline__ void set_uniform(Uniform word, int32_t value) const {
+    if (threadIdx.x == 0) scratch()[kScratchUniform + word] = value;
+  }
 };
 
 // The active request of the block: its batch row, state row and token rows
@@ -214,6 +234,11 @@ struct Request {
   int32_t s;
   int32_t t0;
   int32_t q;
+
+  // The request as phase A left it in the uniform words (after B1b).
+  static __device__ __forceinline__ Request of(const Workspace& ws) {
+    return {static_cast<int32_t>(blockIdx.x), ws.uniform(kStateRow), ws.uniform(kFirstRow), ws.uniform(kRows)};
+  }
 
   __device__ __forceinline__ const int32_t* hot_table(const ResolveResidencyParams& p) const {
     return p.hot_block_table + b * p.hot_table_row_stride;
@@ -245,8 +270,7 @@ __device__ __forceinline__ void fill(const LeanLayout& l, unsigned char* smem) {
 }
 
 __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                             const LeanLayout& l, unsigned char* smem, const Workspace& ws,
-                                             Request& r) {
+                                             const LeanLayout& l, unsigned char* smem, const Workspace& ws) {
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -310,10 +334,9 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
     }
     return false;
   }
-  r.b = b;
-  r.s = s;
-  r.t0 = t0;
-  r.q = q;
+  ws.set_uniform(kStateRow, s);
+  ws.set_uniform(kFirstRow, t0);
+  ws.set_uniform(kRows, q);
   return true;
 }
 
@@ -345,7 +368,8 @@ __device__ __forceinline__ bool usable_slot(const ResolveResidencyParams& p, con
 // occurrence bits; each thread checks the hot blocks of slots 4t .. 4t + 3,
 // so that the walk's usable test reads shared memory alone.
 __device__ __forceinline__ void mark_slots(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                           const Workspace& ws, const Request& r) {
+                                           const Workspace& ws) {
+  const int32_t* const hot_table = p.hot_block_table + blockIdx.x * p.hot_table_row_stride;
   const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
   uint32_t placed = 0;
 #pragma unroll
@@ -359,7 +383,7 @@ __device__ __forceinline__ void mark_slots(const ResolveResidencyParams& p, cons
     }
     // Slot i (as a slot, not a position) of this thread.
     const int32_t hot_block = c.hot_block_size.quotient(i);
-    const int32_t block = __ldg(r.hot_table(p) + hot_block);
+    const int32_t block = __ldg(hot_table + hot_block);
     if (block >= 0 && (block <= c.safe_hot_block || static_cast<int64_t>(block) * p.attention_block_stride +
                                                             c.hot_block_size.remainder(i, hot_block) <=
                                                         kInt32Max)) {
@@ -382,9 +406,10 @@ __device__ __forceinline__ Entry classify_entry(const ResolveResidencyParams& p,
 // find their own offer are their keys' first occurrences and take the next
 // ranks. Once max_union_rows keys are ranked, the later rows' new keys are
 // past the union, and their rows need no pass (a lookup finds no key).
-// Returns |U|.
-__device__ __forceinline__ int32_t build_union(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const Workspace& ws, const Request& r) {
+// Sets |U| (kMembers).
+__device__ __forceinline__ void build_union(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                           const Workspace& ws) {
+  const Request r = Request::of(ws);
   const int32_t K = p.top_k;
   const int32_t limit = p.max_union_rows;
   int32_t ranked = 0;
@@ -422,25 +447,29 @@ __device__ __forceinline__ int32_t build_union(const ResolveResidencyParams& p, 
     }
     ranked += total;
   }
+  ws.set_uniform(kMembers, min(ranked, limit));
   wait_async_copies<0>();  // the held row
   __syncthreads();         // B2: ranks, occurrence bits and the held row are complete
-  return min(ranked, limit);
 }
 
-// What the walk of the LRU positions leaves for the later phases.
+// What the walk of the LRU positions leaves the thread for step 6: which
+// of its positions 4t .. 4t + 3 are evictable (bits 0-3), and how many
+// evictable positions lie before 4t (the bits above).
 struct Walk {
-  uint32_t evictable_bits;   // bit x: position 4t + x (< H) is evictable
-  int32_t evictable_before;  // evictable positions before 4t
-  int32_t evictable_total;   // |E|
-  int32_t usable_total;      // usable slots in E
+  uint32_t packed;
+
+  __device__ __forceinline__ bool evictable(int x) const { return (packed >> x & 1u) != 0; }
+  // Evictable positions before 4t + x.
+  __device__ __forceinline__ int32_t evictable_before(int x) const {
+    return static_cast<int32_t>(packed >> kPositions) + __popc(packed & ((1u << x) - 1));
+  }
 };
 
 // ---- Phase C, ends at B3: each position of a usable slot that holds a
 // member is a hit position and offers itself to the member (atomicMax: the
 // last one serves); the others are listed in E, each with the usable slots
 // before it.
-__device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const Workspace& ws, const Request& r) {
+__device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, const Workspace& ws) {
   const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
   uint32_t evictable_bits = 0, usable_bits = 0;
 #pragma unroll
@@ -470,49 +499,19 @@ __device__ __forceinline__ Walk walk_positions(const ResolveResidencyParams& p, 
   int total = 0;
   const int before =
       block_exclusive_sum(__popc(evictable_bits) | (__popc(usable_bits) << 16), ws.totals(1), &total);
-  Walk w;
-  w.evictable_bits = evictable_bits;
-  w.evictable_before = before & 0xFFFF;
-  w.evictable_total = total & 0xFFFF;
-  w.usable_total = total >> 16;
+  ws.set_uniform(kEvictable, total & 0xFFFF);
+  ws.set_uniform(kUsableEvictable, total >> 16);
+  const Walk w{(static_cast<uint32_t>(before & 0xFFFF) << kPositions) | evictable_bits};
 #pragma unroll
   for (int x = 0; x < kPositions; ++x) {
-    if ((evictable_bits >> x & 1u) == 0) continue;
+    if (!w.evictable(x)) continue;
     const uint32_t below = (1u << x) - 1;
-    const int32_t m = w.evictable_before + __popc(evictable_bits & below);
+    const int32_t m = w.evictable_before(x);
     ws.evictable()[m] = static_cast<int16_t>(begin + x);
     ws.usable_before()[m] = static_cast<int16_t>((before >> 16) + __popc(usable_bits & below));
   }
   __syncthreads();  // B3: hit positions and E are complete
   return w;
-}
-
-// A fused gather's row for swap entry (host_row, hot_row): claimed in the
-// stage, its host row read into it asynchronously (zero-filled past the host
-// rows, as gather_compact writes it), written out by write_staged_rows.
-// False when the stage is full (the caller copies the row now); a row whose
-// hot row lies outside the hot cache needs neither.
-__device__ __forceinline__ bool stage_row(const ResolveResidencyParams& p, const Workspace& ws, int32_t host_row,
-                                          int32_t hot_row) {
-  uint8_t* const target = assigned_row_destination(p.gather, hot_row);
-  if (target == nullptr) return true;
-  if (ws.l.stage_rows == 0) return false;
-  const int32_t row = atomicAdd(ws.staged_count(), 1);
-  if (row >= ws.l.stage_rows) return false;
-  ws.stage_targets()[row] = target;
-  uint8_t* const staged = ws.at<uint8_t>(ws.l.stage + static_cast<uint32_t>(row) * ws.l.stage_row_bytes);
-  const uint32_t chunks = ws.l.stage_row_bytes / 16;
-  if (host_row >= p.gather.host_rows) {
-    for (uint32_t chunk = 0; chunk < chunks; ++chunk) reinterpret_cast<uint4*>(staged)[chunk] = make_uint4(0, 0, 0, 0);
-    return true;
-  }
-  const uint8_t* const source = p.gather.host + static_cast<int64_t>(host_row) * p.gather.host_pitch;
-  const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(staged));
-  for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
-    start_chunk_copy_to_shared(shared + 16 * chunk, staged + 16 * chunk, source + 16 * chunk);
-  }
-  commit_async_copies();
-  return true;
 }
 
 // After phase F: the staged rows to their hot rows, once every thread's
@@ -530,21 +529,100 @@ __device__ __forceinline__ void write_staged_rows(const Workspace& ws) {
   }
 }
 
-struct Assignment {
-  int32_t miss_total;      // members no hit position serves
-  int32_t taken;           // n = min(misses, |E|): the misses that take a position
-  int32_t assigned_total;  // of those, the ones whose slot is usable
-};
+// Step 6: the new LRU order E[n:], E[:n], then the hit positions, written
+// from the copy of the row as it was (n: the misses that take a position).
+__device__ __forceinline__ void write_lru_order(const ResolveResidencyParams& p, const Workspace& ws,
+                                                const Request& r, const Walk& w, int32_t taken) {
+  const int32_t evictable_total = ws.uniform(kEvictable);
+  const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
+#pragma unroll
+  for (int x = 0; x < kPositions; ++x) {
+    const int32_t i = begin + x;
+    if (i >= p.hot_size) break;
+    const int32_t m = w.evictable_before(x);
+    int32_t to;
+    if (w.evictable(x)) {
+      to = m < taken ? evictable_total - taken + m : m - taken;
+    } else {
+      to = evictable_total + (i - m);
+    }
+    r.lru_row(p)[to] = ws.lru_copy()[i];
+  }
+}
+
+// The warp reads the host rows of the lanes with a stage row `staged`
+// (null: none) into it asynchronously, lanes over 16-byte chunks of one row
+// at a time (consecutive lanes, consecutive chunks: whole lines per
+// request), zero-filling the row of a lane whose `source` is null.
+__device__ __forceinline__ void warp_stage_rows(const uint8_t* source, uint8_t* staged, uint32_t chunks) {
+  const int lane = threadIdx.x & 31;
+  uint32_t rows = __ballot_sync(kFullMask, staged != nullptr);
+  while (rows != 0) {
+    const int from = __ffs(rows) - 1;
+    rows &= rows - 1;
+    const uint8_t* const src =
+        reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(source), from));
+    uint8_t* const dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(staged), from));
+    const uint32_t shared = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    for (uint32_t chunk = lane; chunk < chunks; chunk += 32) {
+      if (src != nullptr) {
+        start_chunk_copy_to_shared(shared + 16 * chunk, dst + 16 * chunk, src + 16 * chunk);
+      } else {
+        reinterpret_cast<uint4*>(dst)[chunk] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+  commit_async_copies();
+}
+
+// A fused gather's rows, after the assignment: each assigned miss of the
+// thread's ranks (miss_bits) has its row read from the host, the block's
+// first kStageRows rows into the stage, the others by their warps now.
+__device__ __forceinline__ void copy_assigned_rows(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                                   const Workspace& ws, const Request& r, uint32_t miss_bits) {
+  const int32_t first_rank = kPositions * static_cast<int32_t>(threadIdx.x);
+#pragma unroll 1
+  for (int x = 0; x < kPositions; ++x) {
+    int32_t host_row = 0;
+    uint8_t* target = nullptr;
+    if (miss_bits >> x & 1u) {
+      const uint32_t bucket = static_cast<uint16_t>(ws.member_bucket()[first_rank + x]);
+      const uint32_t value = ws.values()[bucket];
+      if (value & kAssigned) {
+        host_row = ws.table().key_at(bucket);
+        // A row outside the hot cache is skipped, as gather_compact skips it.
+        target = assigned_row_destination(
+            p.gather, slot_row(p, c, r, static_cast<int32_t>((value >> kFieldShift) & kFieldMask)).row);
+      }
+    }
+    uint8_t* staged = nullptr;
+    if (target != nullptr && ws.l.stage_rows > 0) {
+      const int32_t claimed = atomicAdd(ws.staged_count(), 1);
+      if (claimed < ws.l.stage_rows) {
+        ws.stage_targets()[claimed] = target;
+        staged = ws.at<uint8_t>(ws.l.stage + static_cast<uint32_t>(claimed) * ws.l.stage_row_bytes);
+      }
+    }
+    const uint8_t* const source =
+        host_row < p.gather.host_rows ? p.gather.host + static_cast<int64_t>(host_row) * p.gather.host_pitch : nullptr;
+    if (ws.l.stage_rows > 0) warp_stage_rows(source, staged, ws.l.stage_row_bytes / 16);
+    warp_copy_lane_rows<kCopyUnroll>(source, staged == nullptr ? target : nullptr,
+                                     static_cast<int>(p.gather.row_bytes / kChunkBytes), threadIdx.x & 31);
+  }
+}
 
 // ---- Phase D: members numbered in rank order (ranks 4t .. 4t + 3 for
 // thread t); the m-th miss takes E[m] for m < n, where a usable slot gets
 // the member's host row, its swap entry (the usable slots before E[m]
-// number it) and, kCopies, its row copied from the host. The other misses
-// are not served.
+// number it) and, kCopies, its row from the host: the block's first
+// kStageRows rows into the stage, the others copied by their warps now.
+// The other misses are not served. Step 6's new LRU order is written first,
+// as soon as n is known.
 template <bool kCopies>
-__device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                    const Workspace& ws, const Request& r, int32_t members,
-                                                    const Walk& w) {
+__device__ __forceinline__ void assign_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
+                                              const Workspace& ws, const Walk& w) {
+  const Request r = Request::of(ws);
+  const int32_t members = ws.uniform(kMembers);
   const int32_t first_rank = kPositions * static_cast<int32_t>(threadIdx.x);
   uint32_t miss_bits = 0;
 #pragma unroll
@@ -552,76 +630,52 @@ __device__ __forceinline__ Assignment assign_misses(const ResolveResidencyParams
     const int32_t rank = first_rank + x;
     if (rank < members && (ws.values()[ws.member_bucket()[rank]] >> kFieldShift) == 0) miss_bits |= 1u << x;
   }
-  Assignment a;
-  const int misses_before = block_exclusive_sum_small<3>(__popc(miss_bits), ws.totals(0), &a.miss_total);
-  a.taken = min(a.miss_total, w.evictable_total);
-  a.assigned_total = a.taken < w.evictable_total ? ws.usable_before()[a.taken] : w.usable_total;
-#pragma unroll
+  int miss_total = 0;
+  const int misses_before = block_exclusive_sum_small<3>(__popc(miss_bits), ws.totals(0), &miss_total);
+  const int32_t evictable_total = ws.uniform(kEvictable);
+  const int32_t taken = min(miss_total, evictable_total);
+  const int32_t assigned_total = taken < evictable_total ? ws.usable_before()[taken] : ws.uniform(kUsableEvictable);
+  ws.set_uniform(kMisses, miss_total);
+  ws.set_uniform(kAssignedMisses, assigned_total);
+  write_lru_order(p, ws, r, w, taken);
+  for (int32_t row = threadIdx.x; row < r.q; row += kThreads) {
+    p.out_swap_counts[r.t0 + row] = min(max(assigned_total - row * p.top_k, 0), p.top_k);
+  }
+#pragma unroll 1
   for (int x = 0; x < kPositions; ++x) {
-    bool copies = false;
-    int32_t host_row = 0;
-    int32_t hot_row = 0;
     if (miss_bits >> x & 1u) {
       const int32_t rank = first_rank + x;
       const uint32_t bucket = static_cast<uint16_t>(ws.member_bucket()[rank]);
       const int32_t m = misses_before + __popc(miss_bits & ((1u << x) - 1));
       uint32_t value = kNotServed | static_cast<uint32_t>(rank);
-      if (m < a.taken) {
+      if (m < taken) {
         const int32_t j = ws.lru_copy()[ws.evictable()[m]];
         if (usable_slot(p, ws, j)) {
           const int32_t swap = ws.usable_before()[m];
           const int32_t row_of_list = c.top_k.quotient(swap);
+          const int32_t column = c.top_k.remainder(swap, row_of_list);
           const int64_t t = r.t0 + row_of_list;
-          host_row = ws.table().key_at(bucket);
-          hot_row = slot_row(p, c, r, j).row;
+          const int32_t host_row = ws.table().key_at(bucket);
+          const int32_t hot_row = slot_row(p, c, r, j).row;
           r.dgi_row(p)[j] = host_row;
-          p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + c.top_k.remainder(swap, row_of_list)] = host_row;
-          p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + c.top_k.remainder(swap, row_of_list)] =
-              hot_row;
+          p.out_swap_host_rows[t * p.out_swap_host_rows_row_stride + column] = host_row;
+          p.out_swap_device_rows[t * p.out_swap_device_rows_row_stride + column] = hot_row;
           value = kAssigned | (static_cast<uint32_t>(j) << kFieldShift) | static_cast<uint32_t>(rank);
-          copies = true;
         }
       }
       ws.values()[bucket] = value;
     }
-    if constexpr (kCopies) {
-      if (copies && stage_row(p, ws, host_row, hot_row)) copies = false;
-      warp_copy_assigned_rows<kCopyUnroll>(p.gather, copies, host_row, hot_row, threadIdx.x & 31);
-    }
   }
-  for (int32_t row = threadIdx.x; row < r.q; row += kThreads) {
-    p.out_swap_counts[r.t0 + row] = min(max(a.assigned_total - row * p.top_k, 0), p.top_k);
-  }
-  return a;
+  if constexpr (kCopies) copy_assigned_rows(p, c, ws, r, miss_bits);
 }
 
-// Step 6: the new LRU order E[n:], E[:n], then the hit positions, written
-// from the copy of the row as it was.
-__device__ __forceinline__ void write_lru_order(const ResolveResidencyParams& p, const Workspace& ws,
-                                                const Request& r, const Walk& w, const Assignment& a) {
-  const int32_t begin = kPositions * static_cast<int32_t>(threadIdx.x);
-#pragma unroll
-  for (int x = 0; x < kPositions; ++x) {
-    const int32_t i = begin + x;
-    if (i >= p.hot_size) break;
-    const int32_t evictable_before_i = w.evictable_before + __popc(w.evictable_bits & ((1u << x) - 1));
-    int32_t to;
-    if (w.evictable_bits >> x & 1u) {
-      const int32_t m = evictable_before_i;
-      to = m < a.taken ? w.evictable_total - a.taken + m : m - a.taken;
-    } else {
-      to = w.evictable_total + (i - evictable_before_i);
-    }
-    r.lru_row(p)[to] = ws.lru_copy()[i];
-  }
-}
 
 // ---- Phase F (after B4): each entry's outputs, from its classification
 // and its member's value; valid counts per token row (one scan each, in
 // alternating buffers), then the request's counters.
 __device__ __forceinline__ void write_entries(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                              const Workspace& ws, const Request& r, int32_t members,
-                                              const Assignment& a) {
+                                              const Workspace& ws) {
+  const Request r = Request::of(ws);
   const int32_t K = p.top_k;
   int32_t valid_total = 0;
   int resident_here = 0;
@@ -669,8 +723,8 @@ __device__ __forceinline__ void write_entries(const ResolveResidencyParams& p, c
   if (threadIdx.x == 0) {
     const int64_t lookups = static_cast<int64_t>(r.q) * K;
     add_stat(p, HS_STAT_LOOKUPS, lookups);
-    add_stat(p, HS_STAT_HITS, members - a.miss_total);
-    add_stat(p, HS_STAT_MISSES, a.assigned_total);
+    add_stat(p, HS_STAT_HITS, ws.uniform(kMembers) - ws.uniform(kMisses));
+    add_stat(p, HS_STAT_MISSES, ws.uniform(kAssignedMisses));
     add_stat(p, HS_STAT_RESIDENT, resident_total);
     add_stat(p, HS_STAT_INVALID, lookups - valid_total);
   }
