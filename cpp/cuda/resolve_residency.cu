@@ -30,8 +30,6 @@
 #include "cuda/resolver_gather.cuh"
 #include "cuda/resolver_handoff.cuh"
 #include "cuda/resolver_hint.cuh"
-#include "cuda/resolver_inactive_rows.cuh"
-#include "cuda/resolver_lean.cuh"
 #include "cuda/resolver_placement.cuh"
 #include "cuda/resolver_single_row.cuh"
 #include "cuda/resolver_tail_gather.hpp"
@@ -45,6 +43,48 @@ constexpr int kThreads = kResolverThreads;
 constexpr int kWarps = kResolverWarps;
 
 constexpr int64_t kMaxEntries = int64_t{1} << 30;
+
+__device__ __forceinline__ void write_inactive_entry(const ResolveResidencyParams& p, int64_t t, int32_t k) {
+  p.out_attention[t * p.out_attention_row_stride + k] = -1;
+  p.out_hot_rows[t * p.out_hot_rows_row_stride + k] = -1;
+  p.out_resolved[t * p.out_resolved_row_stride + k] = -1;
+  p.out_miss_mask[t * p.out_miss_mask_row_stride + k] = 0;
+}
+
+// Token rows past num_valid_rows or naming no batch row, spread over the
+// launch's `blocks` batch rows (row t goes to batch row b = t % blocks) so no
+// single block writes them all. `first_owner` is req_id_per_token[b], loaded
+// at phase A's start so that the usual single row per request costs no load
+// latency here.
+__device__ void write_orphan_rows(const ResolveResidencyParams& p, int32_t valid_rows, int32_t first_owner, int32_t b,
+                                  int32_t blocks) {
+  for (int32_t t = b; t < p.num_tokens; t += blocks) {
+    const int32_t request = t == b ? first_owner : p.req_id_per_token[t];
+    if (t < valid_rows && request >= 0 && request < p.num_batch_rows) continue;
+    for (int32_t k = threadIdx.x; k < p.top_k; k += kThreads) write_inactive_entry(p, t, k);
+    if (threadIdx.x == 0) {
+      p.out_valid_counts[t] = 0;
+      p.out_swap_counts[t] = 0;
+    }
+  }
+}
+
+// Padding and rejected requests: their rows (any t in [first, last] naming b).
+__device__ void write_request_inactive(const ResolveResidencyParams& p, const ResolverConstants& c, int32_t b,
+                                       int32_t first, int32_t last) {
+  const int32_t span = last - first + 1;
+  const int32_t entries = span * p.top_k;  // <= T * K <= 2^30 (checked by the launcher)
+  for (int32_t e = threadIdx.x; e < entries; e += kThreads) {
+    const int32_t r = c.top_k.quotient(e);
+    if (p.req_id_per_token[first + r] == b) write_inactive_entry(p, first + r, c.top_k.remainder(e, r));
+  }
+  for (int32_t r = threadIdx.x; r < span; r += kThreads) {
+    if (p.req_id_per_token[first + r] == b) {
+      p.out_valid_counts[first + r] = 0;
+      p.out_swap_counts[first + r] = 0;
+    }
+  }
+}
 
 // ---- Phase A: the request's token rows ("Token rows of a request"), ends at B1.
 // Fills the shared memory that starts initialised, starts copying the state
@@ -80,7 +120,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   const int32_t s = b < B ? p.request_state_indices[b] : -1;
   const int32_t valid_rows = valid_rows_ptr != nullptr ? min(max(*valid_rows_ptr, 0), T) : T;
   if (b >= B) {
-    write_orphan_rows<kThreads>(p, valid_rows, orphan_owner, b, blocks);
+    write_orphan_rows(p, valid_rows, orphan_owner, b, blocks);
     return false;
   }
   const bool state_in_range = s >= 0 && s < p.num_state_rows;
@@ -133,7 +173,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
   }
   wait_async_copies<1>();  // the lru row (the dgi row may still be in flight)
   __syncthreads();  // B1
-  write_orphan_rows<kThreads>(p, valid_rows, orphan_owner, b, blocks);
+  write_orphan_rows(p, valid_rows, orphan_owner, b, blocks);
   const int32_t* reduce = ws.scratch + kScratchRequestReduce;
   const int32_t t0 = warp_min(reduce[lane]);
   const int32_t last_row = warp_max(reduce[kWarps + lane]);
@@ -144,7 +184,7 @@ __device__ __forceinline__ bool find_request(const ResolveResidencyParams& p, co
     // Shared memory must not be released under an async copy still landing.
     wait_async_copies<0>();
     if (q == 0) return false;
-    write_request_inactive<kThreads>(p, c.top_k, b, t0, last_row);
+    write_request_inactive(p, c, b, t0, last_row);
     if (s >= 0 && tid == 0 && p.stats != nullptr) {
       add_stat(p, HS_STAT_LOOKUPS, static_cast<int64_t>(q) * K);
       add_stat(p, HS_STAT_INVALID, static_cast<int64_t>(q) * K);
@@ -753,26 +793,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   gather.copy_lists(p, c, ws);
 }
 
-// The lean launch (resolver_lean.cuh): one request per block, two blocks
-// per SM. kCopies: a fused gather, every row copied by the block that
-// assigns it.
-template <bool kCopies>
-__global__ void __launch_bounds__(lean::kThreads, 2)
-    resolve_residency_lean_kernel(const ResolveResidencyParams p, const ResolverConstants c,
-                                  const lean::LeanLayout l) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const lean::Workspace ws{smem, l};
-  if (!lean::find_request(p, c, l, smem, ws)) return;  // A | B1
-  lean::mark_slots(p, c, ws);                          // B
-  __syncthreads();                                     // B1b: the request's uniform words
-  lean::build_union(p, c, ws);                         // B | B2a per row; B2
-  const lean::Walk walk = lean::walk_positions(p, ws);  // C | B3
-  lean::assign_misses<kCopies>(p, c, ws, walk);        // D
-  __syncthreads();                                     // B4: members' values final
-  lean::write_entries(p, c, ws);                       // F
-  if (kCopies && l.stage_rows > 0) lean::write_staged_rows(ws);                      // B5
-}
-
 // cudaFuncSetAttribute is a driver round trip: do it once per device, size
 // and instantiation, with a lock-free check on the launch path.
 constexpr int kCachedDevices = 64;
@@ -1075,12 +1095,6 @@ void launch_placed(const ResolveResidencyParams& params, const ResolverConstants
   }
 }
 
-// Shared memory of one of two blocks on an SM, at most.
-uint64_t half_sm_shared_limit(const ResolverDevice& d) {
-  const uint64_t half = d.sm_shared_bytes / 2;
-  return std::min(d.block_shared_limit, half > d.block_reserved_bytes ? half - d.block_reserved_bytes : 0);
-}
-
 // A fused gather over more requests than the device has SMs, up to twice
 // as many: one block per SM resolves two requests in turn and then copies
 // both swap lists (DeferredGather), under either schedule. One block per
@@ -1096,40 +1110,10 @@ uint64_t half_sm_shared_limit(const ResolverDevice& d) {
 bool resolves_in_turns(const ResolveResidencyParams& params, const ResolverDevice& d) {
   const int64_t blocks = own_blocks(params);
   if (!params.fused_gather || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) return false;
-  return resolver_shared_layout(params.hot_size, params.max_union_rows).total_bytes <= half_sm_shared_limit(d);
-}
-
-// Past the SM count, up to twice it, without a residency hint: the lean
-// launch (resolver_lean.cuh), where the shape fits its limits and two of
-// its blocks fit one SM. Its layout, or total_bytes == 0 for none. Measured
-// against one block per SM resolving two requests in turn (DeferredGather)
-// at 133-264 requests: docs/performance.md, "The lean launch".
-lean::LeanLayout lean_launch(const ResolveResidencyParams& params, const ResolverDevice& d) {
-  const int64_t blocks = own_blocks(params);
-  if (params.residency_hint != nullptr || blocks <= d.multiprocessors || blocks > 2 * int64_t{d.multiprocessors}) {
-    return lean::LeanLayout{};
-  }
-  return lean::lean_launch_layout(params, half_sm_shared_limit(d));
-}
-
-template <bool kCopies>
-void launch_lean_kernel(const ResolveResidencyParams& params, const ResolverConstants& constants,
-                        const lean::LeanLayout& layout, int device, bool hopper, cudaStream_t stream) {
-  static std::atomic<uint32_t> configured[kCachedDevices];
-  const uint32_t bytes = layout.total_bytes;
-  const bool cached = device >= 0 && device < kCachedDevices;
-  if (bytes > 48 * 1024 && !(cached && configured[device].load(std::memory_order_acquire) >= bytes)) {
-    std::lock_guard<std::mutex> lock(g_configure_mutex);
-    cuda_check(cudaFuncSetAttribute(resolve_residency_lean_kernel<kCopies>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes)),
-               "cudaFuncSetAttribute(resolve_residency_lean, MaxDynamicSharedMemorySize)");
-    if (cached) configured[device].store(bytes, std::memory_order_release);
-  }
-  const ProgrammaticLaunch launch_config(dim3(static_cast<unsigned>(own_blocks(params))), dim3(lean::kThreads), bytes,
-                                         stream, hopper);
-  cuda_check(cudaLaunchKernelEx(launch_config.config(), resolve_residency_lean_kernel<kCopies>, params, constants,
-                                layout),
-             "resolve_residency_lean kernel launch");
+  const uint64_t half = d.sm_shared_bytes / 2;
+  const uint64_t half_limit =
+      std::min(d.block_shared_limit, half > d.block_reserved_bytes ? half - d.block_reserved_bytes : 0);
+  return resolver_shared_layout(params.hot_size, params.max_union_rows).total_bytes <= half_limit;
 }
 
 }  // namespace
@@ -1151,16 +1135,6 @@ void launch_resolve_residency(const ResolveResidencyParams& params, cudaStream_t
   const int32_t stage_rows = params.fused_gather ? kMissStageRows : 0;
   const ResolverSplitLayout split = resolver_split_layout(params.hot_size, params.max_union_rows, limit);
   if (split.in_workspace == 0) {
-    const lean::LeanLayout lean_layout = lean_launch(params, d);
-    if (lean_layout.total_bytes > 0) {
-      const ResolverConstants constants = make_resolver_constants(params, ResolverLaunchLayout{}, hopper);
-      if (params.fused_gather) {
-        launch_lean_kernel<true>(params, constants, lean_layout, device, hopper, stream);
-      } else {
-        launch_lean_kernel<false>(params, constants, lean_layout, device, hopper, stream);
-      }
-      return;
-    }
     // DeferredGather stages into two halves of the stage, one per turn.
     const bool turns = resolves_in_turns(params, d);
     const int32_t stage_rows_here = turns ? 2 * stage_rows : stage_rows;

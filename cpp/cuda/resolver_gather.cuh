@@ -112,8 +112,7 @@ constexpr int kAssignedRowUnroll = 4;
 
 // The warp copies the row of every lane with a destination `dst` (from
 // `src`, or zero-filled where src is null), by line, all lanes' rows in one
-// call, with kUnroll loads in flight per lane.
-template <int kUnroll = kAssignedRowUnroll>
+// call.
 __device__ __forceinline__ void warp_copy_lane_rows(const uint8_t* src, uint8_t* dst, int chunks, int lane) {
   const unsigned rows = __ballot_sync(kFullMask, dst != nullptr);
   if (rows == 0) return;
@@ -123,7 +122,7 @@ __device__ __forceinline__ void warp_copy_lane_rows(const uint8_t* src, uint8_t*
   const uint8_t* my_src =
       reinterpret_cast<const uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
   uint8_t* my_dst = reinterpret_cast<uint8_t*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
-  warp_copy_rows_by_line<kUnroll>(n, my_src, my_dst, chunks, lane);
+  warp_copy_rows_by_line<kAssignedRowUnroll>(n, my_src, my_dst, chunks, lane);
 }
 
 // Where a swap entry's physical hot row `row` lies in the gather's hot
@@ -137,13 +136,12 @@ __device__ __forceinline__ uint8_t* assigned_row_destination(const GatherCompact
 // physical hot row `row`), exactly as gather_compact would copy those swap
 // entries: a destination outside the hot cache is skipped, a source past the
 // host rows zero-fills.
-template <int kUnroll = kAssignedRowUnroll>
 __device__ __forceinline__ void warp_copy_assigned_rows(const GatherCompactParams& g_params, bool has_row, int32_t g,
                                                         int32_t row, int lane) {
   const uint8_t* src = nullptr;
   uint8_t* dst = has_row ? assigned_row_destination(g_params, row) : nullptr;
   if (dst != nullptr && g < g_params.host_rows) src = g_params.host + static_cast<int64_t>(g) * g_params.host_pitch;
-  warp_copy_lane_rows<kUnroll>(src, dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
+  warp_copy_lane_rows(src, dst, static_cast<int>(g_params.row_bytes / kChunkBytes), lane);
 }
 
 // The miss stage (ResolverMissStage, appended to the workspace): rows of

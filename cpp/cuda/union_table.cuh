@@ -78,10 +78,10 @@ struct UnionTableView {
     }
   }
 
-  // The slot that holds `key` (>= 0), -1 when absent. A key is held by one
+  // The value of `key` (>= 0), kNoRank when absent. A key is held by one
   // slot only, so a match anywhere in a bucket is the key's slot, even
   // before the home slot.
-  __device__ __forceinline__ int32_t slot_of(int32_t key) const {
+  __device__ __forceinline__ uint32_t find(int32_t key) const {
     const uint32_t start = home(key);
     const uint32_t buckets = static_cast<uint32_t>(capacity) / kBucketSlots;
     uint32_t bucket = start / kBucketSlots;
@@ -89,17 +89,11 @@ struct UnionTableView {
     while (true) {
       const int4 held = reinterpret_cast<const int4*>(keys)[bucket];
       const uint32_t found = bucket_match(held, key);
-      if (found != 0) return static_cast<int32_t>(bucket * kBucketSlots + __ffs(found) - 1);
-      if ((bucket_match(held, kEmptyKey) & probed) != 0) return -1;
+      if (found != 0) return values[bucket * kBucketSlots + __ffs(found) - 1];
+      if ((bucket_match(held, kEmptyKey) & probed) != 0) return kNoRank;
       probed = 0xFu;
       if (++bucket == buckets) bucket = 0;
     }
-  }
-
-  // The value of `key` (>= 0), kNoRank when absent.
-  __device__ __forceinline__ uint32_t find(int32_t key) const {
-    const int32_t slot = slot_of(key);
-    return slot >= 0 ? values[slot] : kNoRank;
   }
 
   __device__ __forceinline__ int32_t key_at(uint32_t slot) const { return keys[slot]; }

@@ -1202,11 +1202,12 @@ def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
     """Batches around the SM count (H = 4096, k = 2048, 656-byte rows):
     below half of it the handoff schedule adds a helper block per idle SM;
     from half the SM count on (and for a batch that fills every SM) it adds
-    none and every request keeps its whole list; up to twice the SM count
-    the CUDA resolver runs the lean launch, one request per block and two
-    blocks per SM, each block copying its own swap list; past it, one block
-    per request, in waves, and the automatic schedule takes the tail gather
-    even with a handoff array. Every
+    none and every request keeps its whole list; up to twice the SM count,
+    where two requests' arrays would fit one SM's shared memory (an H200,
+    not an A100), the CUDA resolver runs one block per SM that resolves two
+    requests in turn and then copies both swap lists; past it, or where the
+    shape does not fit, one block per request, in waves, and the automatic
+    schedule takes the tail gather even with a handoff array. Every
     output, the state and every hot byte equal the CPU backend's after
     every step, and every valid entry's hot row holds its host row."""
     props = torch.cuda.get_device_properties(0)
@@ -1229,8 +1230,8 @@ def test_fused_gather_on_batches_past_the_sm_count(schedule, extra_requests):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("extra_requests", sanitize_subset([8, 120], {8}), ids=["turns", "turns-full"])
 def test_fused_gather_past_the_sm_count_with_several_rows_per_request(schedule, extra_requests):
-    """The lean launch (a fused gather past the SM count, up to twice it)
-    with requests of one, two and three token rows in one launch
+    """Two requests per block in turn (a fused gather past the SM count, up
+    to twice it) with requests of one, two and three token rows in one launch
     (k = 1024, H = 2048, each draft row changes 64 positions of its
     request's first row), as speculative decoding gives. Every output, the
     state and every hot byte equal the CPU backend's after every step, and

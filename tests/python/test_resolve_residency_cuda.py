@@ -436,43 +436,6 @@ def test_production_shapes(B, H, union_limit, q_max, drift):
     assert seen["hits"] > 0 and seen["misses"] > 0
 
 
-def device_sms() -> int:
-    """The CUDA device's SM count (132 without one)."""
-    return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-
-
-# Launches of more requests than the device has SMs, up to twice as many,
-# without a residency hint: the lean launch (one request per block, two
-# blocks per SM; docs/residency.md, "The lean launch") for k <= 2048,
-# H <= 4096 and max_union_rows <= 4096. As (extra requests over the SM
-# count, H, k, token rows per request at most, max_union_rows): one row per
-# request at the production shape, draft rows with unions past the limit
-# (overflow), small and odd shapes, and the most requests the launch takes.
-LEAN_SHAPES = [
-    (3, 4096, 2048, 1, 2048),
-    (-1, 4096, 2048, 2, 4096),
-    (40, 1000, 500, 3, 500),
-    (-1, 100, 33, 2, 66),
-    (1, 37, 1, 3, 2),
-]
-
-
-@pytest.mark.parametrize("extra, H, K, q_max, union_limit", sanitize_subset(LEAN_SHAPES, {LEAN_SHAPES[3]}))
-def test_lean_launch_past_the_sm_count(extra, H, K, q_max, union_limit):
-    """Corrupt LRU and dgi rows, broken table entries, padding, rejected
-    and orphan rows, resident pages and a source table at a batch past the
-    SM count (extra = -1: twice the SM count less one, the launch's one
-    block for orphan rows making it twice), bit for bit with the CPU over
-    warm steps."""
-    B = device_sms() + extra if extra >= 0 else 2 * device_sms() + extra
-    cfg = Config(B=B, S=B + 4, H=H, K=K, q_max=q_max, max_union_rows=union_limit, hot_block_size=16,
-                 attention_extra=16, block_size=16, resident=True, working_factor=2.0, drift=0.2,
-                 corrupt_rate=0.5, table_corrupt_rate=0.02)
-    seen = run_scenario(cfg, seed=B + H + K, steps=4, warm=True)
-    assert seen["misses"] > 0 and seen["invalid"] > 0
-    assert seen["hits"] > 0 or K == 1
-
-
 # Speculative decoding (2-4 token rows of k = 2048, unions up to 8,192) on hot
 # buffers of 6-32K slots. On an H200 (227 KiB of shared memory per block) the
 # resolver keeps these in shared memory only in part: the comment names what

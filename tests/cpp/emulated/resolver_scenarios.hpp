@@ -306,11 +306,10 @@ inline std::vector<int32_t> handoff_states(const Outputs& o) {
 // (cuda_emulation.hpp's Device).
 enum class Kind {
   kAny,         // any batch of 1-5 requests, any schedule
-  kTurns,       // 8-14 requests, one-row or mixed, a fused gather and a hint: two requests per block in turn
+  kTurns,       // 8-14 requests, one-row or mixed, with a fused gather: two requests per block in turn
   kHandoff,     // 7 one-row or 4-7 multi-row requests, auto with a handoff array: no helper blocks
   kEarlyReads,  // 1-3 one-row requests, auto with a handoff array: early-read helpers
   kTailReads,   // 4-6 one-row requests, auto with a handoff array: tail-read helpers for 1-3 of them
-  kLean,        // 8-15 one-row or mixed requests, any gather, no hint: one block per request, two per SM
 };
 
 inline Scenario make_scenario_of_kind(std::mt19937& rng, Kind kind) {
@@ -319,18 +318,16 @@ inline Scenario make_scenario_of_kind(std::mt19937& rng, Kind kind) {
   if (kind == Kind::kHandoff) batch = 4 + static_cast<int32_t>(rng() % 4);
   if (kind == Kind::kEarlyReads) batch = 1 + static_cast<int32_t>(rng() % 3);
   if (kind == Kind::kTailReads) batch = 4 + static_cast<int32_t>(rng() % 3);
-  if (kind == Kind::kLean) batch = 8 + static_cast<int32_t>(rng() % 8);
   bool single_rows = kind != Kind::kAny || rng() % 4 != 0;
   // Half the launches in turns mix requests of one to three token rows.
-  if (kind == Kind::kTurns || kind == Kind::kLean) single_rows = rng() % 2 == 0;
+  if (kind == Kind::kTurns) single_rows = rng() % 2 == 0;
   // Several token rows per request keep a batch below the SM count from tail reads.
   if (kind == Kind::kHandoff) single_rows = batch == 7;
   Scenario s = make_scenario(rng, single_rows, batch);
   if (kind == Kind::kTurns) {
     s.fused = 1 + static_cast<int>(rng() % 3);
-    s.hint = true;  // without one, shapes within the lean launch's limits take it
+    s.hint = rng() % 2 == 0;
   }
-  if (kind == Kind::kLean) s.hint = false;
   if (kind == Kind::kHandoff || kind == Kind::kEarlyReads || kind == Kind::kTailReads) s.fused = 3;
   return s;
 }

@@ -170,10 +170,6 @@ TEST(ResolveResidencyEmulated, TwoRequestsPerBlockPastTheSmCountMatchTheReferenc
   check_against_reference(Kind::kTurns, 2, 8);
 }
 
-TEST(ResolveResidencyEmulated, LeanBlocksPastTheSmCountMatchTheReference) {
-  check_against_reference(Kind::kLean, 6, 24);
-}
-
 TEST(ResolveResidencyEmulated, HandoffWithoutHelperBlocksMatchesTheReference) {
   check_against_reference(Kind::kHandoff, 3, 12);
 }
