@@ -28,6 +28,17 @@ along the same sliding order, so a request's union is q x k positions
 (capped at H) and each step still brings m new ones. Shapes whose resolver
 arrays do not fit a block's shared memory run with their workspace.
 
+Uneven misses (--sections uneven, reported under "uneven_points"): the
+grid's trace with the same misses per step in all, but spread unevenly over
+the requests, as a real batch spreads them (in the dsv32-fp8 preset's trace
+one request of 32 misses 2 positions in a step and another 155, around a
+mean of 69). Request b slides by m x w_b positions per step, its weights
+w_b evenly spaced over [1 - S, 1 + S] (S = --uneven-spread) and dealt to
+the batch rows in a fixed shuffled order. Each point runs twice in a row,
+with S = 0 (even, the grid's trace) and with S, and reports both
+("miss_spread" says which), so what the spread costs is measured in one
+run.
+
 --early-start-bound adds, per point on CUDA, what a schedule that knew
 every miss at launch could reach with the library's gathers: each step's own
 swap list (taken from an untimed run of the same steps) copied by
@@ -126,11 +137,16 @@ def parse_args(argv=None):
                         help="cpu: the CPU reference kernels, timed eagerly (a smoke test)")
     parser.add_argument("--sections", default="grid",
                         help="comma-separated: grid (batches x miss rates at --hot-size, one token row per "
-                             "request), speculative (the --spec-* shapes)")
+                             "request), speculative (the --spec-* shapes), uneven (the --uneven-* points, "
+                             "misses spread evenly and unevenly over the requests)")
     parser.add_argument("--spec-batches", default="1,16,64,256")
     parser.add_argument("--spec-miss-rates", default="0.001,0.05,0.2")
     parser.add_argument("--spec-token-rows", default="2,4", help="token rows per request")
     parser.add_argument("--spec-hot-sizes", default="6144,10240,16384")
+    parser.add_argument("--uneven-batches", default="16,32,64")
+    parser.add_argument("--uneven-miss-rates", default="0.025,0.05", help="mean misses per request over k")
+    parser.add_argument("--uneven-spread", type=float, default=0.9,
+                        help="S in [0, 1): request weights evenly spaced over [1 - S, 1 + S]")
     parser.add_argument("--early-start-bound", action="store_true",
                         help="CUDA: also time each step's own swap list copied alone and beside the resolve")
     parser.add_argument("--residency-hint", choices=("auto", "on", "off"), default="auto",
@@ -168,6 +184,19 @@ def misses_per_request(args, miss_rate):
     return max(1, round(miss_rate * args.top_k))
 
 
+def request_misses(args, batch, miss_rate, spread=0.0):
+    """The fresh positions each step brings each of `batch` requests: the
+    mean misses_per_request, weighted by w_b evenly spaced over
+    [1 - spread, 1 + spread] and dealt to the batch rows in a fixed shuffled
+    order (spread 0: the same for all), each at least one."""
+    m = misses_per_request(args, miss_rate)
+    if spread == 0 or batch == 1:
+        return [m] * batch
+    weights = torch.linspace(1 - spread, 1 + spread, batch, dtype=torch.float64)
+    weights = weights[torch.randperm(batch, generator=torch.Generator().manual_seed(0))]
+    return [max(1, round(m * float(w))) for w in weights]
+
+
 def require_context(flag, context, args, points):
     """A section's positions per request (`flag`: --context or
     --spec-context): a positive multiple of --block-size (whole host blocks
@@ -175,8 +204,9 @@ def require_context(flag, context, args, points):
     two warm-up steps included)."""
     if context <= 0 or context % args.block_size:
         raise SystemExit(f"{flag}: expected a positive multiple of --block-size ({args.block_size}), got {context}")
-    for token_rows, _, _, miss_rate in points:
-        needed = token_rows * args.top_k + (args.steps + 2) * misses_per_request(args, miss_rate)
+    for token_rows, _, batch, miss_rate, *spread in points:
+        most = max(request_misses(args, batch, miss_rate, *spread))
+        needed = token_rows * args.top_k + (args.steps + 2) * most
         if needed > context:
             raise SystemExit(f"{flag} {context} too small: {args.steps + 2} steps of {token_rows} token rows at "
                              f"miss rate {miss_rate} take {needed} positions")
@@ -184,15 +214,17 @@ def require_context(flag, context, args, points):
 
 class Scenario:
     """Static tensors for one (batch, miss rate) point, with `token_rows`
-    rows per request on hot buffers of `hot` slots."""
+    rows per request on hot buffers of `hot` slots and the misses spread
+    over the requests by `spread` (request_misses)."""
 
-    def __init__(self, args, batch, miss_rate, host_cache, hot_cache, token_rows=1, hot=None):
+    def __init__(self, args, batch, miss_rate, host_cache, hot_cache, token_rows=1, hot=None, spread=0.0):
         device = torch.device(args.device)
         k, bs = args.top_k, args.block_size
         hot = args.hot_size if hot is None else hot
         self.args, self.batch, self.token_rows, self.hot = args, batch, token_rows, hot
         self.max_union_rows = min(hot, token_rows * k)
-        self.misses_per_request = misses_per_request(args, miss_rate)
+        self.request_misses = request_misses(args, batch, miss_rate, spread)
+        self.misses_per_step = sum(self.request_misses)
         blocks_per_request = args.context // bs
         self.host_rows = host_cache.shape[0]
         # Request b owns host blocks 1 + b * blocks_per_request + i (block 0 is null).
@@ -213,12 +245,13 @@ class Scenario:
         # main() checks each section's context under its own flag first; the
         # other tools that build a Scenario (resolver_timeline.py,
         # profile_resolver_point.py) take --context.
-        require_context("--context", args.context, args, [(token_rows, hot, batch, miss_rate)])
+        require_context("--context", args.context, args, [(token_rows, hot, batch, miss_rate, spread)])
         order = torch.argsort(torch.rand(batch, args.context, device=device), dim=1).to(torch.int32)
-        m = self.misses_per_request
+        m = torch.tensor(self.request_misses, device=device, dtype=torch.int64)[:, None]
+        window = torch.arange(k, device=device, dtype=torch.int64)[None, :]
         self.topk = torch.stack(
             [
-                torch.stack([order[:, i * m + r * k : i * m + r * k + k] for r in range(token_rows)], dim=1)
+                torch.stack([torch.gather(order, 1, i * m + r * k + window) for r in range(token_rows)], dim=1)
                 .reshape(rows, k)
                 for i in range(total_steps)
             ]
@@ -300,26 +333,26 @@ def link_ceiling(device):
 
 def run_section(args, points, device, memcpy_gbps, peer=None):
     """Points (token rows, hot slots or None for --hot-size, batch, miss
-    rate) on a pool of args.context positions per request: their results,
+    rate[, spread]) on a pool of args.context positions per request: their results,
     the pool's setup seconds and its info. With `peer`, each point is
     compared with it."""
     setup = time.perf_counter()
-    max_batch = max(batch for _, _, batch, _ in points)
-    max_hot = max(args.hot_size if hot is None else hot for _, hot, _, _ in points)
+    max_batch = max(batch for _, _, batch, *_ in points)
+    max_hot = max(args.hot_size if hot is None else hot for _, hot, *_ in points)
     pool, host_cache, hot_cache = make_caches(args, max_batch, device, max_hot)
     setup = time.perf_counter() - setup
     rows = []
-    for token_rows, hot, batch, miss_rate in points:
-        rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows, hot))
+    for token_rows, hot, batch, miss_rate, *spread in points:
+        rows.append(run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows, hot, *spread))
         if peer is not None:
             compare_with_peer(rows[-1], peer)
         report(rows[-1])
     return rows, setup, pool.info()
 
 
-def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows=1, hot=None):
+def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_rows=1, hot=None, spread=None):
     device = torch.device(args.device)
-    s = Scenario(args, batch, miss_rate, host_cache, hot_cache, token_rows, hot)
+    s = Scenario(args, batch, miss_rate, host_cache, hot_cache, token_rows, hot, spread or 0.0)
     s.resolve(0)  # cold start: fill the hot buffers
     s.resolve(1)
     measure.synchronize(device)
@@ -331,8 +364,10 @@ def run_point(args, batch, miss_rate, host_cache, hot_cache, memcpy_gbps, token_
         if s.hint is not None:
             s.hint.copy_(snapshot[2])
 
-    results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_request * batch,
+    results = {"batch": batch, "miss_rate": miss_rate, "misses_per_step": s.misses_per_step,
                "residency_hint": s.hint is not None}
+    if spread is not None:
+        results.update(miss_spread=spread, request_misses=s.request_misses)
     if token_rows != 1 or hot is not None:
         results.update(token_rows=token_rows, hot_size=s.hot, max_union_rows=s.max_union_rows,
                        workspace_bytes=0 if s.workspace is None else s.workspace.numel())
@@ -476,6 +511,8 @@ def compare_with_peer(results, peer):
 
 def report(r):
     shape = f"q={r['token_rows']} H={r['hot_size']:<5} " if "token_rows" in r else ""
+    if "miss_spread" in r:
+        shape += f"spread={r['miss_spread']:<4} "
 
     def us(name):
         return f"{r[name]:8.2f}us" if name in r else f"{'-':>8s}  "
@@ -509,8 +546,10 @@ def main(argv=None):
     if unknown:
         raise SystemExit(f"--paths: expected some of {', '.join(PATHS)}, got {', '.join(sorted(unknown))}")
     sections = set(args.sections.split(","))
-    if not sections <= {"grid", "speculative"}:
-        raise SystemExit(f"--sections: expected grid and/or speculative, got {args.sections}")
+    if not sections <= {"grid", "speculative", "uneven"}:
+        raise SystemExit(f"--sections: expected some of grid, speculative and uneven, got {args.sections}")
+    if not 0 <= args.uneven_spread < 1:
+        raise SystemExit(f"--uneven-spread: expected a value in [0, 1), got {args.uneven_spread}")
     batches = [int(b) for b in args.batches.split(",")] if "grid" in sections else []
     miss_rates = [float(m) for m in args.miss_rates.split(",")]
     spec = []
@@ -520,8 +559,13 @@ def main(argv=None):
                 for b in (int(x) for x in args.spec_batches.split(","))
                 for m in (float(x) for x in args.spec_miss_rates.split(","))]
     grid = [(1, None, b, m) for b in batches for m in miss_rates]
-    if grid:
-        require_context("--context", args.context, args, grid)
+    uneven = []
+    if "uneven" in sections:
+        uneven = [(1, None, b, m, spread) for b in (int(x) for x in args.uneven_batches.split(","))
+                  for m in (float(x) for x in args.uneven_miss_rates.split(","))
+                  for spread in (0.0, args.uneven_spread)]
+    if grid or uneven:
+        require_context("--context", args.context, args, grid + uneven)
     if spec:
         require_context("--spec-context", args.spec_context, args, spec)
     peer = load_peer(args.peer, args) if args.peer else None
@@ -531,9 +575,13 @@ def main(argv=None):
     # (docs/performance.md, "Physical bounds": host footprint). The first
     # section's pool keeps the published key.
     env = {}
-    rows, spec_rows = [], []
+    rows, spec_rows, uneven_rows = [], [], []
     if grid:
         rows, env["host_pool_setup_seconds"], env["host_pool"] = run_section(args, grid, device, memcpy["gbps"], peer)
+    if uneven:
+        key = "uneven_" if grid else ""
+        uneven_rows, env[f"{key}host_pool_setup_seconds"], env[f"{key}host_pool"] = run_section(
+            args, uneven, device, memcpy["gbps"])
     if spec:
         spec_args = argparse.Namespace(**{**vars(args), "context": args.spec_context})
         key = "speculative_" if grid else ""
@@ -553,6 +601,8 @@ def main(argv=None):
     }
     if spec:
         result["speculative_points"] = spec_rows
+    if uneven:
+        result["uneven_points"] = uneven_rows
     if peer is not None:
         compared = [r for r in rows if "peer_us" in r]
         met = sum(r["meets_target"] for r in compared)
