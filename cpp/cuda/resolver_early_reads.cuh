@@ -252,8 +252,8 @@ __device__ __forceinline__ void note_predicted(const HelperMemory& m, const uint
 // counted in words[kPredicted].
 template <bool kNote>
 __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const HelperMemory& m, int32_t b, const int32_t* held_row,
-                                               int32_t part, int32_t parts) {
+                                               const HelperMemory& m, int32_t b, const int32_t* held_row, int32_t part,
+                                               int32_t parts) {
   const int tid = threadIdx.x;
   if (tid == 0) {
     m.words[HelperMemory::kPredicted] = 0;
