@@ -40,7 +40,6 @@
 #include <cstdint>
 
 #include "core/resolve_residency_params.hpp"
-#include "cuda/async_copy.cuh"
 #include "cuda/block_scan.cuh"
 #include "cuda/resolver_context.cuh"
 #include "cuda/resolver_gather.cuh"
@@ -176,9 +175,10 @@ struct HelperMemory {
   }
 };
 
-// What a helper's prediction reads for batch row b: the request's table
-// rows and top-k row, and the residency hint where the launch has one, else
-// the state row `held_row` (`held_slots` of its entries; 0 with a hint).
+// What a helper's prediction reads for batch row b on state row s: the
+// request's table rows and top-k row, and the residency hint where the
+// launch has one, else the state row (`held_slots` of its entries; 0 with
+// a hint).
 struct PredictionInputs {
   const int32_t* source;
   const int32_t* resident;
@@ -188,14 +188,13 @@ struct PredictionInputs {
   int32_t held_slots;
 };
 
-__device__ __forceinline__ PredictionInputs prediction_inputs(const ResolveResidencyParams& p, int32_t b,
-                                                              const int32_t* held_row) {
+__device__ __forceinline__ PredictionInputs prediction_inputs(const ResolveResidencyParams& p, int32_t b, int32_t s) {
   PredictionInputs in;
   in.source = p.source_block_table != nullptr ? p.source_block_table + b * p.source_table_row_stride : nullptr;
   in.resident = p.resident_block_table != nullptr ? p.resident_block_table + b * p.resident_table_row_stride : nullptr;
   in.topk = p.topk_indices + static_cast<int64_t>(b) * p.topk_row_stride;
   in.hint = p.residency_hint;
-  in.held_row = in.hint == nullptr ? held_row : nullptr;
+  in.held_row = in.hint == nullptr ? p.device_global_indices + static_cast<int64_t>(s) * p.hot_size : nullptr;
   in.held_slots = in.held_row != nullptr ? p.hot_size : 0;
   return in;
 }
@@ -242,17 +241,16 @@ __device__ __forceinline__ void note_predicted(const HelperMemory& m, const uint
 // not held is a predicted miss (the first entry of a row repeated in the
 // top-k inserts it into the table). Held: its residency-hint bit is set,
 // where the launch has a hint, and otherwise the request's state row holds
-// it (`held_row`, null with a hint). The owner may be replacing some of the
-// state row's entries in its phase D while the helper reads them: either
-// value is a prediction, never an answer. Batch row b's token row is b in
-// the usual batch; a batch that maps its rows otherwise predicts nothing.
-// The first round of the top-k and state-row loads and the prefetches of
-// the request's table rows are issued before anything waits, so that their
-// round trips overlap. Ends at a block barrier, with the predicted misses
-// counted in words[kPredicted].
+// it. The owner may be replacing some of the state row's entries in its
+// phase D while the helper reads them: either value is a prediction, never
+// an answer. Batch row b's token row is b in the usual batch; a batch that
+// maps its rows otherwise predicts nothing. The first round of the top-k
+// and state-row loads is issued before anything waits, so that their round
+// trips overlap. Ends at a block barrier, with the predicted misses counted
+// in words[kPredicted].
 template <bool kNote>
 __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const HelperMemory& m, int32_t b, const int32_t* held_row, int32_t part,
+                                               const HelperMemory& m, int32_t b, int32_t s, int32_t part,
                                                int32_t parts) {
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -269,7 +267,7 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
   }
   const int32_t K = p.top_k;
   const bool row_in_range = b < p.num_tokens;
-  const PredictionInputs in = prediction_inputs(p, b, held_row);
+  const PredictionInputs in = prediction_inputs(p, b, s);
   int32_t position[kTopkLoads];
   int32_t held[kHeldLoads];
 #pragma unroll
@@ -277,11 +275,6 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
     const int32_t e = tid + x * kResolverThreads;
     position[x] = row_in_range && e < K ? in.topk[e] : -1;
   }
-  // The request's table rows arrive in L1 with the top-k, so that each
-  // entry's host row is known without a round trip of its own after its
-  // position: one round trip less before the hint's.
-  if (in.source != nullptr) prefetch_int32_row<kResolverThreads>(in.source, p.source_table_width);
-  if (in.resident != nullptr) prefetch_int32_row<kResolverThreads>(in.resident, p.resident_table_width);
 #pragma unroll
   for (int x = 0; x < kHeldLoads; ++x) {
     const int32_t j = tid + x * kResolverThreads;
@@ -552,23 +545,14 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   const int32_t b = c.early_batch.remainder(h, part);
   const int32_t parts = parts_of(c, b);
   if (part >= parts) return;
-  const uint64_t start = handoff::global_time_ns();
   const int32_t s = p.request_state_indices[b];
+  if (s < 0 || s >= p.num_state_rows) return;
+  const uint64_t start = handoff::global_time_ns();
+  int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
   const HelperMemory m(smem, c.early_layouts[b < c.early_more_parts ? 1 : 0]);
-  // A prediction from the residency hint does not read the state row, so its
-  // loads go out while the state row's index is still on its way (two calls,
-  // so that nothing on that path waits for the index before them); without a
-  // hint the prediction reads the state row.
-  if (p.residency_hint != nullptr) {
-    predict_misses<kNote>(p, c, m, b, nullptr, part, parts);
-    if (s < 0 || s >= p.num_state_rows) return;
-  } else {
-    if (s < 0 || s >= p.num_state_rows) return;
-    predict_misses<kNote>(p, c, m, b, p.device_global_indices + static_cast<int64_t>(s) * p.hot_size, part, parts);
-  }
+  predict_misses<kNote>(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;
-  int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
   // The reads start at once; the coordinator warp meanwhile claims the
   // partition, waits for the swap list and (kNote) notes where its buffered
   // rows go, so that what is left once the rows are in is one flat copy. A

@@ -81,8 +81,7 @@ __device__ __forceinline__ void predict_tail(const ResolveResidencyParams& p, co
   const int tid = threadIdx.x;
   const int32_t K = p.top_k;
   const bool row_of_b = b < p.num_tokens && p.req_id_per_token[b] == b;
-  const early_reads::PredictionInputs in =
-      early_reads::prediction_inputs(p, b, p.device_global_indices + static_cast<int64_t>(s) * p.hot_size);
+  const early_reads::PredictionInputs in = early_reads::prediction_inputs(p, b, s);
   // Every load of the prediction's first round is issued before anything waits.
   int32_t position[2];
 #pragma unroll
