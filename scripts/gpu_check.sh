@@ -144,6 +144,8 @@ if has bench; then
   bench_run resolver_grid_h200 bench/bench_resolver.py --peer bench/peers/sglang_010c002_h200.json
   bench_run resolver_speculative_shapes_h200 bench/bench_resolver.py --sections speculative --baseline-steps 0 \
     --replays 5 --steps 16 --spec-batches 1,64,256
+  bench_run resolver_uneven_misses_h200 bench/bench_resolver.py --sections uneven --paths resolve,resolve_auto_gather \
+    --replays 5 --baseline-steps 0
   bench_run gather_schedules_h200 bench/bench_gather.py --row-bytes 656,1152 --counts "" --pool-gib 8 --iters 5
   bench_run decode_step_h200 bench/bench_decode_step.py
   bench_run shared_pool_h200 bench/bench_shared_pool.py
