@@ -1036,7 +1036,7 @@ ResolverConstants with_early_read_helpers(const ResolverConstants& constants, co
   early.early_parts = static_cast<int32_t>(helpers / static_cast<unsigned>(batch));
   early.early_more_parts = static_cast<int32_t>(helpers % static_cast<unsigned>(batch));
   for (int more = 0; more < 2; ++more) {
-    const int32_t parts = 1;  // a dealt helper may take all of a request's partitions
+    const int32_t parts = std::max(1, std::min(early.early_parts + more, early_reads::kMaxParts));
     early.early_layouts[more] = HelperLayout::make(constants.miss_stage.total_bytes, params.top_k, held, parts,
                                                    constants.stage_row_bytes, notes);
   }

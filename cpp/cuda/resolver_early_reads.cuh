@@ -53,7 +53,6 @@ namespace early_reads {
 // Partitions per request, at most: the record's cursor word holds a claim
 // bit and a finish bit for each.
 constexpr int32_t kMaxParts = 16;
-constexpr uint32_t kAllParts = (1u << kMaxParts) - 1u;
 constexpr int kPartsWord = handoff::kCursor;
 
 // The launcher runs the instantiation whose helpers note their rows'
@@ -215,19 +214,10 @@ __device__ __forceinline__ int32_t partition_key(const ResolveResidencyParams& p
   return entry.kind == kHot && part_of(entry.host_slot, parts) == part ? entry.host_slot : -1;
 }
 
-// The host row of a top-k entry when it is a hot candidate of one of the
-// partitions in `mine` (of kMaxParts), else -1.
-__device__ __forceinline__ int32_t partitions_key(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                                  const int32_t* source, const int32_t* resident, int32_t position,
-                                                  uint32_t mine) {
-  const Entry entry = classify(p, c, source, resident, position);
-  return entry.kind == kHot && ((mine >> part_of(entry.host_slot, kMaxParts)) & 1u) ? entry.host_slot : -1;
-}
-
 // Marks a host row that the request's state row holds (kHeld), when it lies
 // in partition `part`: the top-k's rows found there are predicted to hit.
-__device__ __forceinline__ void mark_held(const HelperMemory& m, int32_t key, uint32_t mine) {
-  if (key < 0 || !((mine >> part_of(key, kMaxParts)) & 1u)) return;
+__device__ __forceinline__ void mark_held(const HelperMemory& m, int32_t key, int32_t part, int32_t parts) {
+  if (key < 0 || part_of(key, parts) != part) return;
   bool inserted;
   const int32_t slot = m.insert(key, inserted);
   if (slot >= 0 && inserted) m.values[slot] = HelperMemory::kHeld;
@@ -260,7 +250,8 @@ __device__ __forceinline__ void note_predicted(const HelperMemory& m, const uint
 // in words[kPredicted].
 template <bool kNote>
 __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, const ResolverConstants& c,
-                                               const HelperMemory& m, int32_t b, int32_t s, uint32_t mine) {
+                                               const HelperMemory& m, int32_t b, int32_t s, int32_t part,
+                                               int32_t parts) {
   const int tid = threadIdx.x;
   if (tid == 0) {
     m.words[HelperMemory::kPredicted] = 0;
@@ -298,20 +289,20 @@ __device__ __forceinline__ void predict_misses(const ResolveResidencyParams& p, 
   int32_t key[kTopkLoads];
 #pragma unroll
   for (int x = 0; x < kTopkLoads; ++x) {
-    key[x] = row_of_b && position[x] >= 0 ? partitions_key(p, c, in.source, in.resident, position[x], mine) : -1;
+    key[x] = row_of_b && position[x] >= 0 ? partition_key(p, c, in.source, in.resident, position[x], part, parts) : -1;
   }
   if (in.held_row != nullptr) {
 #pragma unroll
-    for (int x = 0; x < kHeldLoads; ++x) mark_held(m, held[x], mine);
+    for (int x = 0; x < kHeldLoads; ++x) mark_held(m, held[x], part, parts);
     for (int32_t j = tid + kHeldLoads * kResolverThreads; j < in.held_slots; j += kResolverThreads) {
-      mark_held(m, __ldcg(in.held_row + j), mine);
+      mark_held(m, __ldcg(in.held_row + j), part, parts);
     }
     __syncthreads();  // every held row is marked
   }
 #pragma unroll
   for (int x = 0; x < kTopkLoads; ++x) note_predicted(m, in.hint, key[x]);
   for (int32_t e = tid + kTopkLoads * kResolverThreads; row_of_b && e < K; e += kResolverThreads) {
-    note_predicted(m, in.hint, partitions_key(p, c, in.source, in.resident, in.topk[e], mine));
+    note_predicted(m, in.hint, partition_key(p, c, in.source, in.resident, in.topk[e], part, parts));
   }
   __syncthreads();  // the prediction is complete
 }
@@ -504,27 +495,26 @@ __device__ __forceinline__ bool request_resolves(const ResolveResidencyParams& p
 // the owner has claimed it already, and then the wait for the publication.
 // Leaves kClaimed, kFirstRow and kCount (-1: nothing to copy) in the words.
 __device__ __forceinline__ void claim_and_wait(const ResolveResidencyParams& p, const HelperMemory& m, int32_t* record,
-                                               int32_t b, int32_t s, uint32_t mine, uint64_t start) {
+                                               int32_t b, int32_t s, int32_t part, uint64_t start) {
   const bool resolves = request_resolves(p, b, s);
   if ((threadIdx.x & 31) != 0) return;
   m.words[HelperMemory::kClaimed] = 0;
   m.words[HelperMemory::kCount] = -1;
   if (!resolves) return;
-  uint32_t claimed = 0;
+  bool claimed = false;
   for (;;) {
     const int32_t state = handoff::Word(record[handoff::kState]).load(::cuda::memory_order_acquire);
     if (state == handoff::kResolving || state == handoff::kPublished) {
+      const uint32_t bit = 1u << part;
       claimed =
-          mine &
-          ~static_cast<uint32_t>(
-              handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(mine), ::cuda::memory_order_relaxed));
+          !(handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(bit), ::cuda::memory_order_relaxed) & bit);
       break;
     }
     if (handoff::global_time_ns() - start >= handoff::kOpenGraceNs) break;
     __nanosleep(128);
   }
-  m.words[HelperMemory::kClaimed] = static_cast<int32_t>(claimed);
-  if (claimed == 0) return;
+  m.words[HelperMemory::kClaimed] = claimed;
+  if (!claimed) return;
   // The owner publishes after its phase D, or closes the record when it
   // copies its rows itself; the claim keeps a published record from closing
   // before this block finishes.
@@ -544,92 +534,37 @@ __device__ __forceinline__ void claim_and_wait(const ResolveResidencyParams& p, 
   m.words[HelperMemory::kCount] = valid ? count : -1;
 }
 
-// A request's weight when the launch's helpers are dealt: the misses its
-// token row had in the last step (the swap count the launch's outputs hold
-// before the launch, where the caller reuses them as the Runtime does; any
-// value only changes the deal), plus one.
-__device__ __forceinline__ int32_t helper_weight(const ResolveResidencyParams& p, int32_t b) {
-  const int32_t last = b < p.num_tokens ? __ldcg(p.out_swap_counts + b) : 0;
-  return min(max(last, 0), p.top_k) + 1;
-}
-
-// Which request helper h of `helpers` helps, and which of its kMaxParts
-// partitions: the requests' weights laid end to end, helper h takes the
-// request at the middle of its equal share of them, and the helpers of one
-// request split its partitions evenly (none: the owner copies them). Every
-// lane of a warp computes the same deal.
-struct HelperShare {
-  int32_t b;
-  uint32_t mine;
-};
-
-__device__ __forceinline__ HelperShare deal_helper(const ResolveResidencyParams& p, int32_t h, int32_t helpers) {
-  const int lane = threadIdx.x & 31;
-  const int32_t B = p.num_batch_rows;
-  int32_t total = 0;
-  for (int32_t base = 0; base < B; base += kWarpSize) total += base + lane < B ? helper_weight(p, base + lane) : 0;
-  const int64_t W = warp_sum(total);
-  const int64_t middle = (2 * static_cast<int64_t>(h) + 1) * W;  // over 2 x helpers
-  const int64_t scale = 2 * static_cast<int64_t>(helpers);
-  int32_t carry = 0;
-  for (int32_t base = 0; base < B; base += kWarpSize) {
-    const int32_t b = base + lane;
-    const int32_t w = b < B ? helper_weight(p, b) : 0;
-    const int32_t after = carry + warp_inclusive_sum(w);
-    const int32_t before = after - w;
-    const unsigned found = __ballot_sync(kFullMask, b < B && scale * before <= middle && middle < scale * after);
-    if (found != 0) {
-      const int src = __ffs(found) - 1;
-      const int64_t from = __shfl_sync(kFullMask, before, src);
-      const int64_t to = __shfl_sync(kFullMask, after, src);
-      // The first helper whose middle lies at or past x: ceil((scale x - W) / 2W), at least 0.
-      auto first_at = [&](int64_t x) { return max(int64_t{0}, (scale * x - W + 2 * W - 1) / (2 * W)); };
-      const int64_t first = first_at(from);
-      const int64_t n = first_at(to) - first;
-      const int64_t i = h - first;
-      const int32_t lo = static_cast<int32_t>(kMaxParts * i / n);
-      const int32_t hi = static_cast<int32_t>(kMaxParts * (i + 1) / n);
-      const uint32_t mine = ((hi >= 32 ? 0u : (1u << hi)) - 1u) & ~((1u << lo) - 1u);
-      return {base + src, mine};
-    }
-    carry = __shfl_sync(kFullMask, after, kWarpSize - 1);
-  }
-  return {0, 0u};
-}
-
-// Helper h of the launch (see the file comment), dealt by deal_helper;
-// kNote: the coordinator notes destinations while the rows arrive. Every
-// thread of the block calls this, with the block's dynamic shared memory,
-// laid out as c.early_layouts[0] says.
+// Helper h of the launch (see the file comment): batch row h % B, partition
+// h / B; kNote: the coordinator notes destinations while the rows arrive.
+// Every thread of the block calls this, with the block's dynamic shared
+// memory, laid out as c.early_layouts says.
 template <bool kNote>
 __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                unsigned char* smem, int32_t h) {
-  const int32_t helpers = static_cast<int32_t>(gridDim.x) - p.num_batch_rows - 1;
-  const HelperShare share = deal_helper(p, h, helpers);
-  const int32_t b = share.b;
-  const uint32_t mine = share.mine;
-  if (mine == 0) return;
+  const int32_t part = c.early_batch.quotient(h);
+  const int32_t b = c.early_batch.remainder(h, part);
+  const int32_t parts = parts_of(c, b);
+  if (part >= parts) return;
   const int32_t s = p.request_state_indices[b];
   if (s < 0 || s >= p.num_state_rows) return;
   const uint64_t start = handoff::global_time_ns();
   int32_t* const record = p.handoff + static_cast<int64_t>(s) * HS_RESOLVER_HANDOFF_WORDS;
-  const HelperMemory m(smem, c.early_layouts[0]);
-  predict_misses<kNote>(p, c, m, b, s, mine);
+  const HelperMemory m(smem, c.early_layouts[b < c.early_more_parts ? 1 : 0]);
+  predict_misses<kNote>(p, c, m, b, s, part, parts);
   // A partition with no predicted miss leaves its rows to the owner.
   if (m.words[HelperMemory::kPredicted] == 0) return;
   // The reads start at once; the coordinator warp meanwhile claims the
-  // partitions, waits for the swap list and (kNote) notes where its buffered
+  // partition, waits for the swap list and (kNote) notes where its buffered
   // rows go, so that what is left once the rows are in is one flat copy. A
   // helper that does not claim (its request does not resolve, the owner was
   // first) read for nothing.
   if ((threadIdx.x >> 5) == kCoordinatorWarp) {
-    claim_and_wait(p, m, record, b, s, mine, start);
+    claim_and_wait(p, m, record, b, s, part, start);
     if constexpr (kNote) {
       __syncwarp();
       const int32_t listed = m.words[HelperMemory::kCount];
-      const uint32_t won = static_cast<uint32_t>(m.words[HelperMemory::kClaimed]);
-      if (won != 0 && listed >= 0) {
-        note_destinations(p, c, m, m.words[HelperMemory::kFirstRow], listed, kMaxParts, won);
+      if (m.words[HelperMemory::kClaimed] && listed >= 0) {
+        note_destinations(p, c, m, m.words[HelperMemory::kFirstRow], listed, parts, 1u << part);
       }
     }
   } else {
@@ -637,20 +572,19 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   }
   __syncthreads();  // the buffer's rows, the claim, the published list and the rows' destinations
   const int32_t count = m.words[HelperMemory::kCount];
-  const uint32_t won = static_cast<uint32_t>(m.words[HelperMemory::kClaimed]);
-  // Not claimed (the owner copies these partitions), or closed (the owner copied its own rows).
-  if (won == 0 || count < 0) return;
+  // Not claimed (the owner copies this partition), or closed (the owner copied its own rows).
+  if (!m.words[HelperMemory::kClaimed] || count < 0) return;
   if constexpr (kNote) {
     if (m.words[HelperMemory::kNoted] > 0) copy_buffered_rows(c, m);
     // Every entry past the noted ones, and the noted ones too if one of them could not be copied flat.
     const int32_t from = m.words[HelperMemory::kLate] > 0 ? 0 : m.words[HelperMemory::kNoted];
     if (from < count) {
-      copy_partition_entries<true>(p, c, m, m.words[HelperMemory::kFirstRow], from, count, kMaxParts, won);
+      copy_partition_entries<true>(p, c, m, m.words[HelperMemory::kFirstRow], from, count, parts, 1u << part);
     }
   } else {
-    copy_partition_entries<false>(p, c, m, m.words[HelperMemory::kFirstRow], 0, count, kMaxParts, won);
+    copy_partition_entries<false>(p, c, m, m.words[HelperMemory::kFirstRow], 0, count, parts, 1u << part);
   }
-  if (threadIdx.x == 0) finish_parts(record, won, kAllParts);
+  if (threadIdx.x == 0) finish_parts(record, 1u << part, (1u << parts) - 1u);
 }
 
 // The owner's block after its phase G: it claims every partition no helper
@@ -659,8 +593,8 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
 // shared words.
 __device__ __forceinline__ void finish_as_owner(const ResolveResidencyParams& p, const ResolverConstants& c,
                                                 int32_t* record, int32_t* scratch) {
-  const int32_t parts = kMaxParts;
-  const uint32_t all = kAllParts;
+  const int32_t parts = parts_of(c, static_cast<int32_t>(blockIdx.x));
+  const uint32_t all = (1u << parts) - 1u;
   if (threadIdx.x == 0) {
     const uint32_t before = static_cast<uint32_t>(
         handoff::Word(record[kPartsWord]).fetch_or(static_cast<int32_t>(all), ::cuda::memory_order_relaxed));

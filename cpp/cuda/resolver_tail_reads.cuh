@@ -164,7 +164,7 @@ __device__ __forceinline__ void help_as_helper(const ResolveResidencyParams& p, 
   // Nothing predicted: the owner copies its tail too.
   if (m.words[HelperMemory::kPredicted] == 0) return;
   if ((threadIdx.x >> 5) == early_reads::kCoordinatorWarp) {
-    early_reads::claim_and_wait(p, m, record, b, s, kTailPart, start);
+    early_reads::claim_and_wait(p, m, record, b, s, 0, start);
   } else {
     early_reads::read_predicted_rows<false>(c, m);
   }
