@@ -32,9 +32,9 @@ Uneven misses (--sections uneven, reported under "uneven_points"): the
 grid's trace with the same misses per step in all, but spread unevenly over
 the requests, as a real batch spreads them (in the dsv32-fp8 preset's trace,
 generated on the CPU, one request of 32 misses 2 positions in a step and
-another 155, around a mean of 69). Request b slides by m x w_b positions per step, its weights
-w_b evenly spaced over [1 - S, 1 + S] (S = --uneven-spread) and dealt to
-the batch rows in a fixed shuffled order. Each point runs twice in a row,
+another 155, around a mean of 69). Request b slides by m x w_b positions
+per step, its weights w_b evenly spaced over [1 - S, 1 + S] (S =
+--uneven-spread) and dealt to the batch rows in a fixed shuffled order. Each point runs twice in a row,
 with S = 0 (even, the grid's trace) and with S, and reports both
 ("miss_spread" says which), so what the spread costs is measured in one
 run.

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_resolver.py"
+from bench_scripts import load_bench_script  # noqa: E402
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_resolver_uneven_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("bench_resolver")
 
 
 def test_weights_spread_the_mean_over_the_requests():
