@@ -29,15 +29,15 @@ along the same sliding order, so a request's union is q x k positions
 arrays do not fit a block's shared memory run with their workspace.
 
 Uneven misses (--sections uneven, reported under "uneven_points"): the
-grid's trace with the same misses per step in all, but spread unevenly over
+grid's trace with about the same total misses per step, spread unevenly over
 the requests, as a real batch spreads them (in the dsv32-fp8 preset's trace,
 generated on the CPU, one request of 32 misses 2 positions in a step and
-another 155, around a mean of 69). Request b slides by m x w_b positions
-per step, its weights w_b evenly spaced over [1 - S, 1 + S] (S =
---uneven-spread) and dealt to the batch rows in a fixed shuffled order. Each point runs twice in a row,
-with S = 0 (even, the grid's trace) and with S, and reports both
-("miss_spread" says which), so what the spread costs is measured in one
-run.
+another 155, around a mean of 69). Request b slides by m x w_b positions per
+step, its weights w_b evenly spaced over [1 - S, 1 + S] (S =
+--uneven-spread) and dealt to the batch rows in a fixed shuffled order. Each
+point runs twice in a row, with S = 0 (even, the grid's trace) and with S,
+and reports both ("miss_spread" says which), so what the spread costs is
+measured in one run.
 
 --early-start-bound adds, per point on CUDA, what a schedule that knew
 every miss at launch could reach with the library's gathers: each step's own
